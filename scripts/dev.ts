@@ -1,0 +1,96 @@
+/**
+ * `npm run dev` / `bun dev` — the whole local platform in one command: the stack (npm run stack),
+ * migrations, the demo seed on first run, and the app with hot reload on :8787. Data persists
+ * under .local/ across runs; `--fresh` resets it. Ctrl-C stops everything this started.
+ */
+import { Client } from "@planetscale/database";
+import { Redis } from "@upstash/redis";
+import { spawn } from "node:child_process";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { runMigrations } from "./migrate.ts";
+import { seed } from "./seed.ts";
+import { printStack, startDevStack, untilSignal } from "./stack/cli.ts";
+import { ROOT } from "./stack/env-file.ts";
+
+const say = (m: string) => console.error(`[dev] ${m}`);
+const { values } = parseArgs({
+  args: process.argv.slice(2),
+  options: {
+    fresh: { type: "boolean", default: false },
+    "no-seed": { type: "boolean", default: false },
+    shops: { type: "string", default: "500" },
+    users: { type: "string", default: "50" },
+  },
+});
+
+const { stack, appPort } = await startDevStack({ fresh: values.fresh ?? false });
+let app: ReturnType<typeof spawn> | undefined;
+let stopping = false;
+
+async function stopAll(code: number) {
+  if (stopping) return;
+  stopping = true;
+  if (app && app.exitCode === null) {
+    const exited = new Promise((r) => app?.once("exit", r));
+    app.kill("SIGTERM");
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
+    if (app.exitCode === null) app.kill("SIGKILL");
+  }
+  await stack.stop();
+  process.exit(code);
+}
+
+try {
+  const migrated = await runMigrations(stack.env.DATABASE_URL as string, (m) => say(m));
+  say(`migrations: ${migrated.applied.length} applied, ${migrated.skipped.length} already applied`);
+
+  const db = new Client({ url: stack.env.DATABASE_URL });
+  const count = Number(((await db.execute("SELECT COUNT(*) AS n FROM tb_shop")).rows[0] as { n: string }).n);
+  if (count === 0 && !values["no-seed"]) {
+    say("empty database: seeding demo data");
+    const redis = new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, enableTelemetry: false });
+    const res = await seed(db, redis, {
+      shops: Number(values.shops),
+      users: Number(values.users),
+      notes: 20,
+      tokenTtlSeconds: 86400,
+      randomSeed: 42,
+      tokensFile: join(ROOT, ".local", "tokens.txt"),
+    });
+    say(`seeded ${JSON.stringify(res)} (session tokens of the demo users: .local/tokens.txt)`);
+  } else {
+    say(`database has ${count} shops; not seeding (--fresh resets)`);
+  }
+} catch (err) {
+  say(`setup failed: ${err instanceof Error ? err.message : String(err)}`);
+  await stopAll(1);
+}
+
+app = spawn(join(ROOT, "node_modules", ".bin", "bun"), ["--hot", join(ROOT, "src", "entry", "bun.ts")], {
+  cwd: ROOT,
+  env: { ...process.env, ...stack.env, PORT: String(appPort), LOG_LEVEL: process.env.LOG_LEVEL ?? "info" },
+  stdio: "inherit",
+});
+app.on("exit", (code) => {
+  if (!stopping) {
+    say(`app exited with code ${code}; stopping the stack`);
+    void stopAll(code ?? 1);
+  }
+});
+
+printStack(stack);
+console.error(
+  [
+    `  App (hot reload)      http://127.0.0.1:${appPort}/`,
+    `    health              http://127.0.0.1:${appPort}/health`,
+    `    shop types          http://127.0.0.1:${appPort}/api/shop-type/list`,
+    `    operator token      ${stack.env.ADMIN_TOKEN}   (authorization: Bearer …)`,
+    "",
+    "  Ctrl-C stops everything.",
+    "",
+  ].join("\n"),
+);
+const sig = await untilSignal();
+say(`${sig}: stopping`);
+await stopAll(0);

@@ -1,0 +1,270 @@
+/**
+ * `npm run seed -- [--shops 500] [--users 50] [--notes 20] [--tokens FILE] [--token-ttl 86400]`
+ *
+ * Demo data against the running stack (settings from .local/stack.env, or the environment), written
+ * through the production clients: shop types, shops scattered around the classic front-end's fixed
+ * point in Hangzhou (120.149993, 30.334229) so "nearby" has results for every type, vouchers (one
+ * seckill per type), demo users with profiles, a few notes, and the GEO index. With --tokens, opens
+ * a session per seeded user and writes the tokens one per line (the file JMeter plans read).
+ */
+import { Client } from "@planetscale/database";
+import { Redis } from "@upstash/redis";
+import { SingleBar, Presets } from "cli-progress";
+import { writeFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { createSession } from "../src/services/session.ts";
+import { rebuildShopGeo } from "../src/services/shop-geo.ts";
+import { loadStackEnv } from "./stack/env-file.ts";
+
+export const CITY_CENTRE = { x: 120.149993, y: 30.334229 } as const;
+
+export const SHOP_TYPES = [
+  ["美食", "/types/ms.png"],
+  ["KTV", "/types/KTV.png"],
+  ["丽人·美发", "/types/lrmf.png"],
+  ["健身运动", "/types/jsyd.png"],
+  ["按摩·足疗", "/types/amzl.png"],
+  ["美容SPA", "/types/spa.png"],
+  ["亲子游乐", "/types/qzyl.png"],
+  ["酒吧", "/types/jiuba.png"],
+  ["轰趴馆", "/types/hpg.png"],
+  ["美睫·美甲", "/types/mjmj.png"],
+] as const;
+
+const AREAS = ["大关", "拱宸桥", "北部新城", "运河上街", "远洋乐堤港", "武林广场", "湖滨", "西溪", "文二路", "小河直街"];
+const WORDS = ["老街", "小馆", "茶餐厅", "烤肉", "火锅", "面馆", "咖啡", "花园", "工坊", "会所", "小厨", "酒家"];
+
+export interface SeedOptions {
+  shops: number;
+  users: number;
+  notes: number;
+  tokensFile?: string;
+  tokenTtlSeconds: number;
+  /** Deterministic data for a given seed value. */
+  randomSeed: number;
+  quiet?: boolean;
+}
+
+export interface SeedResult {
+  shopTypes: number;
+  shops: number;
+  vouchers: number;
+  users: number;
+  notes: number;
+  geoIndexed: number;
+  tokens: number;
+}
+
+/** mulberry32: small, fast, seedable PRNG (Math.random cannot be seeded). */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A point at `distanceM` metres and `bearing` radians from the centre (equirectangular, fine at city scale). */
+function offset(distanceM: number, bearing: number): { x: number; y: number } {
+  const dy = (distanceM * Math.cos(bearing)) / 111_320;
+  const dx = (distanceM * Math.sin(bearing)) / (111_320 * Math.cos((CITY_CENTRE.y * Math.PI) / 180));
+  return { x: +(CITY_CENTRE.x + dx).toFixed(6), y: +(CITY_CENTRE.y + dy).toFixed(6) };
+}
+
+function bar(label: string, total: number, quiet?: boolean) {
+  if (quiet || total === 0) return { increment: (_n?: number) => {}, stop: () => {} };
+  const b = new SingleBar({ format: `${label.padEnd(10)} [{bar}] {percentage}% | {value}/{total} | {duration}s`, stream: process.stderr, hideCursor: false }, Presets.shades_classic);
+  b.start(total, 0);
+  return { increment: (n = 1) => b.increment(n), stop: () => b.stop() };
+}
+
+const sqlDate = (ms: number) => new Date(ms).toISOString().slice(0, 19).replace("T", " ");
+
+export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise<SeedResult> {
+  const rand = prng(opts.randomSeed);
+  const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)] as T;
+  const batchSize = 1000;
+
+  // Shop types: fixed ids 1..10 so the classic front-end's type links work; re-runs are no-ops.
+  await db.execute(
+    `INSERT IGNORE INTO tb_shop_type (id, name, icon, sort) VALUES ${SHOP_TYPES.map(() => "(?, ?, ?, ?)").join(", ")}`,
+    SHOP_TYPES.flatMap(([name, icon], i) => [i + 1, name, icon, i + 1]),
+  );
+
+  // Shops: 80 % within 5 km of the centre (what nearby search returns), the rest up to 15 km.
+  // Every type gets at least its share: type = i mod 10 before shuffling the rest at random.
+  const shopsBar = bar("shops", opts.shops, opts.quiet);
+  for (let start = 0; start < opts.shops; start += batchSize) {
+    const n = Math.min(batchSize, opts.shops - start);
+    const values: unknown[] = [];
+    for (let i = 0; i < n; i++) {
+      const k = start + i;
+      const typeId = k < SHOP_TYPES.length * 3 ? (k % SHOP_TYPES.length) + 1 : 1 + Math.floor(rand() * SHOP_TYPES.length);
+      const far = rand() < 0.2;
+      const p = offset(far ? 5000 + rand() * 10_000 : Math.sqrt(rand()) * 4900, rand() * 2 * Math.PI);
+      const area = pick(AREAS);
+      values.push(
+        `${area}${pick(WORDS)}${k + 1}号店`,
+        typeId,
+        `/imgs/shops/${(k % 20) + 1}.jpg`,
+        area,
+        `${area}路${1 + Math.floor(rand() * 999)}号`,
+        p.x,
+        p.y,
+        20 + Math.floor(rand() * 180),
+        Math.floor(rand() * 5000),
+        Math.floor(rand() * 3000),
+        30 + Math.floor(rand() * 21),
+        "10:00-22:00",
+      );
+    }
+    await db.execute(
+      `INSERT INTO tb_shop (name, type_id, images, area, address, x, y, avg_price, sold, comments, score, open_hours) VALUES ${Array.from({ length: n }, () => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")}`,
+      values,
+    );
+    shopsBar.increment(n);
+  }
+  shopsBar.stop();
+
+  // Vouchers for the first shop of each type: a normal one, and a seckill one on sale now for 7 days.
+  const firstShops = (await db.execute(
+    "SELECT MIN(id) AS id, type_id FROM tb_shop GROUP BY type_id ORDER BY type_id",
+  )).rows as { id: string | number; type_id: number }[];
+  let vouchers = 0;
+  const now = Date.now();
+  for (const s of firstShops) {
+    const shopId = Number(s.id);
+    await db.execute(
+      "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) VALUES (?, ?, ?, ?, ?, ?, 0, 1)",
+      [shopId, "50元代金券", "周一至周日均可使用", "全场通用\\n无需预约\\n可无限叠加", 4750, 5000],
+    );
+    await db.transaction(async (tx) => {
+      const v = await tx.execute(
+        "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) VALUES (?, ?, ?, ?, ?, ?, 1, 1)",
+        [shopId, "100元秒杀券", "限时抢购", "每人限购一张", 8000, 10000],
+      );
+      await tx.execute("INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (?, ?, ?, ?)", [
+        Number(v.insertId),
+        100,
+        sqlDate(now - 3600_000),
+        sqlDate(now + 7 * 86400_000),
+      ]);
+    });
+    vouchers += 2;
+  }
+
+  // Users: phones 138xxxxxxxx from a fixed base, so re-runs find the same users (INSERT IGNORE).
+  const usersBar = bar("users", opts.users, opts.quiet);
+  const phones: string[] = [];
+  for (let start = 0; start < opts.users; start += batchSize) {
+    const n = Math.min(batchSize, opts.users - start);
+    const values: unknown[] = [];
+    for (let i = 0; i < n; i++) {
+      const phone = String(13800000000 + start + i);
+      phones.push(phone);
+      values.push(phone, `user_${(start + i).toString(36).padStart(6, "0")}`, `/imgs/icons/${((start + i) % 12) + 1}.jpg`);
+    }
+    await db.execute(`INSERT IGNORE INTO tb_user (phone, nick_name, icon) VALUES ${Array.from({ length: n }, () => "(?, ?, ?)").join(", ")}`, values);
+    await db.execute(
+      `INSERT IGNORE INTO tb_user_info (user_id, city, introduce, gender, credits, level)
+       SELECT id, '杭州', '爱吃爱玩', MOD(id, 2), 100, 1 FROM tb_user WHERE phone IN (${phones.slice(start).map(() => "?").join(", ")})`,
+      phones.slice(start),
+    );
+    usersBar.increment(n);
+  }
+  usersBar.stop();
+
+  const users: { id: number; nickName: string; icon: string }[] = [];
+  for (let start = 0; start < phones.length; start += batchSize) {
+    const chunk = phones.slice(start, start + batchSize);
+    const rows = (await db.execute(`SELECT id, nick_name, icon FROM tb_user WHERE phone IN (${chunk.map(() => "?").join(", ")}) ORDER BY id`, chunk)).rows as {
+      id: string | number;
+      nick_name: string;
+      icon: string;
+    }[];
+    for (const r of rows) users.push({ id: Number(r.id), nickName: r.nick_name, icon: r.icon });
+  }
+
+  // Notes by the first users about the first shops.
+  let notes = 0;
+  if (users.length > 0 && firstShops.length > 0) {
+    const values: unknown[] = [];
+    for (let i = 0; i < opts.notes; i++) {
+      const u = users[i % users.length];
+      const s = firstShops[i % firstShops.length];
+      if (!u || !s) continue;
+      values.push(Number(s.id), u.id, `探店笔记 #${i + 1}`, `/imgs/blogs/demo-${(i % 6) + 1}.jpg`, "环境不错，服务热情，值得再来。", Math.floor(rand() * 50));
+      notes++;
+    }
+    if (notes > 0) {
+      await db.execute(
+        `INSERT INTO tb_blog (shop_id, user_id, title, images, content, liked) VALUES ${Array.from({ length: notes }, () => "(?, ?, ?, ?, ?, ?)").join(", ")}`,
+        values,
+      );
+    }
+  }
+
+  const geoBar = bar("geo index", opts.shops, opts.quiet);
+  let lastReported = 0;
+  const geoIndexed = await rebuildShopGeo(db, redis, (done) => {
+    geoBar.increment(Math.min(done, opts.shops) - lastReported);
+    lastReported = Math.min(done, opts.shops);
+  });
+  geoBar.stop();
+
+  let tokens = 0;
+  if (opts.tokensFile) {
+    const tokBar = bar("sessions", users.length, opts.quiet);
+    const lines: string[] = [];
+    // Bounded concurrency: the REST client auto-pipelines each burst into one request.
+    for (let start = 0; start < users.length; start += 200) {
+      const chunk = users.slice(start, start + 200);
+      lines.push(...(await Promise.all(chunk.map((u) => createSession(redis, u, opts.tokenTtlSeconds)))));
+      tokBar.increment(chunk.length);
+    }
+    tokBar.stop();
+    writeFileSync(opts.tokensFile, `${lines.join("\n")}\n`);
+    tokens = lines.length;
+  }
+  return { shopTypes: SHOP_TYPES.length, shops: opts.shops, vouchers, users: users.length, notes, geoIndexed, tokens };
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: process.argv.slice(2),
+    options: {
+      shops: { type: "string", default: "500" },
+      users: { type: "string", default: "50" },
+      notes: { type: "string", default: "20" },
+      tokens: { type: "string" },
+      "token-ttl": { type: "string", default: "86400" },
+      seed: { type: "string", default: "42" },
+    },
+  });
+  const num = (name: string, v: string | undefined) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0) {
+      console.error(`--${name} must be a non-negative integer`);
+      process.exit(2);
+    }
+    return n;
+  };
+  const env = { ...loadStackEnv(), ...process.env };
+  if (!env.DATABASE_URL || !env.UPSTASH_REDIS_REST_URL || !env.UPSTASH_REDIS_REST_TOKEN) {
+    console.error("no stack settings: start the stack (`npm run stack` or `npm run dev`) or set DATABASE_URL and UPSTASH_REDIS_REST_*");
+    process.exit(1);
+  }
+  const started = performance.now();
+  const result = await seed(new Client({ url: env.DATABASE_URL }), new Redis({ url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN, enableTelemetry: false }), {
+    shops: num("shops", values.shops),
+    users: num("users", values.users),
+    notes: num("notes", values.notes),
+    tokensFile: values.tokens,
+    tokenTtlSeconds: num("token-ttl", values["token-ttl"]),
+    randomSeed: num("seed", values.seed),
+  });
+  console.log(JSON.stringify({ ...result, seconds: Math.round((performance.now() - started) / 100) / 10 }));
+}

@@ -1,0 +1,29 @@
+/**
+ * Fixed, memorable ports for the developer's stack (tests always use free random ports). When one
+ * is taken (another checkout's stack, a system redis on 6379…) we fall back to a free port and say
+ * so, instead of failing; the real ports always land in .local/stack.env.
+ */
+import { createServer } from "node:net";
+import { freePort } from "./engines.ts";
+
+export const DEV_PORTS = { redis: 6390, mysql: 3390, rest: 8079, planetscale: 8078, qstash: 8080, app: 8787 } as const;
+
+async function isFree(port: number): Promise<boolean> {
+  return await new Promise((resolve) => {
+    const srv = createServer();
+    srv.once("error", () => resolve(false));
+    srv.listen(port, "127.0.0.1", () => srv.close(() => resolve(true)));
+  });
+}
+
+export async function pickPorts(log: (m: string) => void): Promise<Record<keyof typeof DEV_PORTS, number>> {
+  const out = {} as Record<keyof typeof DEV_PORTS, number>;
+  for (const [name, preferred] of Object.entries(DEV_PORTS) as [keyof typeof DEV_PORTS, number][]) {
+    if (await isFree(preferred)) out[name] = preferred;
+    else {
+      out[name] = await freePort();
+      log(`port ${preferred} (${name}) is busy; using ${out[name]}`);
+    }
+  }
+  return out;
+}

@@ -1,0 +1,203 @@
+/**
+ * Private instances of the real engines (redis-server, MariaDB) for the dev stack and the tests.
+ *
+ * Each instance gets its own port and data directory and is a child process of the caller, so
+ * nothing outlives the stack: `stop()` terminates it, and the process-exit hook below kills any
+ * instance that is still running when the parent exits (Ctrl-C, SIGTERM, a crashed test run).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdirSync } from "node:fs";
+import { createServer, connect } from "node:net";
+import { join } from "node:path";
+
+export interface Engine {
+  host: string;
+  port: number;
+  stop(): Promise<void>;
+}
+
+export interface MariaEngine extends Engine {
+  socket: string;
+  user: string;
+  password: string;
+}
+
+const running = new Set<ChildProcess>();
+let exitHookInstalled = false;
+
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  // 'exit' handlers must be synchronous: SIGKILL is the only thing that cannot be ignored.
+  process.on("exit", () => {
+    for (const child of running) {
+      try {
+        child.kill("SIGKILL");
+      } catch {
+        /* already gone */
+      }
+    }
+  });
+}
+
+/** Asks the kernel for a free TCP port on loopback. */
+export async function freePort(): Promise<number> {
+  return await new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      if (addr === null || typeof addr === "string") return reject(new Error("no port"));
+      srv.close(() => resolve(addr.port));
+    });
+  });
+}
+
+/** Resolves a server binary by name, also looking in sbin (Debian puts mariadbd there). */
+export function findBinary(name: string): string | undefined {
+  const dirs = (process.env.PATH ?? "").split(":").concat(["/usr/sbin", "/usr/local/sbin", "/sbin"]);
+  for (const d of dirs) {
+    const p = join(d, name);
+    if (d && existsSync(p)) return p;
+  }
+  return undefined;
+}
+
+async function waitForPort(port: number, child: ChildProcess, name: string, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${name} exited with code ${child.exitCode} before it was ready`);
+    const ok = await new Promise<boolean>((resolve) => {
+      const s = connect(port, "127.0.0.1");
+      s.once("connect", () => {
+        s.destroy();
+        resolve(true);
+      });
+      s.once("error", () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`${name} did not listen on ${port} within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+function track(child: ChildProcess, name: string, logLines: string[]): void {
+  installExitHook();
+  running.add(child);
+  child.on("exit", () => running.delete(child));
+  const keep = (buf: Buffer) => {
+    for (const line of buf.toString().split("\n")) if (line) logLines.push(line);
+    if (logLines.length > 200) logLines.splice(0, logLines.length - 200);
+  };
+  child.stdout?.on("data", keep);
+  child.stderr?.on("data", keep);
+  child.on("error", (e) => logLines.push(`${name}: ${e.message}`));
+}
+
+async function stopChild(child: ChildProcess, graceMs = 3000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((r) => child.once("exit", () => r()));
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+/**
+ * Starts a private redis-server. `dir` holds its files; with `persist` it snapshots there (the
+ * dev stack keeps data across runs), otherwise it is purely in memory (tests).
+ */
+export async function startRedis(opts: { dir: string; port?: number; persist?: boolean }): Promise<Engine> {
+  const bin = findBinary("redis-server");
+  if (!bin) throw new Error("redis-server is not installed (apt-get install -y redis-server)");
+  mkdirSync(opts.dir, { recursive: true });
+  const port = opts.port ?? (await freePort());
+  const persistence = opts.persist
+    ? ["--save", "60 1", "--appendonly", "yes", "--appendfsync", "everysec"]
+    : ["--save", "", "--appendonly", "no"];
+  const child = spawn(
+    bin,
+    ["--port", String(port), "--bind", "127.0.0.1", "--dir", opts.dir, "--daemonize", "no", ...persistence],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  const log: string[] = [];
+  track(child, "redis-server", log);
+  try {
+    await waitForPort(port, child, "redis-server");
+  } catch (e) {
+    child.kill("SIGKILL");
+    throw new Error(`${(e as Error).message}\n${log.slice(-10).join("\n")}`);
+  }
+  return { host: "127.0.0.1", port, stop: () => stopChild(child) };
+}
+
+/**
+ * Starts a private MariaDB with the flags from toolchain.md: utf8mb4, strict SQL mode, no Debian
+ * defaults files. The data directory is initialised on first use and reused afterwards.
+ */
+export async function startMariadb(opts: { dir: string; port?: number }): Promise<MariaEngine> {
+  const mariadbd = findBinary("mariadbd");
+  const installDb = findBinary("mariadb-install-db");
+  if (!mariadbd || !installDb) throw new Error("mariadb-server is not installed (apt-get install -y mariadb-server)");
+  const datadir = join(opts.dir, "data");
+  // A private tmpdir: MariaDB names temp files by pid and counter, and instances sharing /tmp
+  // (parallel test runs) were seen failing on each other's temp tables.
+  const tmpdir = join(opts.dir, "tmp");
+  mkdirSync(tmpdir, { recursive: true });
+  if (!existsSync(join(datadir, "mysql"))) {
+    await new Promise<void>((resolve, reject) => {
+      const p = spawn(
+        installDb,
+        [
+          "--no-defaults",
+          "--user=root",
+          `--datadir=${datadir}`,
+          `--tmpdir=${tmpdir}`,
+          "--auth-root-authentication-method=normal",
+          "--skip-test-db",
+          "--skip-name-resolve",
+          "--innodb-log-file-size=8M",
+        ],
+        { stdio: ["ignore", "pipe", "pipe"] },
+      );
+      let out = "";
+      p.stdout?.on("data", (d) => (out += d));
+      p.stderr?.on("data", (d) => (out += d));
+      p.on("exit", (code) => (code === 0 ? resolve() : reject(new Error(`mariadb-install-db failed:\n${out}`))));
+    });
+  }
+  const port = opts.port ?? (await freePort());
+  const socket = join(opts.dir, "mysqld.sock");
+  const child = spawn(
+    mariadbd,
+    [
+      "--no-defaults",
+      "--user=root",
+      `--datadir=${datadir}`,
+      `--tmpdir=${tmpdir}`,
+      `--socket=${socket}`,
+      `--port=${port}`,
+      "--bind-address=127.0.0.1",
+      `--pid-file=${join(opts.dir, "mysqld.pid")}`,
+      "--character-set-server=utf8mb4",
+      "--collation-server=utf8mb4_unicode_ci",
+      "--sql-mode=ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION",
+      "--default-time-zone=+00:00",
+      "--max-connections=500",
+      "--innodb-fast-shutdown=2",
+      "--skip-log-bin",
+    ],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  const log: string[] = [];
+  track(child, "mariadbd", log);
+  try {
+    await waitForPort(port, child, "mariadbd", 60_000);
+  } catch (e) {
+    child.kill("SIGKILL");
+    throw new Error(`${(e as Error).message}\n${log.slice(-20).join("\n")}`);
+  }
+  // root has no password after install-db with normal auth; the stand-in logs in as root.
+  return { host: "127.0.0.1", port, socket, user: "root", password: "", stop: () => stopChild(child) };
+}

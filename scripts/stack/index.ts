@@ -1,0 +1,124 @@
+/**
+ * The local stack: real redis-server and MariaDB, fronted by our protocol-compatible stand-ins
+ * for Upstash Redis REST, PlanetScale HTTP and QStash, so the app's production SDKs run unchanged.
+ * Used by `npm run stack`, `npm run dev`, the test preload and the benchmarks.
+ */
+import mysql from "mysql2/promise";
+import { join } from "node:path";
+import { startMariadb, startRedis, type Engine, type MariaEngine } from "./engines.ts";
+import { startPlanetscaleHttp, type PlanetscaleHttpServer } from "./planetscale-http.ts";
+import { startLocalQstash, type LocalQstashServer } from "./qstash.ts";
+import { startUpstashRest, type UpstashRestServer } from "./upstash-rest.ts";
+
+/**
+ * The QStash SDK's dev-mode credentials (protocols.md §3.8). Using them locally means the SDK's
+ * own dev-mode discovery (`GET /v2/keys` on 127.0.0.1:8080) also finds our server.
+ */
+export const QSTASH_DEV = {
+  token: "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0=",
+  currentSigningKey: "sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r",
+  nextSigningKey: "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs",
+} as const;
+
+export interface StackOptions {
+  /** Data directory: redis/ and mariadb/ live below it. */
+  dir: string;
+  /** Keep Redis data on disk across runs (dev); tests run in memory. */
+  persist?: boolean;
+  ports?: Partial<Record<"redis" | "mysql" | "rest" | "planetscale" | "qstash", number>>;
+  database?: string;
+  /** QStash delays and backoffs are multiplied by this (tests: small). */
+  qstashTimeScale?: number;
+  qstashPollMs?: number;
+  redisToken?: string;
+  dbUser?: string;
+  dbPassword?: string;
+  adminToken?: string;
+  /** Base URL the app will listen on; becomes PUBLIC_URL (QStash callback destination). */
+  publicUrl?: string;
+  log?: (msg: string) => void;
+}
+
+export interface Stack {
+  /** Connection settings for the app, in the variable names of src/env.ts. */
+  env: Record<string, string>;
+  redis: Engine;
+  mysql: MariaEngine;
+  rest: UpstashRestServer;
+  planetscale: PlanetscaleHttpServer;
+  qstash: LocalQstashServer;
+  database: string;
+  stop(): Promise<void>;
+}
+
+export async function createDatabase(m: MariaEngine, database: string): Promise<void> {
+  const conn = await mysql.createConnection({ host: m.host, port: m.port, user: m.user, password: m.password });
+  try {
+    await conn.query(`CREATE DATABASE IF NOT EXISTS \`${database}\` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci`);
+  } finally {
+    await conn.end();
+  }
+}
+
+export async function startStack(opts: StackOptions): Promise<Stack> {
+  const log = opts.log ?? (() => {});
+  const database = opts.database ?? "cityhub";
+  const redisToken = opts.redisToken ?? "local-redis-token";
+  const dbUser = opts.dbUser ?? "cityhub";
+  const dbPassword = opts.dbPassword ?? "local-db-password";
+  const started: { stop(): Promise<void> }[] = [];
+  const stopAll = async () => {
+    for (const s of started.reverse()) await s.stop().catch(() => {});
+  };
+  try {
+    log("starting redis-server and MariaDB");
+    const [redis, maria] = await Promise.all([
+      startRedis({ dir: join(opts.dir, "redis"), port: opts.ports?.redis, persist: opts.persist }),
+      startMariadb({ dir: join(opts.dir, "mariadb"), port: opts.ports?.mysql }),
+    ]);
+    started.push(redis, maria);
+    await createDatabase(maria, database);
+
+    log("starting the Upstash-REST, PlanetScale-HTTP and QStash stand-ins");
+    const [rest, planetscale, qstash] = await Promise.all([
+      startUpstashRest({ redisHost: redis.host, redisPort: redis.port, token: redisToken, port: opts.ports?.rest }),
+      startPlanetscaleHttp({
+        mysql: { host: maria.host, port: maria.port, user: maria.user, password: maria.password },
+        database,
+        username: dbUser,
+        password: dbPassword,
+        port: opts.ports?.planetscale,
+      }),
+      startLocalQstash({
+        redisHost: redis.host,
+        redisPort: redis.port,
+        token: QSTASH_DEV.token,
+        currentSigningKey: QSTASH_DEV.currentSigningKey,
+        nextSigningKey: QSTASH_DEV.nextSigningKey,
+        port: opts.ports?.qstash,
+        timeScale: opts.qstashTimeScale,
+        pollIntervalMs: opts.qstashPollMs,
+      }),
+    ]);
+    started.push(rest, planetscale, qstash);
+
+    const env: Record<string, string> = {
+      UPSTASH_REDIS_REST_URL: rest.url,
+      UPSTASH_REDIS_REST_TOKEN: redisToken,
+      DATABASE_URL: planetscale.url,
+      QSTASH_URL: qstash.url,
+      QSTASH_TOKEN: QSTASH_DEV.token,
+      QSTASH_CURRENT_SIGNING_KEY: QSTASH_DEV.currentSigningKey,
+      QSTASH_NEXT_SIGNING_KEY: QSTASH_DEV.nextSigningKey,
+      ADMIN_TOKEN: opts.adminToken ?? "local-admin-token-change-me",
+      PUBLIC_URL: opts.publicUrl ?? "http://127.0.0.1:8787",
+      // Raw engine addresses, for tools (redis-cli, mariadb) and benchmarks, not read by the app.
+      LOCAL_REDIS_URL: `redis://${redis.host}:${redis.port}`,
+      LOCAL_MYSQL_URL: `mysql://${maria.user}@${maria.host}:${maria.port}/${database}`,
+    };
+    return { env, redis, mysql: maria, rest, planetscale, qstash, database, stop: stopAll };
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}

@@ -1,0 +1,527 @@
+/**
+ * Upstash-REST stand-in: the HTTP API of Upstash Redis (docs/protocols.md §1) served by Bun in
+ * front of a real redis-server, so the unmodified `@upstash/redis` and `@upstash/ratelimit`
+ * SDKs run locally and in tests against real Redis semantics (Lua, transactions, TTLs).
+ *
+ * Routes: `POST /` (one command), `POST /pipeline`, `POST /multi-exec`, `GET /` (welcome), and
+ * for tests and benchmarks `GET /__standin/stats` + `POST /__standin/stats/reset`.
+ *
+ * Reply encoding follows Upstash, not SRH: with `Upstash-Encoding: base64` every string at every
+ * depth is the base64 of its raw bytes except the status `OK`; errors are never encoded.
+ *
+ * Scripts: `@upstash/ratelimit` 2.2.0 scripts start with `#!lua flags=allow-key-locking`, which
+ * stock Redis 7 rejects, and the SDK's hard-coded EVALSHA hashes are SHA-1s of the text *with*
+ * that line. So the stand-in runs a stripped copy (the line blanked, line numbers kept) and
+ * answers for the original SHA-1: `origSha → { stripped, realSha }` in `scripts` below.
+ */
+import { createHash, timingSafeEqual } from "node:crypto";
+import {
+  RedisConnectionError,
+  RespClient,
+  RespError,
+  RespStatus,
+  type RespCommand,
+  type RespConnection,
+  type RespValue,
+} from "./resp.ts";
+
+export interface UpstashRestOptions {
+  redisHost: string;
+  redisPort: number;
+  token: string;
+  /** 0 or undefined: a free port. */
+  port?: number;
+  /** Default 127.0.0.1. */
+  hostname?: string;
+  /** Deadline for Redis to answer a request (blocking commands get their own timeout on top). Default 10 s. */
+  commandTimeoutMs?: number;
+}
+
+export interface UpstashRestStats {
+  /** Command requests that reached Redis: one HTTP request is one Redis round trip. */
+  requests: number;
+  /** Commands in those requests. */
+  commands: number;
+  /** Requests per path: "/", "/pipeline", "/multi-exec". */
+  byPath: Record<string, number>;
+}
+
+export interface UpstashRestServer {
+  url: string;
+  port: number;
+  stats(): UpstashRestStats;
+  resetStats(): void;
+  stop(): Promise<void>;
+}
+
+// ------------------------------------------------------------------------------------ scripts
+
+/** Shebang flags Redis 7 understands; anything else (Upstash's allow-key-locking) is dropped. */
+const REDIS7_SCRIPT_FLAGS = new Set(["no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"]);
+
+function sha1(text: string): string {
+  return createHash("sha1").update(text, "utf8").digest("hex");
+}
+
+/**
+ * Returns the script Redis 7 can run, or null when `src` needs no change. A first line
+ * `#!lua ... flags=a,b` with flags Redis does not know loses those flags; if none is left the
+ * line becomes empty. The newline stays, so Lua error line numbers match the original.
+ */
+export function stripUnknownShebangFlags(src: string): string | null {
+  if (!src.startsWith("#!lua")) return null;
+  const nl = src.indexOf("\n");
+  const line = (nl === -1 ? src : src.slice(0, nl)).replace(/\r$/, "");
+  const rest = line.slice(5);
+  if (rest !== "" && !/^\s/.test(rest)) return null; // e.g. "#!luajit": not a Lua shebang
+  const kept: string[] = [];
+  let changed = false;
+  for (const token of rest.trim().split(/\s+/)) {
+    if (token === "") continue;
+    if (!token.startsWith("flags=")) {
+      kept.push(token); // let Redis judge other options
+      continue;
+    }
+    const flags = token.slice(6).split(",").filter((f) => f !== "");
+    const known = flags.filter((f) => REDIS7_SCRIPT_FLAGS.has(f));
+    if (known.length !== flags.length) changed = true;
+    if (known.length > 0) kept.push(`flags=${known.join(",")}`);
+  }
+  if (!changed) return null;
+  const newLine = kept.length > 0 ? `#!lua ${kept.join(" ")}` : "";
+  return nl === -1 ? newLine : newLine + src.slice(nl);
+}
+
+interface ScriptEntry {
+  /** What Redis runs. */
+  stripped: string;
+  /** sha1(stripped): the SHA Redis knows the script by. */
+  realSha: string;
+}
+
+/** Bound on remembered scripts; oldest forgotten first (Map keeps insertion order). */
+const MAX_SCRIPTS = 10_000;
+
+// ---------------------------------------------------------------------------------- commands
+
+/**
+ * Commands that would change the state of the shared pipelined connection (and so corrupt
+ * every other caller's replies) or that the REST API cannot express.
+ */
+const NOT_AVAILABLE = new Set([
+  "MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH",
+  "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE",
+  "MONITOR", "SYNC", "PSYNC", "REPLCONF", "QUIT", "RESET", "HELLO", "AUTH", "SELECT",
+]);
+/** CLIENT subcommands that are harmless on a shared connection. */
+const CLIENT_READONLY = new Set(["LIST", "INFO", "ID", "GETNAME"]);
+
+function notAvailable(name: string, args: readonly string[]): boolean {
+  if (NOT_AVAILABLE.has(name)) return true;
+  if (name === "CLIENT") return !CLIENT_READONLY.has((args[1] ?? "").toUpperCase());
+  return false;
+}
+
+/**
+ * How long a blocking command may block, in ms (Infinity = forever), or -1 when `args` does not
+ * block. Blocking commands run on a dedicated connection: on the shared one they would stall
+ * every other caller.
+ */
+function blockingMs(name: string, args: readonly string[]): number {
+  const secs = (s: string | undefined): number => {
+    const v = Number(s);
+    return !Number.isFinite(v) || v < 0 ? 0 : v === 0 ? Infinity : v * 1000;
+  };
+  const ms = (s: string | undefined): number => {
+    const v = Number(s);
+    return !Number.isFinite(v) || v < 0 ? 0 : v === 0 ? Infinity : v;
+  };
+  switch (name) {
+    case "BLPOP":
+    case "BRPOP":
+    case "BZPOPMIN":
+    case "BZPOPMAX":
+    case "BRPOPLPUSH":
+    case "BLMOVE":
+      return secs(args[args.length - 1]);
+    case "BLMPOP":
+    case "BZMPOP":
+      return secs(args[1]);
+    case "WAIT":
+    case "WAITAOF":
+      return ms(args[args.length - 1]);
+    case "XREAD":
+    case "XREADGROUP":
+      for (let i = 1; i < args.length - 1; i++) {
+        const a = args[i]!.toUpperCase();
+        if (a === "STREAMS") break;
+        if (a === "BLOCK") return ms(args[i + 1]);
+      }
+      return -1;
+    default:
+      return -1;
+  }
+}
+
+/** A request's commands, rewritten for Redis. */
+interface Plan {
+  /** Helper commands written before the user's (SCRIPT LOAD of scripts Redis lost). */
+  pre: RespCommand[];
+  /** The user's commands as written to Redis (rewritten where needed), in order. */
+  wire: RespCommand[];
+  /** For user command i: index of its command in `wire`, or -1 when `preset[i]` answers it. */
+  slot: number[];
+  preset: (RespError | undefined)[];
+  /** Rewrites a reply (SCRIPT LOAD/EXISTS answer for the original SHA; NOSCRIPT bookkeeping). */
+  post: (((v: RespValue) => RespValue) | undefined)[];
+  /** Longest block of a blocking command in the plan, -1 when none. */
+  blockMs: number;
+}
+
+/** Reply of the HTTP layer: status + JSON body text. */
+interface Out {
+  status: number;
+  body: string;
+}
+
+class BadRequest extends Error {}
+
+const WELCOME = JSON.stringify("Welcome to the Upstash-REST stand-in (CityHub Edge)!");
+
+function errorBody(message: string): string {
+  return `{"error":${JSON.stringify(message)}}`;
+}
+
+// ----------------------------------------------------------------------------------- encoding
+
+/** Byte for byte what Upstash sends for a reply value (see docs/protocols.md §1.5–1.6). */
+function toJson(v: RespValue, b64: boolean): string {
+  if (typeof v === "number") return String(v);
+  if (v === null) return "null";
+  if (v instanceof Buffer) return b64 ? `"${v.toString("base64")}"` : JSON.stringify(v.toString("utf8"));
+  if (Array.isArray(v)) {
+    let s = "[";
+    for (let i = 0; i < v.length; i++) s += (i === 0 ? "" : ",") + toJson(v[i]!, b64);
+    return s + "]";
+  }
+  if (typeof v === "bigint") return v.toString();
+  if (v instanceof RespStatus) {
+    if (!b64) return JSON.stringify(v.text);
+    return v.isOk() ? '"OK"' : `"${v.raw.toString("base64")}"`;
+  }
+  if (v instanceof RespError) {
+    // An error nested in an array (a Lua table holding an error): it is data here, so it is
+    // encoded like any other string.
+    return b64 ? `"${Buffer.from(v.message, "utf8").toString("base64")}"` : JSON.stringify(v.message);
+  }
+  return "null"; // unreachable: every RespValue kind is handled above
+}
+
+/** `{"result":…}` or `{"error":…}` for one command's reply. */
+function entryJson(v: RespValue, b64: boolean): string {
+  return v instanceof RespError ? errorBody(v.message) : `{"result":${toJson(v, b64)}}`;
+}
+
+/**
+ * Body → commands as strings. Arguments may be JSON strings, numbers or booleans and are
+ * converted like `String(x)`; anything else is a 400.
+ */
+function toCommand(raw: unknown, where: string): string[] {
+  if (!Array.isArray(raw) || raw.length === 0) {
+    throw new BadRequest(`ERR ${where} must be a non-empty JSON array of arguments`);
+  }
+  const out = new Array<string>(raw.length);
+  for (let i = 0; i < raw.length; i++) {
+    const a: unknown = raw[i];
+    if (typeof a === "string") out[i] = a;
+    else if (typeof a === "number" || typeof a === "boolean") out[i] = String(a);
+    else throw new BadRequest(`ERR ${where}: argument ${i} must be a string, number or boolean`);
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------- server
+
+export async function startUpstashRest(opts: UpstashRestOptions): Promise<UpstashRestServer> {
+  const commandTimeoutMs = opts.commandTimeoutMs ?? 10_000;
+  const scripts = new Map<string, ScriptEntry>();
+  /** realShas we believe Redis has cached; cleared when a connection is lost (restart?). */
+  const loaded = new Set<string>();
+  const client = new RespClient({
+    host: opts.redisHost,
+    port: opts.redisPort,
+    commandTimeoutMs,
+    onConnectionLost: () => loaded.clear(),
+  });
+  const expectedAuth = Buffer.from(`Bearer ${opts.token}`, "utf8");
+  let syncToken = 0;
+  let stats: UpstashRestStats = { requests: 0, commands: 0, byPath: {} };
+
+  function remember(src: string): { origSha: string; entry: ScriptEntry | null } {
+    const origSha = sha1(src);
+    const known = scripts.get(origSha);
+    if (known) return { origSha, entry: known };
+    const stripped = stripUnknownShebangFlags(src);
+    if (stripped === null) return { origSha, entry: null };
+    const entry = { stripped, realSha: sha1(stripped) };
+    if (scripts.size >= MAX_SCRIPTS) scripts.delete(scripts.keys().next().value!);
+    scripts.set(origSha, entry);
+    return { origSha, entry };
+  }
+
+  /** Rewrites user commands for Redis; see `Plan`. */
+  function plan(cmds: string[][]): Plan {
+    const p: Plan = { pre: [], wire: [], slot: [], preset: [], post: [], blockMs: -1 };
+    for (const args of cmds) {
+      const name = args[0]!.toUpperCase();
+      let wire: string[] = args;
+      let post: ((v: RespValue) => RespValue) | undefined;
+      if (notAvailable(name, args)) {
+        p.slot.push(-1);
+        p.preset.push(new RespError(`ERR Command is not available: '${args[0]!.toLowerCase()}'`));
+        p.post.push(undefined);
+        continue;
+      }
+      switch (name) {
+        case "EVAL":
+        case "EVAL_RO": {
+          if (args.length < 2) break;
+          const { entry } = remember(args[1]!);
+          if (entry) {
+            wire = [args[0]!, entry.stripped, ...args.slice(2)];
+            loaded.add(entry.realSha);
+          }
+          break;
+        }
+        case "EVALSHA":
+        case "EVALSHA_RO": {
+          if (args.length < 2) break;
+          const entry = scripts.get(args[1]!.toLowerCase());
+          if (!entry) break; // unknown here: Redis answers (NOSCRIPT unless loaded directly)
+          const { realSha, stripped } = entry;
+          if (!loaded.has(realSha)) {
+            // Redis lost it (restart): load it back first, in the same write, so order holds.
+            p.pre.push(["SCRIPT", "LOAD", stripped]);
+            loaded.add(realSha);
+          }
+          wire = [args[0]!, realSha, ...args.slice(2)];
+          post = (v) => {
+            // Flushed behind our back: the client gets NOSCRIPT, falls back to EVAL, and the
+            // next EVALSHA loads the script again.
+            if (v instanceof RespError && v.message.startsWith("NOSCRIPT")) loaded.delete(realSha);
+            return v;
+          };
+          break;
+        }
+        case "SCRIPT": {
+          const sub = (args[1] ?? "").toUpperCase();
+          if (sub === "LOAD" && args.length === 3) {
+            const { origSha, entry } = remember(args[2]!);
+            if (entry) {
+              wire = [args[0]!, args[1]!, entry.stripped];
+              loaded.add(entry.realSha);
+              post = (v) => (v instanceof Buffer ? Buffer.from(origSha, "latin1") : v);
+            }
+          } else if (sub === "EXISTS" && args.length > 2) {
+            const shas = args.slice(2).map((s) => s.toLowerCase());
+            // Known scripts are runnable by EVALSHA (re-loaded if needed), so they exist.
+            post = (v) => (Array.isArray(v) ? v.map((x, i) => (scripts.has(shas[i]!) ? 1 : x)) : v);
+          } else if (sub === "FLUSH") {
+            scripts.clear();
+            loaded.clear();
+          }
+          break;
+        }
+        default: {
+          const block = blockingMs(name, args);
+          if (block > p.blockMs) p.blockMs = block;
+        }
+      }
+      p.slot.push(p.wire.length);
+      p.wire.push(wire);
+      p.preset.push(undefined);
+      p.post.push(post);
+    }
+    return p;
+  }
+
+  /** User command i's reply; `replies[offset + slot]` answers the command at `wire[slot]`. */
+  function reply(p: Plan, replies: readonly RespValue[], offset: number, i: number): RespValue {
+    const slot = p.slot[i]!;
+    if (slot < 0) return p.preset[i]!;
+    const v = replies[offset + slot] ?? null;
+    const post = p.post[i];
+    return post ? post(v) : v;
+  }
+
+  /** Runs a plan outside a transaction: shared connection, or a dedicated one if it blocks. */
+  async function run(p: Plan, req: Request, server: Bun.Server<undefined>): Promise<RespValue[]> {
+    if (p.wire.length === 0) return [];
+    const wire = p.pre.length === 0 ? p.wire : [...p.pre, ...p.wire];
+    if (p.blockMs < 0) return await client.send(wire);
+    const timeout = commandTimeoutMs + p.blockMs;
+    // Bun closes connections idle for `idleTimeout` (10 s); a long block must not be cut off.
+    if (timeout > 8000) server.timeout(req, 0);
+    return await client.withDedicated((conn) => conn.send(wire, timeout));
+  }
+
+  async function single(cmd: string[], b64: boolean, req: Request, server: Bun.Server<undefined>): Promise<Out> {
+    const p = plan([cmd]);
+    const replies = await run(p, req, server);
+    const v = reply(p, replies, p.pre.length, 0);
+    if (v instanceof RespError) return { status: 400, body: errorBody(v.message) };
+    return { status: 200, body: `{"result":${toJson(v, b64)}}` };
+  }
+
+  async function pipeline(cmds: string[][], b64: boolean, req: Request, server: Bun.Server<undefined>): Promise<Out> {
+    const p = plan(cmds);
+    const replies = await run(p, req, server);
+    let body = "[";
+    for (let i = 0; i < cmds.length; i++) body += (i === 0 ? "" : ",") + entryJson(reply(p, replies, p.pre.length, i), b64);
+    return { status: 200, body: body + "]" };
+  }
+
+  /**
+   * MULTI, the commands, EXEC on a connection of its own, written in one go. Queue-time errors
+   * (unknown command, wrong arity) discard the transaction → 400 with one error. Runtime errors
+   * (WRONGTYPE) are entries of EXEC's reply; the other commands still apply.
+   */
+  async function multiExec(cmds: string[][], b64: boolean): Promise<Out> {
+    if (cmds.length === 0) return { status: 200, body: "[]" };
+    const p = plan(cmds);
+    const rejected = p.preset.find((e) => e !== undefined);
+    if (rejected) {
+      return { status: 400, body: errorBody(`EXECABORT Transaction discarded because of previous errors: ${rejected.message}`) };
+    }
+    // Helper SCRIPT LOADs go before MULTI; the user's commands between MULTI and EXEC.
+    const wire: RespCommand[] = [...p.pre, ["MULTI"], ...p.wire, ["EXEC"]];
+    const queuedFrom = p.pre.length + 1;
+    const replies = await client.withDedicated((conn: RespConnection) => conn.send(wire));
+    for (let i = 0; i < p.wire.length; i++) {
+      const q = replies[queuedFrom + i];
+      if (q instanceof RespError) {
+        return { status: 400, body: errorBody(`EXECABORT Transaction discarded because of previous errors: ${q.message}`) };
+      }
+    }
+    const exec = replies[replies.length - 1] ?? null;
+    if (exec instanceof RespError) return { status: 400, body: errorBody(exec.message) };
+    if (!Array.isArray(exec)) return { status: 400, body: errorBody("EXECABORT Transaction discarded") };
+    let body = "[";
+    for (let i = 0; i < cmds.length; i++) {
+      const v = exec[i] ?? null;
+      const post = p.post[i];
+      body += (i === 0 ? "" : ",") + entryJson(post ? post(v) : v, b64);
+    }
+    return { status: 200, body: body + "]" };
+  }
+
+  function authorized(req: Request, url: string): boolean {
+    let header = req.headers.get("authorization");
+    if (header === null) {
+      // Upstash also accepts ?_token=…
+      const q = url.indexOf("?");
+      if (q !== -1) {
+        const t = new URLSearchParams(url.slice(q + 1)).get("_token");
+        if (t !== null) header = `Bearer ${t}`;
+      }
+      if (header === null) return false;
+    }
+    // The scheme is case-insensitive (RFC 9110); the token is compared in constant time.
+    if (header.length > 7 && header.slice(0, 7).toLowerCase() === "bearer ") header = `Bearer ${header.slice(7)}`;
+    const got = Buffer.from(header, "utf8");
+    return got.length === expectedAuth.length && timingSafeEqual(got, expectedAuth);
+  }
+
+  async function handle(req: Request, server: Bun.Server<undefined>): Promise<Out> {
+    const url = req.url;
+    // Path without parsing the whole URL: req.url is absolute ("http://host:port/path?query").
+    const slash = url.indexOf("/", url.indexOf("//") + 2);
+    const q = url.indexOf("?", slash);
+    const path = slash === -1 ? "/" : url.slice(slash, q === -1 ? undefined : q);
+    const method = req.method;
+
+    if (path === "/" && (method === "GET" || method === "HEAD")) return { status: 200, body: WELCOME };
+    const isCommandPath = path === "/" || path === "/pipeline" || path === "/multi-exec";
+    const isStatsPath = path === "/__standin/stats" || path === "/__standin/stats/reset";
+    if (!isCommandPath && !isStatsPath) return { status: 404, body: errorBody(`Endpoint not found: ${method} ${path}`) };
+    if (!authorized(req, url)) return { status: 401, body: errorBody("Unauthorized") };
+
+    if (isStatsPath) {
+      if (path === "/__standin/stats" && method === "GET") return { status: 200, body: JSON.stringify(stats) };
+      if (path === "/__standin/stats/reset" && method === "POST") {
+        stats = { requests: 0, commands: 0, byPath: {} };
+        return { status: 200, body: '{"result":"OK"}' };
+      }
+      return { status: 405, body: errorBody(`Method not allowed: ${method} ${path}`) };
+    }
+    if (method !== "POST") return { status: 405, body: errorBody(`Method not allowed: ${method} ${path}, use POST`) };
+
+    let body: unknown;
+    try {
+      body = JSON.parse(await req.text());
+    } catch {
+      return { status: 400, body: errorBody("ERR failed to parse the request body as JSON") };
+    }
+    let cmds: string[][];
+    let one: string[] | null = null;
+    try {
+      if (path === "/") {
+        one = toCommand(body, "the body");
+        cmds = [one];
+      } else {
+        if (!Array.isArray(body)) throw new BadRequest("ERR the body must be a JSON array of commands");
+        cmds = body.map((c: unknown, i) => toCommand(c, `command ${i}`));
+      }
+    } catch (e) {
+      if (e instanceof BadRequest) return { status: 400, body: errorBody(e.message) };
+      throw e;
+    }
+    stats.requests++;
+    stats.commands += cmds.length;
+    stats.byPath[path] = (stats.byPath[path] ?? 0) + 1;
+
+    const b64 = req.headers.get("upstash-encoding")?.toLowerCase() === "base64";
+    if (one !== null) return await single(one, b64, req, server);
+    if (path === "/pipeline") return await pipeline(cmds, b64, req, server);
+    return await multiExec(cmds, b64);
+  }
+
+  function respond(out: Out): Response {
+    return new Response(out.body, {
+      status: out.status,
+      headers: { "content-type": "application/json", "upstash-sync-token": String(++syncToken) },
+    });
+  }
+
+  const server = Bun.serve({
+    hostname: opts.hostname ?? "127.0.0.1",
+    port: opts.port ?? 0,
+    development: false,
+    async fetch(req, srv) {
+      try {
+        return respond(await handle(req, srv));
+      } catch (e) {
+        if (e instanceof RedisConnectionError) return respond({ status: 500, body: errorBody(`ERR redis unavailable: ${e.message}`) });
+        return respond({ status: 500, body: errorBody(`ERR stand-in failure: ${(e as Error).message}`) });
+      }
+    },
+    error(e) {
+      return respond({ status: 500, body: errorBody(`ERR stand-in failure: ${e.message}`) });
+    },
+  });
+
+  const port = server.port ?? 0;
+  const host = opts.hostname ?? "127.0.0.1";
+  return {
+    url: `http://${host.includes(":") ? `[${host}]` : host}:${port}`,
+    port,
+    stats: () => ({ ...stats, byPath: { ...stats.byPath } }),
+    resetStats: () => {
+      stats = { requests: 0, commands: 0, byPath: {} };
+    },
+    stop: async () => {
+      await server.stop(true);
+      await client.close();
+    },
+  };
+}

@@ -1,0 +1,74 @@
+/**
+ * Capabilities a handler may use, built once per isolate/process from validated config.
+ *
+ * Ports are the production SDKs themselves, typed as the slice the app uses, so tests and the
+ * local stack drive exactly the code that ships (against protocol-compatible stand-ins).
+ */
+import { Client as DbClient } from "@planetscale/database";
+import { Client as QstashClient, Receiver } from "@upstash/qstash";
+import { Redis } from "@upstash/redis";
+import type { Config } from "./env.ts";
+import { createLogger, type Logger } from "./log.ts";
+import { createSms, type SmsPort } from "./sms/index.ts";
+
+export type RedisPort = Redis;
+/** `execute` runs on a fresh session per call; `transaction` pins one session (one MySQL connection). */
+export type DbPort = Pick<DbClient, "execute" | "transaction">;
+export type QueuePort = Pick<QstashClient, "publish" | "publishJSON" | "batchJSON">;
+export type SignatureVerifier = Pick<Receiver, "verify">;
+
+export interface Clock {
+  /** Wall time, epoch milliseconds. Injected so jobs and expiry logic are testable. */
+  now(): number;
+}
+
+export interface Deps {
+  config: Config;
+  redis: RedisPort;
+  db: DbPort;
+  queue: QueuePort;
+  receiver: SignatureVerifier;
+  clock: Clock;
+  log: Logger;
+  sms: SmsPort;
+  /**
+   * Keeps background work (cache refresh, publishes) alive after the response. The app rebinds
+   * this per request to the runtime's ExecutionContext; the value here is the fallback used
+   * outside a request (cron on Bun, tests).
+   */
+  waitUntil(p: Promise<unknown>): void;
+}
+
+export const systemClock: Clock = { now: () => Date.now() };
+
+export interface DepsOverrides {
+  fetch?: typeof fetch;
+  clock?: Clock;
+  log?: Logger;
+  waitUntil?: (p: Promise<unknown>) => void;
+  sms?: SmsPort;
+}
+
+export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps {
+  const log = overrides.log ?? createLogger(config.LOG_LEVEL);
+  const redis = new Redis({
+    url: config.UPSTASH_REDIS_REST_URL,
+    token: config.UPSTASH_REDIS_REST_TOKEN,
+    // The SDK's default retries network errors ~4 s; a request should fail fast and fall back.
+    retry: config.REDIS_RETRY ? undefined : false,
+    enableTelemetry: false,
+  });
+  const db = new DbClient({ url: config.DATABASE_URL, fetch: overrides.fetch });
+  const queue = new QstashClient({ baseUrl: config.QSTASH_URL, token: config.QSTASH_TOKEN, enableTelemetry: false });
+  const receiver = new Receiver({
+    currentSigningKey: config.QSTASH_CURRENT_SIGNING_KEY,
+    nextSigningKey: config.QSTASH_NEXT_SIGNING_KEY,
+  });
+  const waitUntil =
+    overrides.waitUntil ??
+    ((p: Promise<unknown>) => {
+      p.catch((err: unknown) => log.error("background task failed", { err }));
+    });
+  const sms = overrides.sms ?? createSms(config, log, overrides.fetch);
+  return { config, redis, db, queue, receiver, clock: overrides.clock ?? systemClock, log, sms, waitUntil };
+}

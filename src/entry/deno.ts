@@ -1,0 +1,38 @@
+/**
+ * Deno entry: `deno run -A src/entry/deno.ts`. Same app, `Deno.serve`, `Deno.cron` when available.
+ */
+import { createApp } from "../app.ts";
+import { createDeps } from "../deps.ts";
+import { ConfigError, parseEnv } from "../env.ts";
+import { cronJobs, runCron } from "../jobs/index.ts";
+
+declare const Deno: {
+  env: { toObject(): Record<string, string> };
+  exit(code: number): never;
+  serve(opts: { port: number; hostname: string; onListen?: (a: { port: number; hostname: string }) => void }, handler: (req: Request) => Response | Promise<Response>): unknown;
+  cron?: (name: string, schedule: string, fn: () => Promise<unknown>) => unknown;
+};
+
+let config;
+try {
+  config = parseEnv(Deno.env.toObject());
+} catch (err) {
+  console.error(err instanceof ConfigError ? err.message : err);
+  Deno.exit(1);
+}
+
+const deps = createDeps(config);
+const app = createApp(deps);
+const ctx = { waitUntil: deps.waitUntil, passThroughOnException() {}, props: {} };
+const hostname = Deno.env.toObject().HOST ?? "127.0.0.1";
+
+Deno.serve(
+  { port: config.PORT, hostname, onListen: ({ port }) => deps.log.info("listening", { url: `http://${hostname}:${port}/` }) },
+  (req) => app.fetch(req, {}, ctx),
+);
+
+if (config.RUN_CRON && Deno.cron) {
+  for (const cron of new Set(cronJobs.map((j) => j.cron))) {
+    Deno.cron(`cityhub ${cron}`, cron, () => runCron(deps, cron, Date.now()));
+  }
+}

@@ -1,0 +1,44 @@
+/**
+ * Cloudflare Workers entry: fetch + scheduled. Deps and app are built lazily on the first event
+ * of an isolate from its bindings and reused for every later request in that isolate.
+ */
+import type { Hono } from "hono";
+import { createApp } from "../app.ts";
+import { createDeps, type Deps } from "../deps.ts";
+import { ConfigError, parseEnv } from "../env.ts";
+import { runCron } from "../jobs/index.ts";
+import type { AppEnv } from "../types.ts";
+
+type Bindings = Record<string, unknown>;
+
+let built: { deps: Deps; app: Hono<AppEnv> } | undefined;
+
+function build(env: Bindings) {
+  if (!built) {
+    const deps = createDeps(parseEnv(env));
+    built = { deps, app: createApp(deps) };
+  }
+  return built;
+}
+
+function badEnvironment(err: unknown): Response {
+  const message = err instanceof ConfigError ? err.message : String(err);
+  console.error(JSON.stringify({ level: "error", msg: "BAD_ENVIRONMENT", error: message }));
+  return Response.json({ success: false, code: "BAD_ENVIRONMENT", errorMsg: "service misconfigured" }, { status: 500 });
+}
+
+export default {
+  async fetch(request, env, ctx) {
+    let app;
+    try {
+      app = build(env).app;
+    } catch (err) {
+      return badEnvironment(err);
+    }
+    return await app.fetch(request, env, ctx);
+  },
+  async scheduled(controller, env, ctx) {
+    const { deps } = build(env);
+    ctx.waitUntil(runCron({ ...deps, waitUntil: (p) => ctx.waitUntil(p) }, controller.cron, controller.scheduledTime));
+  },
+} satisfies ExportedHandler<Bindings>;

@@ -1,0 +1,98 @@
+/**
+ * Configuration: the only module that reads raw environment values. Entries hand their raw env
+ * (process.env, Workers bindings, Deno.env) to `parseEnv`, which validates once and returns a
+ * typed `Config`; nothing else in src/ touches the environment.
+ */
+import { z } from "zod";
+
+const bool = z
+  .union([z.boolean(), z.string()])
+  .transform((v) => (typeof v === "boolean" ? v : ["1", "true", "yes", "on"].includes(v.toLowerCase())));
+
+const secret = (name: string) => z.string({ error: `${name} is required` }).min(8, `${name} must be at least 8 characters`);
+
+export const EnvSchema = z.object({
+  /** Upstash Redis REST endpoint (hosted, or the local stand-in from `npm run stack`). */
+  UPSTASH_REDIS_REST_URL: z.url({ protocol: /^https?$/ }),
+  UPSTASH_REDIS_REST_TOKEN: z.string().min(1),
+  /** PlanetScale connection URL; `http://` is kept as is (local stand-in), anything else means https. */
+  DATABASE_URL: z.string().min(1),
+  QSTASH_URL: z.url({ protocol: /^https?$/ }).default("https://qstash.upstash.io"),
+  QSTASH_TOKEN: z.string().min(1),
+  QSTASH_CURRENT_SIGNING_KEY: z.string().min(1),
+  QSTASH_NEXT_SIGNING_KEY: z.string().min(1),
+  /** Operator secret for /admin/* and operator routes (`authorization: Bearer <ADMIN_TOKEN>`). */
+  ADMIN_TOKEN: secret("ADMIN_TOKEN"),
+  /**
+   * Public base URL of this deployment, used as the destination of QStash callbacks
+   * (`${PUBLIC_URL}/internal/...`). Must be reachable by QStash.
+   */
+  PUBLIC_URL: z.url({ protocol: /^https?$/ }).default("http://127.0.0.1:8787"),
+  /** IANA zone for dates in responses, sign-in days and UV days (api.md: default Asia/Shanghai). */
+  SERVICE_TIME_ZONE: z.string().default("Asia/Shanghai"),
+  LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),
+  /** Comma-separated origins allowed by CORS; `*` allows any (the classic front-end runs elsewhere). */
+  CORS_ORIGINS: z.string().default("*"),
+  /** Largest accepted request body, bytes. */
+  MAX_BODY_BYTES: z.coerce.number().int().positive().default(1_048_576),
+  /** Health probe timeout per dependency, milliseconds. */
+  HEALTH_TIMEOUT_MS: z.coerce.number().int().positive().default(1500),
+  /** Redis SDK retries network errors ~4 s by default; off by default so health reports fast. */
+  REDIS_RETRY: bool.default(false),
+  /** Bun entry only: listening port. */
+  PORT: z.coerce.number().int().min(0).max(65535).default(8787),
+  /** Session idle timeout, seconds: every authenticated request renews it (api.md "Auth"). */
+  SESSION_TTL_SECONDS: z.coerce.number().int().min(60).default(1800),
+  /** Login code lifetime, seconds. */
+  LOGIN_CODE_TTL_SECONDS: z.coerce.number().int().min(30).default(120),
+  /** Wrong attempts a login code survives; the next wrong one burns it. */
+  LOGIN_CODE_MAX_ATTEMPTS: z.coerce.number().int().min(1).default(5),
+  /** Minimum spacing of code sends to one phone, seconds (one per this window; 5 per hour on top). */
+  LOGIN_CODE_PHONE_INTERVAL_SECONDS: z.coerce.number().int().min(1).default(60),
+  /** Code sends allowed per client address per hour. */
+  LOGIN_CODE_SENDS_PER_IP_HOUR: z.coerce.number().int().min(1).default(20),
+  /** Trust `x-forwarded-for` for the client address (only behind a proxy you run). */
+  TRUST_PROXY: bool.default(false),
+  /** SMS delivery: `dev` logs the code; `twilio` sends it through Twilio's Messages API. */
+  SMS_PROVIDER: z.enum(["dev", "twilio"]).default("dev"),
+  TWILIO_ACCOUNT_SID: z.string().optional(),
+  TWILIO_AUTH_TOKEN: z.string().optional(),
+  TWILIO_FROM: z.string().optional(),
+  /** Twilio API base (overridable for a local test double). */
+  TWILIO_API_URL: z.url().default("https://api.twilio.com"),
+  /** Bun/Deno entries: run the cron jobs in-process (Workers use [triggers]). */
+  RUN_CRON: bool.default(true),
+});
+
+export type Config = z.infer<typeof EnvSchema>;
+
+/** Cross-field rules that a per-field schema cannot express. */
+const RefinedSchema = EnvSchema.superRefine((c, ctx) => {
+  if (c.SMS_PROVIDER === "twilio") {
+    for (const k of ["TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM"] as const) {
+      if (!c[k]) ctx.addIssue({ code: "custom", path: [k], message: `${k} is required when SMS_PROVIDER=twilio` });
+    }
+  }
+});
+
+export class ConfigError extends Error {
+  constructor(readonly issues: string[]) {
+    super(`invalid configuration:\n  ${issues.join("\n  ")}`);
+    this.name = "ConfigError";
+  }
+}
+
+/** Validates raw env. Throws `ConfigError` listing every problem (never partial config). */
+export function parseEnv(raw: Record<string, unknown>): Config {
+  // Workers bindings may include non-string values (KV, services): pass only what the schema knows.
+  const picked: Record<string, unknown> = {};
+  for (const key of Object.keys(EnvSchema.shape)) {
+    const v = raw[key];
+    if (v !== undefined && v !== "") picked[key] = v;
+  }
+  const result = RefinedSchema.safeParse(picked);
+  if (!result.success) {
+    throw new ConfigError(result.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`));
+  }
+  return result.data;
+}

@@ -1,0 +1,139 @@
+/**
+ * Error codes, the response envelope of api.md, and the single place errors become responses.
+ *
+ * Envelope: `{ success, errorMsg?, data?, total?, code? }`, absent fields omitted. Business
+ * outcomes are 200 + success:false (classic clients read `success`); 400 for malformed input,
+ * 401 not logged in, 403 not allowed, 404 unknown route, 429 rate limited (with Retry-After),
+ * 500 unexpected (with the request id, never a stack trace), 503 dependency down.
+ */
+import type { Context } from "hono";
+import { HTTPException } from "hono/http-exception";
+import type { ContentfulStatusCode } from "hono/utils/http-status";
+import type { AppEnv } from "./types.ts";
+
+export type ErrorCode =
+  | "INVALID_INPUT"
+  | "UNAUTHORIZED"
+  | "FORBIDDEN"
+  | "NOT_FOUND"
+  | "METHOD_NOT_ALLOWED"
+  | "PAYLOAD_TOO_LARGE"
+  | "RATE_LIMITED"
+  | "BAD_CODE"
+  | "SOLD_OUT"
+  | "DUPLICATE_ORDER"
+  | "NOT_STARTED"
+  | "ENDED"
+  | "CONFLICT"
+  | "UNAVAILABLE"
+  | "BAD_ENVIRONMENT"
+  | "INTERNAL";
+
+/** HTTP status per code. Business outcomes stay 200 (api.md "Status codes"). */
+export const codeToStatus: Record<ErrorCode, ContentfulStatusCode> = {
+  INVALID_INPUT: 400,
+  UNAUTHORIZED: 401,
+  FORBIDDEN: 403,
+  NOT_FOUND: 404,
+  METHOD_NOT_ALLOWED: 405,
+  PAYLOAD_TOO_LARGE: 413,
+  RATE_LIMITED: 429,
+  BAD_CODE: 200,
+  SOLD_OUT: 200,
+  DUPLICATE_ORDER: 200,
+  NOT_STARTED: 200,
+  ENDED: 200,
+  CONFLICT: 409,
+  UNAVAILABLE: 503,
+  BAD_ENVIRONMENT: 500,
+  INTERNAL: 500,
+};
+
+export interface Envelope<T = unknown> {
+  success: boolean;
+  errorMsg?: string;
+  code?: ErrorCode;
+  data?: T;
+  total?: number;
+  requestId?: string;
+}
+
+export class AppError extends HTTPException {
+  readonly code: ErrorCode;
+  readonly retryAfterSeconds?: number;
+  constructor(code: ErrorCode, message: string, opts: { status?: ContentfulStatusCode; retryAfterSeconds?: number; cause?: unknown } = {}) {
+    super(opts.status ?? codeToStatus[code], { message, cause: opts.cause });
+    this.name = "AppError";
+    this.code = code;
+    this.retryAfterSeconds = opts.retryAfterSeconds;
+  }
+}
+
+/** `{"success":true}` plus `data`/`total` only when given (absent, not null). */
+export function ok<T>(data?: T, total?: number): Envelope<T> {
+  const body: Envelope<T> = { success: true };
+  if (data !== undefined) body.data = data;
+  if (total !== undefined) body.total = total;
+  return body;
+}
+
+export function fail(code: ErrorCode, errorMsg: string, requestId?: string): Envelope<never> {
+  const body: Envelope<never> = { success: false, errorMsg, code };
+  if (requestId) body.requestId = requestId;
+  return body;
+}
+
+function statusToCode(status: number): ErrorCode {
+  switch (status) {
+    case 400:
+    case 422:
+      return "INVALID_INPUT";
+    case 401:
+      return "UNAUTHORIZED";
+    case 403:
+      return "FORBIDDEN";
+    case 404:
+      return "NOT_FOUND";
+    case 405:
+      return "METHOD_NOT_ALLOWED";
+    case 413:
+      return "PAYLOAD_TOO_LARGE";
+    case 429:
+      return "RATE_LIMITED";
+    case 503:
+      return "UNAVAILABLE";
+    default:
+      return status >= 500 ? "INTERNAL" : "INVALID_INPUT";
+  }
+}
+
+/** The app's `onError`: AppError, then any HTTPException (validators, body limit), then unknown. */
+export function handleError(err: Error, c: Context<AppEnv>): Response {
+  const requestId = c.get("requestId");
+  if (err instanceof AppError) {
+    if (err.retryAfterSeconds !== undefined) c.header("Retry-After", String(Math.max(1, Math.ceil(err.retryAfterSeconds))));
+    return c.json(fail(err.code, err.message, requestId), err.status as ContentfulStatusCode);
+  }
+  if (err instanceof HTTPException) {
+    const status = err.status as ContentfulStatusCode;
+    const code = statusToCode(status);
+    const message = status === 400 && /JSON/i.test(err.message) ? "malformed JSON body" : err.message || code.toLowerCase();
+    return c.json(fail(code, message, requestId), status);
+  }
+  const log = c.get("log");
+  if (log) log.error("unhandled error", { err, path: c.req.path, method: c.req.method });
+  else console.error(err);
+  return c.json(fail("INTERNAL", "internal error", requestId), 500);
+}
+
+/** Hook for `zValidator`: a failed schema is a 400 envelope naming the first offending fields. */
+export function validationHook(
+  result: { success: true } | { success: false; error: { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> } },
+): void {
+  if (result.success) return;
+  const msg = result.error.issues
+    .slice(0, 3)
+    .map((i) => `${i.path.map(String).join(".") || "input"}: ${i.message}`)
+    .join("; ");
+  throw new AppError("INVALID_INPUT", msg || "invalid input");
+}

@@ -1,0 +1,54 @@
+/**
+ * Guards. `requireUser` resolves the session (and slides its TTL) or answers 401; `optionalUser`
+ * resolves it when present (public routes that personalise, e.g. `isLike`); `requireOperator`
+ * checks the configured operator secret — user tokens never pass there.
+ */
+import { createMiddleware } from "hono/factory";
+import { AppError } from "../errors.ts";
+import { readSession, type SessionUser } from "../services/session.ts";
+import type { AppEnv } from "../types.ts";
+import { timingSafeEqual } from "../util/compare.ts";
+
+export type UserEnv = AppEnv & { Variables: { user: SessionUser; token: string } };
+export type MaybeUserEnv = AppEnv & { Variables: { user: SessionUser | null; token: string | null } };
+
+/** `authorization: <token>` (classic) or `authorization: Bearer <token>`. */
+export function bearer(header: string | undefined): string | null {
+  if (!header) return null;
+  const v = header.trim();
+  const m = /^Bearer\s+(.+)$/i.exec(v);
+  return (m ? m[1] : v)?.trim() || null;
+}
+
+export const requireUser = createMiddleware<UserEnv>(async (c, next) => {
+  const token = bearer(c.req.header("authorization"));
+  const deps = c.get("deps");
+  const user = token ? await readSession(deps.redis, token, deps.config.SESSION_TTL_SECONDS) : null;
+  if (!user || !token) throw new AppError("UNAUTHORIZED", "not logged in");
+  c.set("user", user);
+  c.set("token", token);
+  await next();
+});
+
+export const optionalUser = createMiddleware<MaybeUserEnv>(async (c, next) => {
+  const token = bearer(c.req.header("authorization"));
+  const deps = c.get("deps");
+  let user: SessionUser | null = null;
+  if (token) {
+    try {
+      user = await readSession(deps.redis, token, deps.config.SESSION_TTL_SECONDS);
+    } catch (err) {
+      // Personalisation is optional: a Redis hiccup degrades to anonymous, never to an error.
+      c.get("log").warn("optional session lookup failed", { err });
+    }
+  }
+  c.set("user", user);
+  c.set("token", user ? token : null);
+  await next();
+});
+
+export const requireOperator = createMiddleware<AppEnv>(async (c, next) => {
+  const token = bearer(c.req.header("authorization"));
+  if (!token || !timingSafeEqual(token, c.get("deps").config.ADMIN_TOKEN)) throw new AppError("UNAUTHORIZED", "operator credentials required");
+  await next();
+});

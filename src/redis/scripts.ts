@@ -1,0 +1,43 @@
+/**
+ * The script registry: every Lua file is imported as text here, once, and run through
+ * `createScript(src).exec(keys, args)` — EVALSHA first, EVAL on NOSCRIPT (after a Redis restart or
+ * SCRIPT FLUSH), so the common path sends only the 40-byte hash.
+ */
+import type { Redis } from "@upstash/redis";
+import extendLockSrc from "../../lua/extend-lock.lua" with { type: "text" };
+import loginCodeConsumeSrc from "../../lua/login-code-consume.lua" with { type: "text" };
+import loginCodeMissSrc from "../../lua/login-code-miss.lua" with { type: "text" };
+import unlockSrc from "../../lua/unlock.lua" with { type: "text" };
+
+/** Sources by name; tests assert each is real Lua (not the path string Bun yields without the loader). */
+export const luaSources = {
+  unlock: unlockSrc,
+  extendLock: extendLockSrc,
+  loginCodeMiss: loginCodeMissSrc,
+  loginCodeConsume: loginCodeConsumeSrc,
+} as const;
+
+export type ScriptName = keyof typeof luaSources;
+
+export type Scripts = ReturnType<typeof createScripts>;
+
+const perClient = new WeakMap<Redis, Scripts>();
+
+/** Script handles for a client, built once per client (createScript caches the SHA-1). */
+export function scriptsFor(redis: Redis): Scripts {
+  let s = perClient.get(redis);
+  if (!s) {
+    s = createScripts(redis);
+    perClient.set(redis, s);
+  }
+  return s;
+}
+
+export function createScripts(redis: Redis) {
+  return {
+    unlock: redis.createScript<number>(luaSources.unlock),
+    extendLock: redis.createScript<number>(luaSources.extendLock),
+    loginCodeMiss: redis.createScript<number>(luaSources.loginCodeMiss),
+    loginCodeConsume: redis.createScript<number>(luaSources.loginCodeConsume),
+  };
+}

@@ -1,0 +1,126 @@
+/**
+ * Login by SMS code (the classic flow, hardened):
+ * - codes: 6 random digits in `login:code:{phone}` {code, tries} for LOGIN_CODE_TTL_SECONDS;
+ * - sends limited per phone (1 a minute, 5 an hour) and per client address (per hour), with
+ *   @upstash/ratelimit (its ephemeral cache answers repeat offenders without Redis);
+ * - a code survives LOGIN_CODE_MAX_ATTEMPTS wrong tries, then it is burned; compared in constant
+ *   time, consumed atomically (one login per code);
+ * - an unknown phone registers a user (`user_` + random nickname); the session token is 128-bit.
+ */
+import { Ratelimit } from "@upstash/ratelimit";
+import type { Deps, RedisPort } from "../deps.ts";
+import { keys } from "../redis/keys.ts";
+import { scriptsFor } from "../redis/scripts.ts";
+import { timingSafeEqual } from "../util/compare.ts";
+import { createSession, type SessionUser } from "./session.ts";
+
+export const PHONE_RE = /^1[3-9]\d{9}$/;
+export const CODE_RE = /^\d{6}$/;
+
+export type SendCodeResult = { ok: true } | { ok: false; reason: "RATE_LIMITED"; retryAfterSeconds: number; message: string } | { ok: false; reason: "UNAVAILABLE"; message: string };
+export type LoginResult = { ok: true; token: string; user: SessionUser; created: boolean } | { ok: false; reason: "BAD_CODE"; message: string };
+
+interface Limiters {
+  perPhoneMinute: Ratelimit;
+  perPhoneHour: Ratelimit;
+  perIpHour: Ratelimit;
+}
+const limitersByClient = new WeakMap<RedisPort, Limiters>();
+
+function limiters(deps: Deps): Limiters {
+  let l = limitersByClient.get(deps.redis);
+  if (!l) {
+    const base = { redis: deps.redis, analytics: false, ephemeralCache: new Map<string, number>() };
+    l = {
+      perPhoneMinute: new Ratelimit({ ...base, limiter: Ratelimit.fixedWindow(1, `${deps.config.LOGIN_CODE_PHONE_INTERVAL_SECONDS} s`), prefix: "rl:code:phone:gap" }),
+      perPhoneHour: new Ratelimit({ ...base, limiter: Ratelimit.slidingWindow(5, "1 h"), prefix: "rl:code:phone:1h" }),
+      perIpHour: new Ratelimit({ ...base, limiter: Ratelimit.slidingWindow(deps.config.LOGIN_CODE_SENDS_PER_IP_HOUR, "1 h"), prefix: "rl:code:ip:1h" }),
+    };
+    limitersByClient.set(deps.redis, l);
+  }
+  return l;
+}
+
+function randomCode(): string {
+  // Rejection sampling keeps the 6 digits uniform (2^32 is not a multiple of 10^6).
+  const buf = new Uint32Array(1);
+  for (;;) {
+    crypto.getRandomValues(buf);
+    const v = buf[0] as number;
+    if (v < 4_294_000_000) return String(v % 1_000_000).padStart(6, "0");
+  }
+}
+
+function randomNick(): string {
+  const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789";
+  const bytes = crypto.getRandomValues(new Uint8Array(10));
+  let out = "user_";
+  for (const b of bytes) out += alphabet[b % alphabet.length];
+  return out;
+}
+
+export async function sendLoginCode(deps: Deps, phone: string, ip: string): Promise<SendCodeResult> {
+  const l = limiters(deps);
+  // Address first: a flood from one address must not burn the victims' per-phone budgets.
+  for (const [limiter, id] of [
+    [l.perIpHour, ip],
+    [l.perPhoneMinute, phone],
+    [l.perPhoneHour, phone],
+  ] as const) {
+    const res = await limiter.limit(id);
+    if (!res.success) {
+      const retryAfterSeconds = Math.max(1, Math.ceil((res.reset - deps.clock.now()) / 1000));
+      return { ok: false, reason: "RATE_LIMITED", retryAfterSeconds, message: `too many codes requested; retry in ${retryAfterSeconds} s` };
+    }
+  }
+  const code = randomCode();
+  const key = keys.loginCode(phone);
+  const tx = deps.redis.multi();
+  tx.del(key);
+  tx.hset(key, { code, tries: 0 });
+  tx.expire(key, deps.config.LOGIN_CODE_TTL_SECONDS);
+  await tx.exec();
+  try {
+    await deps.sms.sendLoginCode(phone, code);
+  } catch (err) {
+    // An undeliverable code must not linger as a valid secret.
+    await deps.redis.del(key);
+    deps.log.warn("sms delivery failed", { err });
+    return { ok: false, reason: "UNAVAILABLE", message: "could not send the code; try again later" };
+  }
+  return { ok: true };
+}
+
+export async function loginWithCode(deps: Deps, phone: string, code: string): Promise<LoginResult> {
+  const key = keys.loginCode(phone);
+  const scripts = scriptsFor(deps.redis);
+  const stored = await deps.redis.hget<string | number>(key, "code");
+  if (stored === null || stored === undefined) return { ok: false, reason: "BAD_CODE", message: "code expired or not requested" };
+  // The SDK JSON-parses numeric strings ("012345" stays a string, "123456" becomes a number).
+  const expected = String(stored).padStart(6, "0");
+  if (!timingSafeEqual(expected, code)) {
+    const left = await scripts.loginCodeMiss.exec([key], [String(deps.config.LOGIN_CODE_MAX_ATTEMPTS)]);
+    if (left <= 0) return { ok: false, reason: "BAD_CODE", message: "wrong code; too many attempts, request a new code" };
+    return { ok: false, reason: "BAD_CODE", message: `wrong code; ${left} attempt(s) left` };
+  }
+  if ((await scripts.loginCodeConsume.exec([key], [expected])) !== 1) {
+    return { ok: false, reason: "BAD_CODE", message: "code expired or already used" };
+  }
+  const { user, created } = await findOrCreateUser(deps, phone);
+  const token = await createSession(deps.redis, user, deps.config.SESSION_TTL_SECONDS);
+  return { ok: true, token, user, created };
+}
+
+/** Race-safe registration: the UNIQUE(phone) index decides; a concurrent duplicate is ignored. */
+async function findOrCreateUser(deps: Deps, phone: string): Promise<{ user: SessionUser; created: boolean }> {
+  const ins = await deps.db.execute("INSERT IGNORE INTO tb_user (phone, nick_name) VALUES (?, ?)", [phone, randomNick()]);
+  const row = (await deps.db.execute("SELECT id, nick_name, icon FROM tb_user WHERE phone = ?", [phone])).rows[0] as
+    | { id: string | number; nick_name: string; icon: string }
+    | undefined;
+  if (!row) throw new Error("user row missing right after insert");
+  return { user: { id: Number(row.id), nickName: row.nick_name, icon: row.icon }, created: ins.rowsAffected === 1 };
+}
+
+export async function logout(deps: Deps, token: string): Promise<void> {
+  await deps.redis.del(keys.loginToken(token));
+}

@@ -1,0 +1,48 @@
+import type { Deps } from "../deps.ts";
+
+export interface ProbeResult {
+  ok: boolean;
+  /** Round-trip time of the probe, milliseconds. */
+  latencyMs: number;
+  error?: string;
+}
+
+export interface HealthReport {
+  ok: boolean;
+  redis: ProbeResult;
+  mysql: ProbeResult;
+}
+
+/** Races a probe against a timeout so a hung dependency reports "down" instead of hanging /health. */
+async function probe(run: () => Promise<unknown>, timeoutMs: number): Promise<ProbeResult> {
+  const started = performance.now();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    await Promise.race([
+      run(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs);
+      }),
+    ]);
+    return { ok: true, latencyMs: round(performance.now() - started) };
+  } catch (err) {
+    return { ok: false, latencyMs: round(performance.now() - started), error: err instanceof Error ? err.message : String(err) };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const round = (ms: number) => Math.round(ms * 100) / 100;
+
+/** Redis and MySQL are probed in parallel and reported separately; either down → not ok. */
+export async function checkHealth(deps: Pick<Deps, "redis" | "db" | "config">): Promise<HealthReport> {
+  const timeout = deps.config.HEALTH_TIMEOUT_MS;
+  const [redis, mysql] = await Promise.all([
+    probe(async () => {
+      const pong = await deps.redis.ping();
+      if (pong !== "PONG") throw new Error(`unexpected PING reply ${JSON.stringify(pong)}`);
+    }, timeout),
+    probe(() => deps.db.execute("SELECT 1"), timeout),
+  ]);
+  return { ok: redis.ok && mysql.ok, redis, mysql };
+}

@@ -1,0 +1,64 @@
+import { describe, expect, test } from "bun:test";
+import { createTestApp } from "../support/stack.ts";
+import { createDeps } from "../../src/deps.ts";
+import { parseEnv } from "../../src/env.ts";
+import { createApp } from "../../src/app.ts";
+import { freePort } from "../../scripts/stack/engines.ts";
+
+describe("app skeleton", () => {
+  test("/health is green with Redis and MySQL reported separately", async () => {
+    const { app } = await createTestApp();
+    const res = await app.request("/health");
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { success: boolean; data: { ok: boolean; redis: { ok: boolean; latencyMs: number }; mysql: { ok: boolean } } };
+    expect(body.success).toBe(true);
+    expect(body.data.redis.ok).toBe(true);
+    expect(body.data.mysql.ok).toBe(true);
+    expect(typeof body.data.redis.latencyMs).toBe("number");
+  });
+
+  test("/health answers 503 naming Redis when Redis is unreachable, MySQL still reported up", async () => {
+    const dead = `http://127.0.0.1:${await freePort()}`;
+    const { app } = await createTestApp({ UPSTASH_REDIS_REST_URL: dead });
+    const res = await app.request("/health");
+    expect(res.status).toBe(503);
+    const body = (await res.json()) as { success: boolean; data: { redis: { ok: boolean; error?: string }; mysql: { ok: boolean } } };
+    expect(body.success).toBe(false);
+    expect(body.data.redis.ok).toBe(false);
+    expect(body.data.redis.error).toBeString();
+    expect(body.data.mysql.ok).toBe(true);
+  });
+
+  test("/health answers 503 naming MySQL when the database rejects us, Redis still reported up", async () => {
+    const { app, stack } = await createTestApp();
+    const badDb = stack.env.DATABASE_URL?.replace(/:[^:@/]+@/, ":wrong-password@") as string;
+    const broken = createApp(createDeps(parseEnv({ ...stack.env, DATABASE_URL: badDb, LOG_LEVEL: "silent" })));
+    const res = await broken.request("/health");
+    expect(res.status).toBe(503);
+    const body = (await res.json()) as { data: { redis: { ok: boolean }; mysql: { ok: boolean } } };
+    expect(body.data.redis.ok).toBe(true);
+    expect(body.data.mysql.ok).toBe(false);
+    expect((await app.request("/health")).status).toBe(200);
+  });
+
+  test("an unknown route is a 404 envelope with code NOT_FOUND and a request id", async () => {
+    const { app } = await createTestApp();
+    const res = await app.request("/api/nope");
+    expect(res.status).toBe(404);
+    const rid = res.headers.get("x-request-id");
+    expect(rid).toBeString();
+    expect(await res.json()).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "no route for GET /api/nope", requestId: rid as string });
+  });
+
+  test("every response carries a request id, and security headers", async () => {
+    const { app } = await createTestApp();
+    const a = await app.request("/health");
+    const b = await app.request("/health");
+    expect(a.headers.get("x-request-id")).not.toBe(b.headers.get("x-request-id"));
+    expect(a.headers.get("x-content-type-options")).toBe("nosniff");
+  });
+
+  test("invalid configuration fails with every problem listed", () => {
+    expect(() => parseEnv({ UPSTASH_REDIS_REST_URL: "not a url", ADMIN_TOKEN: "short" })).toThrow(/UPSTASH_REDIS_REST_URL[\s\S]*DATABASE_URL[\s\S]*ADMIN_TOKEN/);
+  });
+});

@@ -1,0 +1,32 @@
+/**
+ * Test preload (bunfig.toml): one private stack per `bun test` process — real redis-server and
+ * MariaDB on free ports with throw-away data, behind the stand-ins — migrated once. Test files
+ * get it through `getStack()` (tests/support/stack.ts); they never touch the developer's .local data.
+ */
+import { afterAll } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { runMigrations } from "../../scripts/migrate.ts";
+import { startStack, type Stack } from "../../scripts/stack/index.ts";
+
+declare global {
+  // eslint-disable-next-line no-var
+  var __cityhubStack: Promise<Stack> | undefined;
+}
+
+process.env.UPSTASH_DISABLE_TELEMETRY = "1";
+
+if (!globalThis.__cityhubStack) {
+  const dir = mkdtempSync(join(tmpdir(), "cityhub-test-"));
+  globalThis.__cityhubStack = (async () => {
+    const stack = await startStack({ dir, database: "cityhub_test", qstashTimeScale: 0.01, qstashPollMs: 20, adminToken: "test-admin-token-0123456789" });
+    await runMigrations(stack.env.DATABASE_URL as string);
+    return stack;
+  })();
+  afterAll(async () => {
+    const stack = await globalThis.__cityhubStack?.catch(() => undefined);
+    await stack?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+}
