@@ -6,7 +6,7 @@
  * machine absolute numbers drift from run to run while ratios measured in the same run hold.
  *
  * To add a scenario, drop one file into scripts/bench/scenarios/ whose default export is a
- * `Scenario` (or an array of them) — see scenarios/README.md. The runner discovers it by itself.
+ * `Scenario` (or an array of them) — see scripts/bench/README.md. The runner discovers it by itself.
  */
 
 /** Extra per-scenario numbers shown as additional table columns (e.g. REST round trips per command). */

@@ -43,25 +43,9 @@ async function post(path: string, body: string, auth = true): Promise<Response> 
   return await fetch(`http://127.0.0.1:${ps.port}${path}`, { method: "POST", headers, body });
 }
 
-/**
- * engines.ts leaves MariaDB's tmpdir at the shared /tmp, and every mariadbd deletes all `/tmp/#sql*`
- * files when it starts. The test preload starts its own MariaDB at the same moment as this file,
- * which can abort our `mariadb-install-db` ("Unknown table 'mysql.tmp_user_sys'"). Retry in a
- * fresh data dir; the real fix is `--tmpdir=<dir>` in engines.ts.
- */
-async function startPrivateMariadb(): Promise<MariaEngine> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await startMariadb({ dir: join(dir, `maria-${attempt}`) });
-    } catch (e) {
-      if (attempt >= 3) throw e;
-    }
-  }
-}
-
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "ps-http-test-"));
-  maria = await startPrivateMariadb();
+  maria = await startMariadb({ dir });
   const admin = await createConnection({ host: maria.host, port: maria.port, user: maria.user, password: maria.password });
   await admin.query(`CREATE DATABASE ${DB} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci`);
   await admin.query(`USE ${DB}`);

@@ -54,7 +54,7 @@ beforeAll(async () => {
       stderr.on("data", (b: Buffer) => runtimeLog.push(b.toString()));
     },
     workers: [
-      // The deployment as configured: every variable from the stack (wrangler [vars] + secrets).
+      // Configured like a deployment: the stack's variables stand in for wrangler [vars] + secrets.
       { name: "edge", ...common, bindings: { ...stack.env, LOG_LEVEL: "warn" } },
       // Same bundle with a required secret not bound.
       { name: "misconfigured", ...common, bindings: { ...withoutRedisToken, LOG_LEVEL: "warn" } },

@@ -8,6 +8,8 @@ export class Progress {
   private readonly multi: cliProgress.MultiBar | null;
   private readonly bar: cliProgress.SingleBar | null;
   private done = 0;
+  /** After stop() (end of run, or Ctrl-C while loops still wind down) nothing more is printed. */
+  private stopped = false;
   /** Planned seconds of the steps finished so far, for a steady "time left" (cli-progress' ETA is rate-based and jumpy here). */
   private doneS = 0;
   private currentS = 0;
@@ -37,6 +39,7 @@ export class Progress {
 
   /** A step (warm-up or measured window) of about `seconds` starts. */
   start(step: string, seconds: number): void {
+    if (this.stopped) return;
     this.currentS = seconds;
     const left = Math.max(0, Math.ceil(this.plannedS - this.doneS));
     if (this.bar) this.bar.update(this.done, { step, left });
@@ -45,6 +48,7 @@ export class Progress {
 
   /** The current step finished; `summary` is logged above the bar. */
   finish(summary?: string): void {
+    if (this.stopped) return;
     this.done++;
     this.doneS += this.currentS;
     if (summary) this.log(summary);
@@ -52,6 +56,7 @@ export class Progress {
   }
 
   log(message: string): void {
+    if (this.stopped) return;
     if (this.multi) this.multi.log(`${message}\n`);
     else process.stderr.write(`${message}\n`);
   }
@@ -61,5 +66,6 @@ export class Progress {
     // one so the last round's summary is not lost. (update() is public in JS, untyped in TS.)
     (this.multi as unknown as { update?: () => void } | null)?.update?.();
     this.multi?.stop();
+    this.stopped = true;
   }
 }
