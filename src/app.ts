@@ -11,6 +11,10 @@ import type { Deps } from "./deps.ts";
 import { AppError, fail, handleError } from "./errors.ts";
 import { health } from "./routes/health.ts";
 import { user } from "./routes/user.ts";
+import { admin } from "./routes/admin.ts";
+import { shop, shopType } from "./routes/shop.ts";
+import { voucher } from "./routes/voucher.ts";
+import { cachesFor } from "./cache/modules.ts";
 import type { AppEnv } from "./types.ts";
 
 export function createApp(deps: Deps): Hono<AppEnv> {
@@ -41,6 +45,8 @@ export function createApp(deps: Deps): Hono<AppEnv> {
     c.set("log", log);
     const started = performance.now();
     await next();
+    // Cache counters reach Redis in the background, at most every few seconds per isolate.
+    cachesFor(deps).metrics.maybeFlush(c.get("deps"));
     log.debug("request", {
       method: c.req.method,
       path: c.req.path,
@@ -68,6 +74,10 @@ export function createApp(deps: Deps): Hono<AppEnv> {
 
   app.route("/health", health);
   app.route("/api/user", user);
+  app.route("/api/shop", shop);
+  app.route("/api/shop-type", shopType);
+  app.route("/api/voucher", voucher);
+  app.route("/admin", admin);
 
   app.notFound((c) => c.json(fail("NOT_FOUND", `no route for ${c.req.method} ${c.req.path}`, c.get("requestId")), 404));
   app.onError(handleError);

@@ -2,19 +2,22 @@
  * Bench runner: measures every registered scenario (scripts/bench/scenarios/*.ts) side by side in
  * one run and reports each against its group's baseline.
  *
- *   bun scripts/bench/run.ts [--duration 4s] [--rounds 3] [--warmup 1s] [--connections 64]
+ *   bun scripts/bench/run.ts [--duration 2s] [--rounds 5] [--warmup 1s] [--connections 64]
  *                            [--threads 1] [--only name|group,...] [--out bench-results] [--list]
  *
  * Why ratios: the 2-core machine is shared and its speed drifts over minutes, so an absolute
  * req/s from today cannot be compared with one from yesterday. Scenarios of a group are measured
  * in interleaved rounds (baseline, A, B, then B, A, baseline, ...) so drift hits all of them
- * alike, and the reported ratio is the median of per-round ratios.
+ * alike, and the reported ratio is the median of per-round ratios. Defaults favour more, shorter
+ * rounds (5 × 2 s): other jobs on the box load it in bursts of seconds, and a pair measured a
+ * few seconds apart sees the same background more often than one measured 10 s apart.
  *
  * Outputs: the Markdown table on stdout; <out>/latest.md, latest.json and latest.png.
  */
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os";
 import { join, relative, resolve } from "node:path";
+import { cpuMsSince, cpuSnapshot } from "./lib/cpu.ts";
 import { Progress } from "./lib/progress.ts";
 import { chartSvg, jsonReport, markdownReport, markdownTable, renderPng, type RunInfo, type ScenarioResult } from "./lib/report.ts";
 import { formatInt, formatNum, median, medianIndex, parseDuration, withTimeout } from "./lib/util.ts";
@@ -40,8 +43,8 @@ interface Options {
 }
 
 const USAGE = `usage: bun scripts/bench/run.ts [options]
-  --duration 4s        measured window per round (wrk needs whole seconds)
-  --rounds 3           measured rounds per scenario, interleaved with the group's baseline
+  --duration 2s        measured window per round (wrk needs whole seconds)
+  --rounds 5           measured rounds per scenario, interleaved with the group's baseline
   --warmup 1s          unmeasured window per scenario before the rounds (0 to skip)
   --connections 64     wrk -c / concurrent loops of in-process drivers
   --threads 1          wrk -t (1 leaves the other core to the server)
@@ -50,7 +53,7 @@ const USAGE = `usage: bun scripts/bench/run.ts [options]
   --list               list scenarios and exit`;
 
 function parseArgs(argv: string[]): Options {
-  const o: Options = { durationMs: 4000, rounds: 3, warmupMs: 1000, connections: 64, threads: 1, only: null, out: "bench-results", list: false };
+  const o: Options = { durationMs: 2000, rounds: 5, warmupMs: 1000, connections: 64, threads: 1, only: null, out: "bench-results", list: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const [flag, inline] = a.startsWith("--") && a.includes("=") ? [a.slice(0, a.indexOf("=")), a.slice(a.indexOf("=") + 1)] : [a, undefined];
@@ -266,20 +269,28 @@ async function main(): Promise<void> {
     },
   };
 
-  const measure = async (l: Live, durationMs: number, warmup: boolean): Promise<Measurement> => {
-    const t = l.target;
-    if (!t) throw new Error("not set up");
+  const measureOnce = async (t: Target, name: string, durationMs: number, warmup: boolean): Promise<Measurement> => {
     if (t.kind === "http") {
       if (!warmup) await t.beforeRound?.();
       const m = await runWrk(t, { durationMs, connections: opts.connections, threads: opts.threads, tmpDir });
       if (!warmup && t.afterRound) m.extras = { ...m.extras, ...(await t.afterRound()) };
       return m;
     }
-    return await withTimeout(t.run({ durationMs, concurrency: opts.connections, warmup }), durationMs + 30_000, `${l.scenario.name} run`);
+    return await withTimeout(t.run({ durationMs, concurrency: opts.connections, warmup }), durationMs + 30_000, `${name} run`);
+  };
+  const measure = async (l: Live, durationMs: number, warmup: boolean): Promise<Measurement> => {
+    const t = l.target;
+    if (!t) throw new Error("not set up");
+    // The snapshot also covers beforeRound/afterRound and IPC, a few ms against seconds of load.
+    const cpu = warmup ? null : cpuSnapshot();
+    const m = await measureOnce(t, l.scenario.name, durationMs, warmup);
+    if (cpu && m.requests > 0) m.cpuUsPerOp = (cpuMsSince(cpu) * 1000) / m.requests;
+    return m;
   };
 
   const summary = (name: string, m: Measurement): string =>
     `  ${name.padEnd(28)} ${formatInt(m.rps).padStart(9)} ops/s  p50 ${formatNum(m.p50Ms)} ms  p99 ${formatNum(m.p99Ms)} ms` +
+    (m.cpuUsPerOp !== undefined ? `  CPU ${formatNum(m.cpuUsPerOp)} µs/op` : "") +
     (m.errors ? `  ${formatInt(m.errors)} errors` : "") +
     Object.entries(m.extras ?? {})
       .map(([k, v]) => `  ${k} ${formatNum(v)}`)
@@ -376,6 +387,8 @@ function toResult(l: Live, base: Live | undefined): ScenarioResult {
     rps: med,
     p50Ms: mid?.p50Ms ?? Number.NaN,
     p99Ms: mid?.p99Ms ?? Number.NaN,
+    // Median over rounds on its own: it is steadier than rps, no need to tie it to the median round.
+    cpuUsPerOp: median(ok.flatMap((m) => (m.cpuUsPerOp === undefined ? [] : [m.cpuUsPerOp]))),
     errors: ok.reduce((n, m) => n + m.errors, 0),
     extras: mid?.extras ?? {},
     ratio: s.baseline ? 1 : median(ratios),

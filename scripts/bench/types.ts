@@ -24,6 +24,11 @@ export interface Measurement {
   rps: number;
   p50Ms: number;
   p99Ms: number;
+  /**
+   * CPU time of the runner and its child processes (not wrk) per op, µs. Filled in by the
+   * runner from /proc; scenarios leave it out.
+   */
+  cpuUsPerOp?: number;
   extras?: Extras;
 }
 

@@ -257,16 +257,18 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
   let syncToken = 0;
   let stats: UpstashRestStats = { requests: 0, commands: 0, byPath: {} };
 
-  function remember(src: string): { origSha: string; entry: ScriptEntry | null } {
+  /** The entry for a script that needs rewriting (remembered under its original SHA), else null. */
+  function remember(src: string): (ScriptEntry & { origSha: string }) | null {
+    if (!src.startsWith("#!lua")) return null; // the common case: no hashing needed
     const origSha = sha1(src);
     const known = scripts.get(origSha);
-    if (known) return { origSha, entry: known };
+    if (known) return { ...known, origSha };
     const stripped = stripUnknownShebangFlags(src);
-    if (stripped === null) return { origSha, entry: null };
+    if (stripped === null) return null;
     const entry = { stripped, realSha: sha1(stripped) };
     if (scripts.size >= MAX_SCRIPTS) scripts.delete(scripts.keys().next().value!);
     scripts.set(origSha, entry);
-    return { origSha, entry };
+    return { ...entry, origSha };
   }
 
   /** Rewrites user commands for Redis; see `Plan`. */
@@ -286,7 +288,7 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
         case "EVAL":
         case "EVAL_RO": {
           if (args.length < 2) break;
-          const { entry } = remember(args[1]!);
+          const entry = remember(args[1]!);
           if (entry) {
             wire = [args[0]!, entry.stripped, ...args.slice(2)];
             loaded.add(entry.realSha);
@@ -316,11 +318,12 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
         case "SCRIPT": {
           const sub = (args[1] ?? "").toUpperCase();
           if (sub === "LOAD" && args.length === 3) {
-            const { origSha, entry } = remember(args[2]!);
+            const entry = remember(args[2]!);
             if (entry) {
               wire = [args[0]!, args[1]!, entry.stripped];
               loaded.add(entry.realSha);
-              post = (v) => (v instanceof Buffer ? Buffer.from(origSha, "latin1") : v);
+              const answer = Buffer.from(entry.origSha, "latin1");
+              post = (v) => (v instanceof Buffer ? answer : v);
             }
           } else if (sub === "EXISTS" && args.length > 2) {
             const shas = args.slice(2).map((s) => s.toLowerCase());
@@ -497,6 +500,8 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
     hostname: opts.hostname ?? "127.0.0.1",
     port: opts.port ?? 0,
     development: false,
+    // Bun's default (10 s) would cut a request off while Redis still has time to answer.
+    idleTimeout: Math.min(255, Math.ceil(commandTimeoutMs / 1000) + 5),
     async fetch(req, srv) {
       try {
         return respond(await handle(req, srv));

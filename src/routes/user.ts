@@ -5,7 +5,8 @@ import { clientIp } from "../http/client-ip.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
 import { IdParam, v } from "../http/validate.ts";
 import { CODE_RE, loginWithCode, logout, PHONE_RE, sendLoginCode } from "../services/auth.ts";
-import { getUserCard, getUserProfile } from "../services/users.ts";
+import { getUserProfile } from "../services/users.ts";
+import { cachesFor } from "../cache/modules.ts";
 import type { AppEnv } from "../types.ts";
 
 const Phone = z.string().trim().regex(PHONE_RE, "not a mainland mobile number");
@@ -23,7 +24,8 @@ const authed = new Hono<UserEnv>()
     return c.json(profile ? ok(profile) : ok());
   })
   .get("/:id", v("param", IdParam), async (c) => {
-    const user = await getUserCard(c.get("deps"), c.req.valid("param").id);
+    const deps = c.get("deps");
+    const user = await cachesFor(deps).userCard.get(deps, c.req.valid("param").id);
     return c.json(user ? ok(user) : fail("NOT_FOUND", "user not found"));
   });
 

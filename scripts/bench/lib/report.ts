@@ -22,6 +22,8 @@ export interface ScenarioResult {
   rps: number;
   p50Ms: number;
   p99Ms: number;
+  /** Median over rounds of CPU µs per op (runner + its child processes, not wrk); NaN if unknown. */
+  cpuUsPerOp: number;
   errors: number;
   extras: Extras;
   /** Median over rounds of rps / baseline rps in the same round; 1 for the baseline. */
@@ -46,11 +48,11 @@ function extraKeys(results: readonly ScenarioResult[]): string[] {
 
 export function markdownTable(results: readonly ScenarioResult[]): string {
   const extras = extraKeys(results);
-  const head = ["scenario", "group", "rps", "p50 ms", "p99 ms", "ratio", ...extras, "errors", "spread"];
-  const align = ["---", "---", "--:", "--:", "--:", "--:", ...extras.map(() => "--:"), "--:", "--:"];
+  const head = ["scenario", "group", "rps", "p50 ms", "p99 ms", "ratio", "CPU µs/op", ...extras, "errors", "spread"];
+  const align = ["---", "---", "--:", "--:", "--:", "--:", "--:", ...extras.map(() => "--:"), "--:", "--:"];
   const rows = results.map((r) => {
     if (r.status === "failed") {
-      return [r.name, r.group, "**failed**", "", "", "", ...extras.map(() => ""), "", ""];
+      return [r.name, r.group, "**failed**", "", "", "", "", ...extras.map(() => ""), "", ""];
     }
     return [
       r.baseline ? `**${r.name}** (baseline)` : r.name,
@@ -59,6 +61,7 @@ export function markdownTable(results: readonly ScenarioResult[]): string {
       formatNum(r.p50Ms),
       formatNum(r.p99Ms),
       Number.isFinite(r.ratio) ? r.ratio.toFixed(2) : "—",
+      formatNum(r.cpuUsPerOp),
       ...extras.map((k) => formatNum(r.extras[k])),
       r.errors ? formatInt(r.errors) : "0",
       `${(r.spread * 100).toFixed(1)} %`,
@@ -91,6 +94,9 @@ export function markdownReport(results: readonly ScenarioResult[], info: RunInfo
     "- **ratio** is the median over rounds of rps ÷ the group baseline's rps *in the same round*: the machine is " +
       "shared and noisy, so compare ratios, not absolute numbers across runs.",
     "- **spread** is (max − min) ÷ median of the rounds' rps; above ~10 % treat the row with suspicion.",
+    "- **CPU µs/op** is the CPU time (user + system) of the runner and its child processes (servers, redis-server, " +
+      "stand-ins; not wrk) per op, median over rounds. It moves much less than rps when other jobs load the machine, " +
+      "so it is the better number for comparing runs made at different times.",
     "",
     "## Scenarios",
     "",
@@ -143,7 +149,7 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo): str
   );
   y += 20;
   parts.push(
-    `<text x="${W / 2}" y="${y}" text-anchor="middle" class="sub">bars are scaled per group; ratio = vs the group's baseline measured in the same rounds</text>`,
+    `<text x="${W / 2}" y="${y}" text-anchor="middle" class="sub">bars: median rps, scaled per group · ratio: median over rounds of rps ÷ the group baseline's rps in the same round</text>`,
   );
   y += 24;
 
@@ -171,7 +177,8 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo): str
       parts.push(`<text x="${BAR_X + w + 8}" y="${mid}" class="value">${formatInt(r.rps)} ops/s</text>`);
       const ratio = r.baseline ? "1.00 (baseline)" : Number.isFinite(r.ratio) ? `× ${r.ratio.toFixed(2)}` : "—";
       parts.push(`<text x="${RATIO_X}" y="${mid - 6}" class="ratio" fill="${r.baseline ? "#495057" : barColour(r)}">${esc(ratio)}</text>`);
-      parts.push(`<text x="${RATIO_X}" y="${mid + 12}" class="detail">${esc(`p50 ${formatNum(r.p50Ms)} ms · p99 ${formatNum(r.p99Ms)} ms`)}</text>`);
+      const cpu = Number.isFinite(r.cpuUsPerOp) ? ` · CPU ${formatNum(r.cpuUsPerOp)} µs/op` : "";
+      parts.push(`<text x="${RATIO_X}" y="${mid + 12}" class="detail">${esc(`p50 ${formatNum(r.p50Ms)} ms · p99 ${formatNum(r.p99Ms)} ms${cpu}`)}</text>`);
       // Extras and errors get their own line so long column names are never clipped.
       const more = Object.entries(r.extras).map(([k, v]) => `${k} ${formatNum(v)}`);
       if (r.errors) more.push(`${formatInt(r.errors)} errors`);

@@ -1,0 +1,71 @@
+/**
+ * CPU time spent by the system under test during a window, from /proc (Linux).
+ *
+ * Why: on a shared 2-core box throughput swings by tens of percent when other jobs run, but the
+ * CPU time a server spends per request changes far less (it is mostly the same instructions, just
+ * scheduled later). "CPU µs/op" is therefore the steadier number to compare across runs.
+ *
+ * What counts: the runner process and every process descended from it that exists when the
+ * window starts — servers, redis-server, stand-ins. wrk is spawned after the snapshot, so the
+ * load generator's own CPU is excluded; in-process drivers (closed loops) are included, as the
+ * client library's cost is part of what those scenarios measure.
+ */
+import { readFileSync, readdirSync } from "node:fs";
+
+/** utime + stime in clock ticks; USER_HZ is 100 on every Linux this runs on. */
+const TICK_MS = 10;
+
+function readTicks(pid: number): { ppid: number; ticks: number } | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
+    const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // rest[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
+    const ppid = Number(rest[1]);
+    const ticks = Number(rest[11]) + Number(rest[12]);
+    return Number.isFinite(ticks) ? { ppid, ticks } : null;
+  } catch {
+    return null; // exited meanwhile, or not Linux
+  }
+}
+
+export interface CpuSnapshot {
+  ticks: Map<number, number>;
+}
+
+/** Snapshot of the runner and its descendants, or null where /proc is unavailable. */
+export function cpuSnapshot(root: number = process.pid): CpuSnapshot | null {
+  let pids: number[];
+  try {
+    pids = readdirSync("/proc").filter((d) => /^\d+$/.test(d)).map(Number);
+  } catch {
+    return null;
+  }
+  const info = new Map<number, { ppid: number; ticks: number }>();
+  for (const pid of pids) {
+    const t = readTicks(pid);
+    if (t) info.set(pid, t);
+  }
+  if (!info.has(root)) return null;
+  // Breadth-first walk down from the runner; bounded by the number of processes on the box.
+  const children = new Map<number, number[]>();
+  for (const [pid, t] of info) children.set(t.ppid, [...(children.get(t.ppid) ?? []), pid]);
+  const ticks = new Map<number, number>();
+  const queue = [root];
+  while (queue.length > 0 && ticks.size < info.size) {
+    const pid = queue.shift()!;
+    ticks.set(pid, info.get(pid)!.ticks);
+    for (const c of children.get(pid) ?? []) if (!ticks.has(c)) queue.push(c);
+  }
+  return { ticks };
+}
+
+/** CPU milliseconds used since `before` by the processes it saw (exited ones count as 0). */
+export function cpuMsSince(before: CpuSnapshot): number {
+  let total = 0;
+  for (const [pid, t0] of before.ticks) {
+    const now = readTicks(pid);
+    if (now) total += Math.max(0, now.ticks - t0);
+  }
+  return total * TICK_MS;
+}

@@ -1,0 +1,80 @@
+/**
+ * Cache counters across isolates. Each isolate counts locally (no Redis call per hit) and, at most
+ * every `flushEveryMs`, adds its deltas to one Redis hash per module in the background; the admin
+ * view sums what all isolates reported.
+ */
+import type { Deps } from "../deps.ts";
+import { keys } from "../redis/keys.ts";
+import { type CacheCounters, type CacheModule, emptyCounters } from "./module.ts";
+
+const FIELDS = Object.keys(emptyCounters()) as (keyof CacheCounters)[];
+
+export class CacheMetrics {
+  readonly isolateId = crypto.randomUUID();
+  private readonly flushed = new Map<string, CacheCounters>();
+  private lastFlush = 0;
+  private flushing: Promise<void> | undefined;
+
+  constructor(
+    private readonly modules: readonly CacheModule<string | number, unknown>[],
+    private readonly flushEveryMs = 5_000,
+  ) {}
+
+  /** Called per request; schedules a background flush when one is due. */
+  maybeFlush(deps: Deps): void {
+    const now = Date.now();
+    if (this.flushing || now - this.lastFlush < this.flushEveryMs) return;
+    this.lastFlush = now;
+    deps.waitUntil(this.flush(deps));
+  }
+
+  /** Adds the counts since the last flush to Redis. Waits for a running flush, then flushes again. */
+  async flush(deps: Deps): Promise<void> {
+    while (this.flushing) await this.flushing;
+    this.flushing = (async () => {
+      const p = deps.redis.pipeline();
+      let any = false;
+      const snapshot = new Map<string, CacheCounters>();
+      for (const m of this.modules) {
+        const prev = this.flushed.get(m.name) ?? emptyCounters();
+        const cur = { ...m.counters };
+        snapshot.set(m.name, cur);
+        for (const f of FIELDS) {
+          const delta = cur[f] - prev[f];
+          if (delta !== 0) {
+            p.hincrby(keys.cacheStats(m.name), f, delta);
+            any = true;
+          }
+        }
+      }
+      p.hset(keys.cacheIsolates(), { [this.isolateId]: Date.now() });
+      if (any) {
+        await p.exec();
+        for (const [k, v] of snapshot) this.flushed.set(k, v);
+      }
+    })().finally(() => {
+      this.flushing = undefined;
+    });
+    return await this.flushing;
+  }
+
+  /** Totals per module across isolates (after flushing this isolate), plus this isolate's own. */
+  async report(deps: Deps): Promise<{ modules: Record<string, CacheCounters & { hitRatio: number }>; isolates: number; thisIsolate: Record<string, CacheCounters> }> {
+    await this.flush(deps);
+    const p = deps.redis.pipeline();
+    for (const m of this.modules) p.hgetall(keys.cacheStats(m.name));
+    p.hlen(keys.cacheIsolates());
+    const res = (await p.exec()) as unknown[];
+    const modules: Record<string, CacheCounters & { hitRatio: number }> = {};
+    this.modules.forEach((m, i) => {
+      const raw = (res[i] ?? {}) as Record<string, number | string> | null;
+      const c = emptyCounters();
+      for (const f of FIELDS) c[f] = Number(raw?.[f] ?? 0);
+      const served = c.l1Hits + c.l2Hits + c.staleServes + c.originLoads;
+      modules[m.name] = { ...c, hitRatio: served === 0 ? 0 : Math.round(((c.l1Hits + c.l2Hits + c.staleServes) / served) * 10_000) / 10_000 };
+    });
+    const thisIsolate: Record<string, CacheCounters> = {};
+    for (const m of this.modules) thisIsolate[m.name] = { ...m.counters };
+    return { modules, isolates: Number(res[this.modules.length] ?? 0), thisIsolate };
+  }
+}

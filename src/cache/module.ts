@@ -1,0 +1,332 @@
+/**
+ * Two-level cache modules: L1 = a bounded per-isolate LRU (lru-cache), L2 = Redis, origin = MySQL.
+ *
+ * A module is declared once (namespace, loader, policy) and then only `get`/`set`/`delete`d.
+ * What this glue adds on top of lru-cache, and why it is hand-written: no library combines an
+ * isolate-local LRU with a Redis tier, per-key single-flight, a cross-isolate rebuild lock, logical
+ * expiry with background refresh through the runtime's `waitUntil`, null caching and fallbacks.
+ *
+ * Strategies (per module):
+ * - `plain`   L2 entries carry a Redis TTL (jittered); a miss loads from origin.
+ * - `mutex`   on an L2 miss one caller (across isolates) rebuilds under a Redis lock; the others
+ *             wait briefly and re-read L2, then load themselves only if the wait ran out.
+ * - `logical` L2 entries carry their own expiry and no (short) Redis TTL; an expired entry is
+ *             served at once ("stale") while exactly one background rebuild, under the lock,
+ *             refreshes it. Hot keys therefore never stampede MySQL and never block on it.
+ * Everywhere: concurrent misses for one key in one isolate share one load (single-flight);
+ * known-missing ids are cached as null for `nullTtlSeconds`; a Redis failure falls through to
+ * MySQL; a MySQL failure serves the stale L1/L2 value if there is one.
+ *
+ * L2 value format (JSON): `{"v": version, "d": data | null, "x"?: logicalExpiryEpochMs}`. Entries of
+ * another version are misses, so bumping `version` retires every entry without a scan.
+ */
+import { LRUCache } from "lru-cache";
+import type { Deps, RedisPort } from "../deps.ts";
+import { keys } from "../redis/keys.ts";
+import { tryLock } from "../redis/lock.ts";
+
+export type CacheStrategy = "plain" | "mutex" | "logical";
+
+export interface CachePolicy {
+  strategy: CacheStrategy;
+  /** Bump to retire every stored entry of the module. */
+  version: number;
+  /** L2 freshness, seconds: the Redis TTL (plain/mutex) or the logical expiry (logical). */
+  l2TtlSeconds: number;
+  /** ± fraction applied to L2 TTLs so keys written together do not expire together (0.1 = ±10 %). */
+  jitter: number;
+  /** L1 freshness, milliseconds. Bounds how stale another isolate's write can look here. */
+  l1TtlMs: number;
+  /** L1 capacity, entries. */
+  l1Max: number;
+  /** How long a known-missing id is remembered, seconds (L2; L1 uses min(l1TtlMs, this)). */
+  nullTtlSeconds: number;
+  /** mutex/logical: rebuild lock lifetime, milliseconds (> a slow origin load). */
+  lockTtlMs: number;
+  /** mutex: how long losers wait for the winner's L2 write before loading themselves, ms. */
+  waitMs: number;
+  /** logical: physical Redis TTL safety net, seconds, so abandoned keys do not live forever. */
+  retainSeconds: number;
+}
+
+export const defaultPolicy: CachePolicy = {
+  strategy: "plain",
+  version: 1,
+  l2TtlSeconds: 30 * 60,
+  jitter: 0.1,
+  l1TtlMs: 2_000,
+  l1Max: 10_000,
+  nullTtlSeconds: 120,
+  lockTtlMs: 5_000,
+  waitMs: 500,
+  retainSeconds: 7 * 24 * 3600,
+};
+
+export interface CacheModuleDef<K extends string | number, V> {
+  /** Module name; L2 keys are `cache:{name}:{key}` (the classic `cache:shop:{id}`). */
+  name: string;
+  policy: Partial<CachePolicy>;
+  /** Origin read. `null` = the key does not exist (cached as null). Throws on origin failure. */
+  load(deps: Deps, key: K): Promise<V | null>;
+}
+
+export interface CacheCounters {
+  l1Hits: number;
+  l2Hits: number;
+  staleServes: number;
+  originLoads: number;
+  nullHits: number;
+  errors: number;
+}
+
+export const emptyCounters = (): CacheCounters => ({ l1Hits: 0, l2Hits: 0, staleServes: 0, originLoads: 0, nullHits: 0, errors: 0 });
+
+interface L1Entry<V> {
+  value: V | null;
+  /** Until when this isolate may serve it without asking L2, epoch ms (L1 clock). */
+  freshUntil: number;
+}
+
+interface L2Entry<V> {
+  v: number;
+  d: V | null;
+  x?: number;
+}
+
+/** Returned by `get`: `null` = known missing. */
+export type CacheResult<V> = V | null;
+
+export class CacheUnavailableError extends Error {
+  constructor(name: string, cause: unknown) {
+    super(`${name}: origin and cache both unavailable`, { cause });
+    this.name = "CacheUnavailableError";
+  }
+}
+
+/** One module's runtime in one isolate. Build with `createCacheModule` once per isolate. */
+export class CacheModule<K extends string | number, V> {
+  readonly name: string;
+  readonly policy: CachePolicy;
+  /** Counters since this isolate started (metrics.ts flushes deltas to Redis). */
+  readonly counters: CacheCounters = emptyCounters();
+  private readonly l1: LRUCache<string, L1Entry<V>>;
+  private readonly inflight = new Map<string, Promise<V | null>>();
+  /** logical: keys whose background rebuild this isolate already started. */
+  private readonly rebuilding = new Set<string>();
+
+  constructor(
+    private readonly def: CacheModuleDef<K, V>,
+    private readonly now: () => number,
+  ) {
+    this.name = def.name;
+    this.policy = { ...defaultPolicy, ...def.policy };
+    // L1 keeps entries past their freshness (ttl = 10× plus a floor) so a MySQL outage can still
+    // be answered with the last value this isolate saw; `freshUntil` decides what is fresh.
+    this.l1 = new LRUCache<string, L1Entry<V>>({ max: this.policy.l1Max, ttl: Math.max(this.policy.l1TtlMs * 10, 60_000), ttlAutopurge: false });
+  }
+
+  l2Key(key: K): string {
+    return keys.cache(this.name, key);
+  }
+
+  /** Reads through L1 → L2 → origin according to the module's strategy. */
+  async get(deps: Deps, key: K): Promise<CacheResult<V>> {
+    const id = String(key);
+    const cached = this.l1.get(id);
+    if (cached && cached.freshUntil > this.now()) {
+      this.counters.l1Hits++;
+      if (cached.value === null) this.counters.nullHits++;
+      return cached.value;
+    }
+    const running = this.inflight.get(id);
+    if (running) return await running;
+    const p = this.fetchL2(deps, key, cached).finally(() => this.inflight.delete(id));
+    this.inflight.set(id, p);
+    return await p;
+  }
+
+  /** Write path: the caller wrote MySQL first; this overwrites (not deletes) L2 and L1. */
+  async set(deps: Deps, key: K, value: V | null): Promise<void> {
+    await this.writeL2(deps.redis, key, value);
+    this.remember(String(key), value);
+  }
+
+  /** Drops the entry everywhere this isolate can reach (other isolates' L1 ages out). */
+  async delete(deps: Deps, key: K): Promise<void> {
+    this.l1.delete(String(key));
+    await deps.redis.del(this.l2Key(key));
+  }
+
+  /** Forget this isolate's L1 (tests; a deploy-time cache flush). */
+  clearL1(): void {
+    this.l1.clear();
+  }
+
+  private remember(id: string, value: V | null): void {
+    const ttl = value === null ? Math.min(this.policy.l1TtlMs, this.policy.nullTtlSeconds * 1000) : this.policy.l1TtlMs;
+    this.l1.set(id, { value, freshUntil: this.now() + ttl });
+  }
+
+  private jittered(seconds: number): number {
+    const j = this.policy.jitter;
+    return Math.max(1, Math.round(seconds * (1 - j + Math.random() * 2 * j)));
+  }
+
+  private async readL2(redis: RedisPort, key: K): Promise<L2Entry<V> | undefined> {
+    // The SDK JSON-parses stored JSON; a foreign or corrupt value counts as a miss.
+    const raw = await redis.get<L2Entry<V> | string>(this.l2Key(key));
+    if (raw === null || typeof raw !== "object" || raw.v !== this.policy.version || !("d" in raw)) return undefined;
+    return raw;
+  }
+
+  private async writeL2(redis: RedisPort, key: K, value: V | null): Promise<void> {
+    const p = this.policy;
+    if (value === null) {
+      await redis.set(this.l2Key(key), JSON.stringify({ v: p.version, d: null }), { ex: p.nullTtlSeconds });
+    } else if (p.strategy === "logical") {
+      const entry: L2Entry<V> = { v: p.version, d: value, x: this.now() + this.jittered(p.l2TtlSeconds) * 1000 };
+      await redis.set(this.l2Key(key), JSON.stringify(entry), { ex: p.retainSeconds });
+    } else {
+      await redis.set(this.l2Key(key), JSON.stringify({ v: p.version, d: value }), { ex: this.jittered(p.l2TtlSeconds) });
+    }
+  }
+
+  private async fetchL2(deps: Deps, key: K, staleL1: L1Entry<V> | undefined): Promise<V | null> {
+    const id = String(key);
+    let entry: L2Entry<V> | undefined;
+    try {
+      entry = await this.readL2(deps.redis, key);
+    } catch (err) {
+      // Redis down: fall through to MySQL (each isolate still single-flights its own loads).
+      this.counters.errors++;
+      deps.log.warn("cache L2 read failed", { module: this.name, err });
+      return await this.loadOrStale(deps, key, staleL1?.value, false);
+    }
+    if (entry) {
+      const expired = this.policy.strategy === "logical" && entry.d !== null && (entry.x ?? 0) <= this.now();
+      if (!expired) {
+        this.counters.l2Hits++;
+        if (entry.d === null) this.counters.nullHits++;
+        this.remember(id, entry.d);
+        return entry.d;
+      }
+      // Logical expiry: serve the stale value now, refresh once in the background.
+      this.counters.staleServes++;
+      this.startBackgroundRebuild(deps, key);
+      return entry.d;
+    }
+    if (this.policy.strategy === "plain") return await this.loadOrStale(deps, key, staleL1?.value, true);
+    return await this.rebuildUnderLock(deps, key, staleL1?.value);
+  }
+
+  /** mutex (and a cold logical key): one rebuild across isolates; the others wait and re-read. */
+  private async rebuildUnderLock(deps: Deps, key: K, stale: V | null | undefined): Promise<V | null> {
+    let lock: Awaited<ReturnType<typeof tryLock>> = null;
+    try {
+      lock = await tryLock(deps.redis, `cache:${this.name}:${key}`, this.policy.lockTtlMs);
+    } catch (err) {
+      this.counters.errors++;
+      deps.log.warn("cache lock failed", { module: this.name, err });
+      return await this.loadOrStale(deps, key, stale, false);
+    }
+    if (lock) {
+      try {
+        // Double-check: the previous holder may have written L2 between our read and our lock.
+        const again = await this.readL2(deps.redis, key);
+        if (again && !(this.policy.strategy === "logical" && again.d !== null && (again.x ?? 0) <= this.now())) {
+          this.counters.l2Hits++;
+          this.remember(String(key), again.d);
+          return again.d;
+        }
+        return await this.loadOrStale(deps, key, stale, true);
+      } finally {
+        await lock.release().catch(() => {});
+      }
+    }
+    // Someone else rebuilds: poll L2 with short sleeps (10 → 80 ms), bounded by waitMs.
+    const deadline = this.now() + this.policy.waitMs;
+    let pause = 10;
+    while (this.now() < deadline) {
+      await new Promise((r) => setTimeout(r, pause));
+      pause = Math.min(pause * 2, 80);
+      const entry = await this.readL2(deps.redis, key).catch(() => undefined);
+      if (entry) {
+        this.counters.l2Hits++;
+        this.remember(String(key), entry.d);
+        return entry.d;
+      }
+    }
+    return await this.loadOrStale(deps, key, stale, true);
+  }
+
+  private startBackgroundRebuild(deps: Deps, key: K): void {
+    const id = String(key);
+    if (this.rebuilding.has(id)) return;
+    this.rebuilding.add(id);
+    const task = (async () => {
+      try {
+        const lock = await tryLock(deps.redis, `cache:${this.name}:${key}`, this.policy.lockTtlMs);
+        if (!lock) return; // another isolate is rebuilding it
+        try {
+          const fresh = await this.readL2(deps.redis, key);
+          if (fresh && fresh.d !== null && (fresh.x ?? 0) > this.now()) {
+            this.remember(id, fresh.d);
+            return;
+          }
+          this.counters.originLoads++;
+          const value = await this.def.load(deps, key);
+          await this.writeL2(deps.redis, key, value);
+          this.remember(id, value);
+        } finally {
+          await lock.release().catch(() => {});
+        }
+      } catch (err) {
+        this.counters.errors++;
+        deps.log.warn("cache background rebuild failed", { module: this.name, key: id, err });
+      } finally {
+        this.rebuilding.delete(id);
+      }
+    })();
+    deps.waitUntil(task);
+  }
+
+  /**
+   * Origin load; on success writes L2 (when `writeBack`) and L1. On origin failure serves the
+   * stale value if any (counted as a stale serve), else throws CacheUnavailableError.
+   */
+  private async loadOrStale(deps: Deps, key: K, stale: V | null | undefined, writeBack: boolean): Promise<V | null> {
+    const id = String(key);
+    let value: V | null;
+    try {
+      this.counters.originLoads++;
+      value = await this.def.load(deps, key);
+    } catch (err) {
+      this.counters.errors++;
+      deps.log.warn("cache origin load failed", { module: this.name, key: id, err });
+      let fallback = stale;
+      if (fallback === undefined) {
+        // The L1 copy is gone; an L2 copy of any age (logical entries outlive expiry) will do.
+        fallback = (await this.readL2(deps.redis, key).catch(() => undefined))?.d;
+      }
+      if (fallback !== undefined) {
+        this.counters.staleServes++;
+        return fallback;
+      }
+      throw new CacheUnavailableError(this.name, err);
+    }
+    if (writeBack) {
+      try {
+        await this.writeL2(deps.redis, key, value);
+      } catch (err) {
+        this.counters.errors++;
+        deps.log.warn("cache L2 write failed", { module: this.name, err });
+      }
+    }
+    this.remember(id, value);
+    return value;
+  }
+}
+
+export function createCacheModule<K extends string | number, V>(def: CacheModuleDef<K, V>, now: () => number = Date.now): CacheModule<K, V> {
+  return new CacheModule(def, now);
+}

@@ -1,0 +1,63 @@
+/**
+ * The cache modules of the read path, declared once each: loader + policy. Built once per isolate
+ * (per Redis client) by `cachesFor`.
+ *
+ * Strategy choices:
+ * - shop (`cache:shop:{id}`): logical — the hottest key family (every list and detail view); a
+ *   seckill drop sends thousands of reads at one shop at once, so an expiry must never send them
+ *   to MySQL or make them wait: they get the last value while one rebuild runs.
+ * - shop-types: plain — ten rows that change almost never; a miss is cheap and rare.
+ * - vouchers (per shop): mutex — changes with operator writes and must not be stale for long
+ *   (short L2 TTL), and a miss storm on a popular shop is collapsed into one MySQL query.
+ * - user card: plain — small, per user, no hot spot.
+ */
+import type { Deps, RedisPort } from "../deps.ts";
+import { loadShop, loadShopTypes, loadVouchersOfShop, type Shop, type ShopType, type Voucher } from "../services/shops.ts";
+import { getUserCard } from "../services/users.ts";
+import type { SessionUser } from "../services/session.ts";
+import { CacheMetrics } from "./metrics.ts";
+import { type CacheModule, createCacheModule } from "./module.ts";
+
+export function createCaches(overrides: Partial<Record<"shop" | "shopTypes" | "vouchers" | "userCard", Partial<import("./module.ts").CachePolicy>>> = {}) {
+  const shop = createCacheModule<number, Shop>({
+    name: "shop",
+    policy: { strategy: "logical", l2TtlSeconds: 30 * 60, l1TtlMs: 2_000, nullTtlSeconds: 120, ...overrides.shop },
+    load: (deps, id) => loadShop(deps, id),
+  });
+  const shopTypes = createCacheModule<string, ShopType[]>({
+    name: "shop-type",
+    policy: { strategy: "plain", l2TtlSeconds: 24 * 3600, l1TtlMs: 60_000, ...overrides.shopTypes },
+    load: (deps) => loadShopTypes(deps),
+  });
+  const vouchers = createCacheModule<number, Voucher[]>({
+    name: "voucher-list",
+    policy: { strategy: "mutex", l2TtlSeconds: 60, l1TtlMs: 1_000, ...overrides.vouchers },
+    load: (deps, shopId) => loadVouchersOfShop(deps, shopId),
+  });
+  const userCard = createCacheModule<number, SessionUser>({
+    name: "user",
+    policy: { strategy: "plain", l2TtlSeconds: 10 * 60, l1TtlMs: 5_000, ...overrides.userCard },
+    load: (deps, id) => getUserCard(deps, id),
+  });
+  const all = [shop, shopTypes, vouchers, userCard] as unknown as CacheModule<string | number, unknown>[];
+  return { shop, shopTypes, vouchers, userCard, metrics: new CacheMetrics(all) };
+}
+
+export type Caches = ReturnType<typeof createCaches>;
+
+const perIsolate = new WeakMap<RedisPort, Caches>();
+
+/** The isolate's caches (keyed by its Redis client, which deps build once per isolate). */
+export function cachesFor(deps: Pick<Deps, "redis">): Caches {
+  let c = perIsolate.get(deps.redis);
+  if (!c) {
+    c = createCaches();
+    perIsolate.set(deps.redis, c);
+  }
+  return c;
+}
+
+/** Tests: install caches with custom policies for a deps instance. */
+export function installCaches(deps: Pick<Deps, "redis">, caches: Caches): void {
+  perIsolate.set(deps.redis, caches);
+}

@@ -1,0 +1,114 @@
+import { Hono } from "hono";
+import { z } from "zod";
+import { cachesFor } from "../cache/modules.ts";
+import { CacheUnavailableError } from "../cache/module.ts";
+import { AppError, fail, ok } from "../errors.ts";
+import { requireOperator } from "../http/auth.ts";
+import { Current, Id, IdParam, v } from "../http/validate.ts";
+import type { Deps } from "../deps.ts";
+import {
+  insertShop,
+  loadShop,
+  refreshShopIndex,
+  searchNearby,
+  shopsByName,
+  shopsOfType,
+  shopTypeExists,
+  updateShop,
+  type Shop,
+} from "../services/shops.ts";
+import type { AppEnv } from "../types.ts";
+
+/** Nearby search radius, metres (api.md: within 5 km). */
+const NEARBY_RADIUS_M = 5_000;
+const TYPE_PAGE_SIZE = 5;
+const NAME_PAGE_SIZE = 10;
+
+const Lon = z.coerce.number().min(-180).max(180);
+const Lat = z.coerce.number().min(-85.05112878).max(85.05112878);
+
+const ShopBody = z.object({
+  name: z.string().trim().min(1).max(128),
+  typeId: Id,
+  images: z.string().max(1024).default(""),
+  area: z.string().max(128).nullable().default(null),
+  address: z.string().trim().min(1).max(255),
+  x: z.number().min(-180).max(180),
+  y: z.number().min(-85.05112878).max(85.05112878),
+  avgPrice: z.number().int().min(0).max(1_000_000).nullable().default(null),
+  openHours: z.string().max(32).nullable().default(null),
+  sold: z.number().int().min(0).optional(),
+  comments: z.number().int().min(0).optional(),
+  score: z.number().int().min(0).max(50).optional(),
+});
+const ShopPatch = ShopBody.partial().extend({ id: Id });
+
+export async function getShopCached(deps: Deps, id: number): Promise<Shop | null> {
+  try {
+    return await cachesFor(deps).shop.get(deps, id);
+  } catch (err) {
+    if (err instanceof CacheUnavailableError) throw new AppError("UNAVAILABLE", "shop data temporarily unavailable", { cause: err });
+    throw err;
+  }
+}
+
+/** Reloads the row written a moment ago and overwrites L1/L2 with it (write path: MySQL first). */
+async function refreshShopCache(deps: Deps, id: number): Promise<Shop | null> {
+  const caches = cachesFor(deps);
+  const shop = await loadShop(deps, id);
+  await caches.shop.set(deps, id, shop);
+  return shop;
+}
+
+export const shop = new Hono<AppEnv>()
+  .get(
+    "/of/type",
+    v("query", z.object({ typeId: Id, current: Current, x: Lon.optional(), y: Lat.optional() }).refine((q) => (q.x === undefined) === (q.y === undefined), "x and y go together")),
+    async (c) => {
+      const deps = c.get("deps");
+      const { typeId, current, x, y } = c.req.valid("query");
+      if (x === undefined || y === undefined) return c.json(ok(await shopsOfType(deps, typeId, current, TYPE_PAGE_SIZE)));
+      const hits = await searchNearby(deps, typeId, x, y, current, TYPE_PAGE_SIZE, NEARBY_RADIUS_M);
+      const shops = await Promise.all(hits.map((h) => getShopCached(deps, h.id)));
+      // A GEO member whose shop row vanished is skipped (the rebuild script prunes it).
+      const list = shops.flatMap((s, i) => (s ? [{ ...s, distance: hits[i]?.distance ?? 0 }] : []));
+      return c.json(ok(list));
+    },
+  )
+  .get("/of/name", v("query", z.object({ name: z.string().trim().max(64).default(""), current: Current })), async (c) => {
+    const { name, current } = c.req.valid("query");
+    return c.json(ok(await shopsByName(c.get("deps"), name, current, NAME_PAGE_SIZE)));
+  })
+  .get("/:id", v("param", IdParam), async (c) => {
+    const found = await getShopCached(c.get("deps"), c.req.valid("param").id);
+    return c.json(found ? ok(found) : fail("NOT_FOUND", "shop not found"));
+  })
+  .post("/", requireOperator, v("json", ShopBody), async (c) => {
+    const deps = c.get("deps");
+    const body = c.req.valid("json");
+    if (!(await shopTypeExists(deps, body.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);
+    const id = await insertShop(deps, body);
+    const created = await refreshShopCache(deps, id);
+    if (created) await refreshShopIndex(deps, created);
+    return c.json(ok(id));
+  })
+  .put("/", requireOperator, v("json", ShopPatch), async (c) => {
+    const deps = c.get("deps");
+    const { id, ...patch } = c.req.valid("json");
+    if (patch.typeId !== undefined && !(await shopTypeExists(deps, patch.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);
+    const res = await updateShop(deps, id, patch);
+    if (!res) return c.json(fail("NOT_FOUND", "shop not found"));
+    const updated = await refreshShopCache(deps, id);
+    if (updated) await refreshShopIndex(deps, updated, res.previousTypeId);
+    return c.json(ok());
+  });
+
+export const shopType = new Hono<AppEnv>().get("/list", async (c) => {
+  const deps = c.get("deps");
+  try {
+    return c.json(ok((await cachesFor(deps).shopTypes.get(deps, "all")) ?? []));
+  } catch (err) {
+    if (err instanceof CacheUnavailableError) throw new AppError("UNAVAILABLE", "shop types temporarily unavailable", { cause: err });
+    throw err;
+  }
+});
