@@ -14,6 +14,8 @@ import { user } from "./routes/user.ts";
 import { admin } from "./routes/admin.ts";
 import { shop, shopType } from "./routes/shop.ts";
 import { voucher } from "./routes/voucher.ts";
+import { voucherOrder } from "./routes/voucher-order.ts";
+import { internal } from "./routes/internal.ts";
 import { cachesFor } from "./cache/modules.ts";
 import type { AppEnv } from "./types.ts";
 
@@ -77,6 +79,8 @@ export function createApp(deps: Deps): Hono<AppEnv> {
   app.route("/api/shop", shop);
   app.route("/api/shop-type", shopType);
   app.route("/api/voucher", voucher);
+  app.route("/api/voucher-order", voucherOrder);
+  app.route("/internal", internal);
   app.route("/admin", admin);
 
   app.notFound((c) => c.json(fail("NOT_FOUND", `no route for ${c.req.method} ${c.req.path}`, c.get("requestId")), 404));

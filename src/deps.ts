@@ -10,6 +10,7 @@ import { Redis } from "@upstash/redis";
 import type { Config } from "./env.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createSms, type SmsPort } from "./sms/index.ts";
+import { createPaymentProvider, type PaymentProvider } from "./payments/provider.ts";
 
 export type RedisPort = Redis;
 /** `execute` runs on a fresh session per call; `transaction` pins one session (one MySQL connection). */
@@ -31,6 +32,7 @@ export interface Deps {
   clock: Clock;
   log: Logger;
   sms: SmsPort;
+  payments: PaymentProvider;
   /**
    * Keeps background work (cache refresh, publishes) alive after the response. The app rebinds
    * this per request to the runtime's ExecutionContext; the value here is the fallback used
@@ -47,6 +49,7 @@ export interface DepsOverrides {
   log?: Logger;
   waitUntil?: (p: Promise<unknown>) => void;
   sms?: SmsPort;
+  payments?: PaymentProvider;
 }
 
 export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps {
@@ -70,5 +73,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
       p.catch((err: unknown) => log.error("background task failed", { err }));
     });
   const sms = overrides.sms ?? createSms(config, log, overrides.fetch);
-  return { config, redis, db, queue, receiver, clock: overrides.clock ?? systemClock, log, sms, waitUntil };
+  const clock = overrides.clock ?? systemClock;
+  const payments = overrides.payments ?? createPaymentProvider(config, log, () => clock.now(), overrides.fetch);
+  return { config, redis, db, queue, receiver, clock, log, sms, payments, waitUntil };
 }

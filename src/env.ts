@@ -60,6 +60,28 @@ export const EnvSchema = z.object({
   TWILIO_FROM: z.string().optional(),
   /** Twilio API base (overridable for a local test double). */
   TWILIO_API_URL: z.url().default("https://api.twilio.com"),
+  /** Seconds an order may stay unpaid before it is closed and its stock released. */
+  ORDER_PAY_TIMEOUT_SECONDS: z.coerce.number().int().min(5).default(900),
+  /** Seckill attempts per user per voucher per window (exact sliding window; 0 = off). */
+  SECKILL_USER_LIMIT: z.coerce.number().int().min(0).default(5),
+  SECKILL_USER_WINDOW_MS: z.coerce.number().int().min(100).default(10_000),
+  /** Seckill attempts per client address per voucher per window (0 = off). */
+  SECKILL_IP_LIMIT: z.coerce.number().int().min(0).default(200),
+  SECKILL_IP_WINDOW_MS: z.coerce.number().int().min(100).default(10_000),
+  /** How long an isolate answers SOLD_OUT from memory after Redis said so, ms (released stock reappears after this). */
+  SOLD_OUT_MEMO_MS: z.coerce.number().int().min(0).default(1_000),
+  /** Outbox entries older than this are re-published by the sweep, seconds. */
+  OUTBOX_REPUBLISH_AFTER_SECONDS: z.coerce.number().int().min(1).default(60),
+  /** QStash retries for order messages. */
+  ORDER_MESSAGE_RETRIES: z.coerce.number().int().min(0).max(10).default(5),
+  /** Payments: `local` is the dev provider that calls our webhook back; the secret signs webhooks. */
+  PAYMENT_PROVIDER: z.enum(["local"]).default("local"),
+  PAYMENT_WEBHOOK_SECRET: z.string().min(16).default("local-payment-webhook-secret"),
+  /** Webhooks older than this are rejected (replay protection), seconds. */
+  PAYMENT_WEBHOOK_TOLERANCE_SECONDS: z.coerce.number().int().min(1).default(300),
+  /** Local provider: delay before it calls back, ms, and the share of payments it declines (0..1). */
+  LOCAL_PAYMENT_DELAY_MS: z.coerce.number().int().min(0).default(200),
+  LOCAL_PAYMENT_FAIL_RATE: z.coerce.number().min(0).max(1).default(0),
   /** Bun/Deno entries: run the cron jobs in-process (Workers use [triggers]). */
   RUN_CRON: bool.default(true),
 });

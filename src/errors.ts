@@ -24,6 +24,8 @@ export type ErrorCode =
   | "DUPLICATE_ORDER"
   | "NOT_STARTED"
   | "ENDED"
+  | "LIMIT_REACHED"
+  | "BAD_STATE"
   | "CONFLICT"
   | "UNAVAILABLE"
   | "BAD_ENVIRONMENT"
@@ -43,6 +45,8 @@ export const codeToStatus: Record<ErrorCode, ContentfulStatusCode> = {
   DUPLICATE_ORDER: 200,
   NOT_STARTED: 200,
   ENDED: 200,
+  LIMIT_REACHED: 200,
+  BAD_STATE: 200,
   CONFLICT: 409,
   UNAVAILABLE: 503,
   BAD_ENVIRONMENT: 500,

@@ -10,15 +10,18 @@
  * - vouchers (per shop): mutex — changes with operator writes and must not be stale for long
  *   (short L2 TTL), and a miss storm on a popular shop is collapsed into one MySQL query.
  * - user card: plain — small, per user, no hot spot.
+ * - seckill config: plain with a long L1 — immutable after creation and read on every
+ *   reservation, so an L1 hit keeps the reservation at exactly one Redis round trip.
  */
 import type { Deps, RedisPort } from "../deps.ts";
 import { loadShop, loadShopTypes, loadVouchersOfShop, type Shop, type ShopType, type Voucher } from "../services/shops.ts";
 import { getUserCard } from "../services/users.ts";
 import type { SessionUser } from "../services/session.ts";
+import { loadSeckillConfig, type SeckillConfig } from "../services/seckill/config.ts";
 import { CacheMetrics } from "./metrics.ts";
 import { type CacheModule, createCacheModule } from "./module.ts";
 
-export function createCaches(overrides: Partial<Record<"shop" | "shopTypes" | "vouchers" | "userCard", Partial<import("./module.ts").CachePolicy>>> = {}) {
+export function createCaches(overrides: Partial<Record<"shop" | "shopTypes" | "vouchers" | "userCard" | "seckill", Partial<import("./module.ts").CachePolicy>>> = {}) {
   const shop = createCacheModule<number, Shop>({
     name: "shop",
     policy: { strategy: "logical", l2TtlSeconds: 30 * 60, l1TtlMs: 2_000, nullTtlSeconds: 120, ...overrides.shop },
@@ -39,8 +42,13 @@ export function createCaches(overrides: Partial<Record<"shop" | "shopTypes" | "v
     policy: { strategy: "plain", l2TtlSeconds: 10 * 60, l1TtlMs: 5_000, ...overrides.userCard },
     load: (deps, id) => getUserCard(deps, id),
   });
-  const all = [shop, shopTypes, vouchers, userCard] as unknown as CacheModule<string | number, unknown>[];
-  return { shop, shopTypes, vouchers, userCard, metrics: new CacheMetrics(all) };
+  const seckill = createCacheModule<number, SeckillConfig>({
+    name: "seckill",
+    policy: { strategy: "plain", l2TtlSeconds: 24 * 3600, l1TtlMs: 5 * 60_000, nullTtlSeconds: 5, ...overrides.seckill },
+    load: (deps, id) => loadSeckillConfig(deps, id),
+  });
+  const all = [shop, shopTypes, vouchers, userCard, seckill] as unknown as CacheModule<string | number, unknown>[];
+  return { shop, shopTypes, vouchers, userCard, seckill, metrics: new CacheMetrics(all) };
 }
 
 export type Caches = ReturnType<typeof createCaches>;

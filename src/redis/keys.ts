@@ -16,9 +16,39 @@ export const keys = {
   cacheStats: (module: string) => `cache:stats:${module}`,
   /** Isolates that reported cache counters: hash isolateId → last report (epoch ms). */
   cacheIsolates: () => "cache:stats:isolates",
-  /** Seckill stock (string, integer) and sale window (hash {begin, end}, epoch ms); one hash tag per voucher. */
-  seckillStock: (voucherId: number | string) => `seckill:{${voucherId}}:stock`,
-  seckillWindow: (voucherId: number | string) => `seckill:{${voucherId}}:window`,
+  /**
+   * Seckill keys. Everything the reservation script touches for a voucher carries the hash tag of
+   * its *shop* (`{s<shopId>}`), not of the voucher: purchase rules span a shop's vouchers ("at
+   * most K per user per day across the shop"), and a script's keys must share one slot. (The
+   * classic `seckill:stock:{id}` / `seckill:order:{id}` had no tag and could not be clustered.)
+   */
+  seckill: {
+    /** Hash {begin, end (epoch ms), initial, buckets, dailyLimit}: its existence means "voucher exists". */
+    meta: (shopId: number, voucherId: number) => `seckill:{s${shopId}}:v${voucherId}:meta`,
+    /** Stock bucket `i` (0-based), integer string. One bucket = the classic single stock key. */
+    stock: (shopId: number, voucherId: number, bucket: number) => `seckill:{s${shopId}}:v${voucherId}:stock:${bucket}`,
+    /** Set of user ids holding a live reservation or order (one order per user). */
+    buyers: (shopId: number, voucherId: number) => `seckill:{s${shopId}}:v${voucherId}:buyers`,
+    /** Set of order ids whose stock went back to Redis (release is once per order). */
+    released: (shopId: number, voucherId: number) => `seckill:{s${shopId}}:v${voucherId}:released`,
+    /** Exact sliding-window attempt logs (ZSET member = order id, score = ms). */
+    userLog: (shopId: number, voucherId: number, userId: number) => `seckill:{s${shopId}}:v${voucherId}:rl:u:${userId}`,
+    ipLog: (shopId: number, voucherId: number, ip: string) => `seckill:{s${shopId}}:v${voucherId}:rl:ip:${ip}`,
+    /** Per user per day (service zone, yyyyMMdd) orders across the shop's seckill vouchers. */
+    daily: (shopId: number, userId: number, day: string) => `seckill:{s${shopId}}:daily:${day}:${userId}`,
+    /** Reservations not yet acknowledged by the MySQL writer: hash orderId → payload JSON. */
+    outbox: (shopId: number) => `seckill:{s${shopId}}:outbox`,
+    /** Same entries by reservation time (ZSET orderId → ms), for the sweep. */
+    outboxDue: (shopId: number) => `seckill:{s${shopId}}:outbox:due`,
+    /** Registry of seckill vouchers the jobs visit: set of "shopId:voucherId". */
+    active: () => "seckill:active",
+    /** Last reconcile report (JSON). */
+    reconcileReport: () => "seckill:reconcile:report",
+  },
+  /** Order id generator: worker-id leases (string owner, TTL). */
+  idWorker: (n: number) => `idgen:worker:${n}`,
+  /** Idempotency marks of processed callbacks (SET NX with TTL). */
+  processed: (kind: string, id: string) => `processed:${kind}:${id}`,
   /** Mutex / job lock. */
   lock: (name: string) => `lock:${name}`,
 } as const;

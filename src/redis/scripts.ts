@@ -7,6 +7,8 @@ import type { Redis } from "@upstash/redis";
 import extendLockSrc from "../../lua/extend-lock.lua" with { type: "text" };
 import loginCodeConsumeSrc from "../../lua/login-code-consume.lua" with { type: "text" };
 import loginCodeMissSrc from "../../lua/login-code-miss.lua" with { type: "text" };
+import releaseStockSrc from "../../lua/release-stock.lua" with { type: "text" };
+import reserveStockSrc from "../../lua/reserve-stock.lua" with { type: "text" };
 import unlockSrc from "../../lua/unlock.lua" with { type: "text" };
 
 /** Sources by name; tests assert each is real Lua (not the path string Bun yields without the loader). */
@@ -15,6 +17,8 @@ export const luaSources = {
   extendLock: extendLockSrc,
   loginCodeMiss: loginCodeMissSrc,
   loginCodeConsume: loginCodeConsumeSrc,
+  reserveStock: reserveStockSrc,
+  releaseStock: releaseStockSrc,
 } as const;
 
 export type ScriptName = keyof typeof luaSources;
@@ -39,5 +43,8 @@ export function createScripts(redis: Redis) {
     extendLock: redis.createScript<number>(luaSources.extendLock),
     loginCodeMiss: redis.createScript<number>(luaSources.loginCodeMiss),
     loginCodeConsume: redis.createScript<number>(luaSources.loginCodeConsume),
+    /** {code, a, b}: see lua/reserve-stock.lua. */
+    reserveStock: redis.createScript<[number, number, number]>(luaSources.reserveStock),
+    releaseStock: redis.createScript<number>(luaSources.releaseStock),
   };
 }

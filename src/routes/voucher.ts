@@ -5,7 +5,8 @@ import { CacheUnavailableError } from "../cache/module.ts";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
 import { Id, v } from "../http/validate.ts";
-import { insertSeckillVoucher, insertVoucher, loadVouchersOfShop, shopExists } from "../services/shops.ts";
+import { insertVoucher, loadVouchersOfShop, shopExists } from "../services/shops.ts";
+import { createSeckillVoucher } from "../services/seckill/config.ts";
 import type { AppEnv } from "../types.ts";
 import type { Deps } from "../deps.ts";
 
@@ -21,7 +22,15 @@ const VoucherBody = z.object({
 });
 /** Sale window as `YYYY-MM-DDTHH:mm:ss` in the service zone, or epoch milliseconds. */
 const Instant = z.union([z.number().int().positive(), z.string().min(10).max(40)]);
-const SeckillBody = VoucherBody.extend({ stock: z.number().int().min(1).max(10_000_000), beginTime: Instant, endTime: Instant });
+const SeckillBody = VoucherBody.extend({
+  stock: z.number().int().min(1).max(10_000_000),
+  beginTime: Instant,
+  endTime: Instant,
+  /** Redis stock buckets for a hot voucher (1 = a single key). */
+  buckets: z.number().int().min(1).max(64).default(1),
+  /** Max seckill orders per user per day across this shop's vouchers (0 = no rule). */
+  shopDailyLimit: z.number().int().min(0).max(1000).default(0),
+});
 
 /** Parses a local `YYYY-MM-DDTHH:mm:ss` in `zone` (or an ISO string with offset, or epoch ms). */
 export function parseInstant(value: string | number, zone: string): number | null {
@@ -71,7 +80,8 @@ export const voucher = new Hono<AppEnv>()
     if (beginMs === null || endMs === null) return c.json(fail("INVALID_INPUT", "beginTime/endTime must be YYYY-MM-DDTHH:mm:ss"), 400);
     if (endMs <= beginMs) return c.json(fail("INVALID_INPUT", "endTime must be after beginTime"), 400);
     if (!(await shopExists(deps, body.shopId))) return c.json(fail("INVALID_INPUT", "unknown shop"), 400);
-    const id = await insertSeckillVoucher(deps, { ...body, beginMs, endMs });
+    if (body.buckets > body.stock) return c.json(fail("INVALID_INPUT", "more buckets than stock"), 400);
+    const cfg = await createSeckillVoucher(deps, { ...body, beginMs, endMs, dailyLimit: body.shopDailyLimit });
     await refreshVoucherList(deps, body.shopId);
-    return c.json(ok(id));
+    return c.json(ok(cfg.voucherId));
   });

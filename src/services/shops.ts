@@ -237,34 +237,3 @@ export async function insertVoucher(deps: Deps, v: VoucherInput): Promise<number
   );
   return Number(res.insertId);
 }
-
-/**
- * Seckill voucher: both rows in one transaction, then stock and sale window into Redis (the
- * reservation script reads only Redis). If the Redis write fails the voucher still exists in
- * MySQL and the reconcile job (or a retry of this call's Redis part) loads it.
- */
-export async function insertSeckillVoucher(deps: Deps, v: VoucherInput & { stock: number; beginMs: number; endMs: number }): Promise<number> {
-  const id = await deps.db.transaction(async (tx) => {
-    const res = await tx.execute(
-      "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) VALUES (?, ?, ?, ?, ?, ?, 1, 1)",
-      [v.shopId, v.title, v.subTitle, v.rules, v.payValue, v.actualValue],
-    );
-    const voucherId = Number(res.insertId);
-    await tx.execute("INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (?, ?, ?, ?)", [
-      voucherId,
-      v.stock,
-      toSqlUtc(v.beginMs),
-      toSqlUtc(v.endMs),
-    ]);
-    return voucherId;
-  });
-  await loadSeckillIntoRedis(deps, id, v.stock, v.beginMs, v.endMs);
-  return id;
-}
-
-export async function loadSeckillIntoRedis(deps: Deps, voucherId: number, stock: number, beginMs: number, endMs: number): Promise<void> {
-  const tx = deps.redis.multi();
-  tx.set(keys.seckillStock(voucherId), stock);
-  tx.hset(keys.seckillWindow(voucherId), { begin: beginMs, end: endMs });
-  await tx.exec();
-}

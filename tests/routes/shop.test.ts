@@ -164,8 +164,8 @@ describe("shop types and vouchers", () => {
     });
     expect(normal.body.success && seckill.body.success).toBe(true);
     const vid = seckill.body.data as number;
-    expect(Number(await t.deps.redis.get(keys.seckillStock(vid)))).toBe(100);
-    const window = await t.deps.redis.hgetall<{ begin: number; end: number }>(keys.seckillWindow(vid));
+    expect(Number(await t.deps.redis.get(keys.seckill.stock(shopId, vid, 0)))).toBe(100);
+    const window = await t.deps.redis.hgetall<{ begin: number; end: number }>(keys.seckill.meta(shopId, vid));
     // 08:00 in Asia/Shanghai is 00:00 UTC.
     expect(Number(window?.begin)).toBe(Date.UTC(2026, 11, 1, 0, 0, 0));
     expect(Number(window?.end)).toBe(Date.UTC(2026, 11, 1, 12, 0, 0));

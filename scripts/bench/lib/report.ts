@@ -182,7 +182,10 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo): str
       // Extras and errors get their own line so long column names are never clipped.
       const more = Object.entries(r.extras).map(([k, v]) => `${k} ${formatNum(v)}`);
       if (r.errors) more.push(`${formatInt(r.errors)} errors`);
-      if (more.length) parts.push(`<text x="${RATIO_X}" y="${mid + 27}" class="detail${r.errors ? " warn" : ""}">${esc(more.join(" · "))}</text>`);
+      // Say so on the chart when the rounds disagreed: the bar alone would look precise.
+      const noisy = r.spread > 0.1;
+      if (noisy) more.push(`noisy: rps spread ${(r.spread * 100).toFixed(0)} %`);
+      if (more.length) parts.push(`<text x="${RATIO_X}" y="${mid + 27}" class="detail${r.errors || noisy ? " warn" : ""}">${esc(more.join(" · "))}</text>`);
       y += ROW_H;
     }
   }

@@ -1,0 +1,106 @@
+--[[
+  reserve-stock.lua — one seckill reservation, atomically, in one round trip.
+
+  Checks, in order: the per-user and per-IP attempt limits (exact sliding-window logs), that the
+  voucher exists, its sale window, one order per user, the per-user daily limit across the shop,
+  the stock; then takes one unit, records the buyer and writes the reservation to the outbox.
+  Either all of that happens or none of it (apart from the attempt logs, which record attempts).
+
+  All keys carry the shop's hash tag (see src/redis/keys.ts), so the script is valid on a cluster.
+
+  KEYS[1]   meta hash {begin, end (epoch ms), dailyLimit}
+  KEYS[2]   buyers set (user ids)
+  KEYS[3]   outbox hash (orderId -> payload JSON)
+  KEYS[4]   outbox-due zset (orderId -> reserved at, ms)
+  KEYS[5]   per-user attempt log zset
+  KEYS[6]   per-IP attempt log zset
+  KEYS[7]   per-user daily counter across the shop (integer string)
+  KEYS[8..] stock buckets: the buyer's home bucket first, then the others in probe order
+
+  ARGV[1]   user id
+  ARGV[2]   order id (decimal string; unique, so also the attempt-log member)
+  ARGV[3]   now, epoch ms
+  ARGV[4]   per-user attempts allowed per window (0 = no limit)
+  ARGV[5]   per-user window, ms
+  ARGV[6]   per-IP attempts allowed per window (0 = no limit)
+  ARGV[7]   per-IP window, ms
+  ARGV[8]   outbox payload (JSON)
+  ARGV[9]   daily counter TTL, seconds
+
+  Returns {code, a, b}:
+    {0, bucket, left}    reserved; bucket = index into the bucket list (1 = home), left = its stock
+    {1, 0, 0}            NOT_FOUND
+    {2, begin, 0}        NOT_STARTED
+    {3, end, 0}          ENDED
+    {4, 0, 0}            SOLD_OUT (every bucket empty: a buyer never sees sold out while any has stock)
+    {5, 0, 0}            DUPLICATE_ORDER
+    {6, retryAfterMs, w} RATE_LIMITED, w = 1 user limit, 2 IP limit
+    {7, limit, 0}        LIMIT_REACHED (daily limit across the shop)
+]]
+local metaKey, buyersKey, outboxKey, dueKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local userLogKey, ipLogKey, dailyKey = KEYS[5], KEYS[6], KEYS[7]
+
+local userId = ARGV[1]
+local orderId = ARGV[2]
+local now = tonumber(ARGV[3])
+local userLimit, userWindow = tonumber(ARGV[4]), tonumber(ARGV[5])
+local ipLimit, ipWindow = tonumber(ARGV[6]), tonumber(ARGV[7])
+local payload = ARGV[8]
+local dailyTtl = tonumber(ARGV[9])
+
+-- Sliding-window log: drop entries older than the window, then compare the count with the limit.
+-- Returns ms until the oldest entry leaves the window when full, else 0.
+local function windowFull(key, limit, window)
+  if limit <= 0 then return 0 end
+  redis.call("ZREMRANGEBYSCORE", key, "-inf", now - window)
+  if redis.call("ZCARD", key) < limit then return 0 end
+  local oldest = redis.call("ZRANGE", key, 0, 0, "WITHSCORES")
+  return math.max(1, tonumber(oldest[2]) + window - now)
+end
+
+-- Both limits are checked before either records, so a refused attempt costs no quota elsewhere.
+local wait = windowFull(userLogKey, userLimit, userWindow)
+if wait > 0 then return {6, wait, 1} end
+wait = windowFull(ipLogKey, ipLimit, ipWindow)
+if wait > 0 then return {6, wait, 2} end
+if userLimit > 0 then
+  redis.call("ZADD", userLogKey, now, orderId)
+  redis.call("PEXPIRE", userLogKey, userWindow)
+end
+if ipLimit > 0 then
+  redis.call("ZADD", ipLogKey, now, orderId)
+  redis.call("PEXPIRE", ipLogKey, ipWindow)
+end
+
+local meta = redis.call("HMGET", metaKey, "begin", "end", "dailyLimit")
+if not meta[1] then return {1, 0, 0} end
+local beginMs, endMs, dailyLimit = tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[3] or "0")
+if now < beginMs then return {2, beginMs, 0} end
+if now >= endMs then return {3, endMs, 0} end
+
+if redis.call("SISMEMBER", buyersKey, userId) == 1 then return {5, 0, 0} end
+
+if dailyLimit > 0 and (tonumber(redis.call("GET", dailyKey) or "0") >= dailyLimit) then
+  return {7, dailyLimit, 0}
+end
+
+-- Home bucket first; if it is empty, probe the others so stock left anywhere is sold.
+local chosen, left = 0, 0
+for i = 8, #KEYS do
+  local stock = tonumber(redis.call("GET", KEYS[i]) or "0")
+  if stock > 0 then
+    left = redis.call("DECR", KEYS[i])
+    chosen = i - 7
+    break
+  end
+end
+if chosen == 0 then return {4, 0, 0} end
+
+redis.call("SADD", buyersKey, userId)
+redis.call("HSET", outboxKey, orderId, payload)
+redis.call("ZADD", dueKey, now, orderId)
+if dailyLimit > 0 then
+  redis.call("INCR", dailyKey)
+  redis.call("EXPIRE", dailyKey, dailyTtl)
+end
+return {0, chosen, left}

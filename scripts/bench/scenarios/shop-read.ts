@@ -1,0 +1,172 @@
+/**
+ * Group "shop-read": GET /api/shop/{id} on the real app (own bun process, served like
+ * src/entry/bun.ts) answered from L1, from L2 and from MySQL, against a Hono hello-world baseline
+ * measured in the same rounds. Headline: the ratio of shop-l1 — what a cached shop read costs
+ * next to the cheapest Hono response.
+ *
+ * Every row is loaded by wrk with the same request script (wrk/rotate-ids.lua, 50 ids round
+ * robin), the baseline included (its "/?id=N" requests all hit "/"), so wrk's own per-request
+ * work is identical across rows. The app rows share one stack (fixtures/app-stack.ts); only one
+ * server is loaded at a time, so the stand-ins' request counters, taken around each round and
+ * divided by the requests the server received, say what each row really did:
+ * "REST trips/req" (Upstash-REST requests, i.e. Redis round trips; auto-pipelining batches
+ * concurrent commands into one) and "DB trips/req" (PlanetScale-HTTP requests, i.e. queries).
+ */
+import { join } from "node:path";
+import { appStack, ROTATE_IDS_LUA, type AppStack } from "../fixtures/app-stack.ts";
+import { spawnBunServer, type BunChild } from "../lib/proc.ts";
+import { withTimeout } from "../lib/util.ts";
+import { defineScenario, type Extras, type Scenario } from "../types.ts";
+
+const GROUP = "shop-read";
+const APP_SERVER = join(import.meta.dir, "../servers/app-shop.ts");
+
+async function fetchText(url: string): Promise<{ status: number; text: string }> {
+  const res = await fetch(url, { signal: AbortSignal.timeout(5000) });
+  return { status: res.status, text: await res.text() };
+}
+
+/** Throws unless GET base+id answers 200 with the success envelope of shop `id`, for every id. */
+async function checkShops(base: string, ids: readonly number[]): Promise<void> {
+  for (const id of ids) {
+    const { status, text } = await fetchText(`${base}${id}`);
+    let body: { success?: unknown; data?: { id?: unknown } } | null = null;
+    try {
+      body = JSON.parse(text) as { success?: unknown; data?: { id?: unknown } } | null;
+    } catch {
+      /* reported below */
+    }
+    if (status !== 200 || body?.success !== true || body.data?.id !== id) {
+      throw new Error(`GET ${new URL(base).pathname}${id} answered ${status} ${text.slice(0, 300)} — expected {success:true,data:{id:${id},…}}`);
+    }
+  }
+}
+
+type Mode = "l1" | "l2" | "mysql";
+
+interface ModeSpec {
+  name: string;
+  path: string;
+  description: string;
+  /** What a sequential pass over warm ids must have cost, checked in setup (fails the scenario if not). */
+  expect(d: { rest: number; db: number; n: number }): string | null;
+}
+
+const MODES: Record<Mode, ModeSpec> = {
+  l1: {
+    name: "shop-l1",
+    path: "/api/shop/",
+    description: "GET /api/shop/{id} on the app (own bun process), 50 ids, warm: served from the in-process L1 (no Redis call)",
+    // One REST request is allowed: the cache-metrics flush (every 5 s per isolate) may land in the pass.
+    expect: ({ rest, db }) => (rest <= 1 && db === 0 ? null : `an L1 pass made ${rest} Redis and ${db} MySQL requests (expected ≤ 1 and 0)`),
+  },
+  l2: {
+    name: "shop-l2",
+    path: "/api/shop/",
+    description:
+      "GET /api/shop/{id}, shop cache with l1TtlMs 0: every request reads Redis via @upstash/redis → Upstash-REST stand-in → redis-server",
+    expect: ({ rest, db, n }) => (rest >= n && db === 0 ? null : `an L2 pass of ${n} requests made ${rest} Redis and ${db} MySQL requests (expected ≥ ${n} and 0)`),
+  },
+  mysql: {
+    name: "shop-mysql",
+    path: "/bench/shop-origin/",
+    description:
+      "GET /bench/shop-origin/{id} (same middleware, loadShop instead of the cache): one query per request via @planetscale/database → PlanetScale-HTTP stand-in → MariaDB",
+    expect: ({ rest, db, n }) => (db === n && rest <= 1 ? null : `a MySQL pass of ${n} requests made ${db} MySQL and ${rest} Redis requests (expected ${n} and ≤ 1)`),
+  },
+};
+
+/** The app server's request counter over IPC; replies are matched FIFO (one question at a time). */
+function servedCounter(): { ipc: (m: unknown) => void; ask(server: BunChild): Promise<number> } {
+  const waiting: Array<(n: number) => void> = [];
+  return {
+    ipc: (m) => {
+      const msg = m as { type?: unknown; served?: unknown } | null;
+      if (msg?.type === "served" && typeof msg.served === "number") waiting.shift()?.(msg.served);
+    },
+    ask: (server) =>
+      withTimeout(
+        new Promise<number>((resolve) => {
+          waiting.push(resolve);
+          server.proc.send({ type: "served" });
+        }),
+        5000,
+        "app server request count over IPC",
+      ),
+  };
+}
+
+function appScenario(mode: Mode): Scenario {
+  const spec = MODES[mode];
+  return defineScenario({
+    name: spec.name,
+    group: GROUP,
+    description: spec.description,
+    async setup(ctx) {
+      const stack: AppStack = await appStack(ctx);
+      const counter = servedCounter();
+      const server = await spawnBunServer({
+        script: APP_SERVER,
+        env: { MODE: mode, BENCH_STACK_ENV: JSON.stringify(stack.env) },
+        ipc: counter.ipc,
+      });
+      const base = `${server.url}${spec.path}`;
+      try {
+        // First pass: every id answers with its shop (and L1/L2 are filled where the mode uses them).
+        await checkShops(base, stack.ids);
+        // Second pass, warm: prove the mode reads where it claims to before anything is measured.
+        const rest0 = stack.restRequests();
+        const db0 = stack.dbRequests();
+        await checkShops(base, stack.ids);
+        const problem = spec.expect({ rest: stack.restRequests() - rest0, db: stack.dbRequests() - db0, n: stack.ids.length });
+        if (problem) throw new Error(`${spec.name}: ${problem}`);
+        // The route must sit behind the app's middleware (request id, headers) like /api/shop.
+        const res = await fetch(`${base}${stack.ids[0]}`, { signal: AbortSignal.timeout(5000) });
+        await res.arrayBuffer();
+        if (!res.headers.get("x-request-id")) throw new Error(`${spec.name}: response has no x-request-id: the app middleware did not run`);
+      } catch (e) {
+        await server.stop();
+        throw e;
+      }
+
+      let before = { rest: 0, db: 0, served: 0 };
+      return {
+        kind: "http",
+        url: base,
+        luaScript: ROTATE_IDS_LUA,
+        async beforeRound() {
+          before = { rest: stack.restRequests(), db: stack.dbRequests(), served: await counter.ask(server) };
+        },
+        async afterRound(): Promise<Extras> {
+          const served = (await counter.ask(server)) - before.served;
+          if (served <= 0) return {};
+          return {
+            "REST trips/req": (stack.restRequests() - before.rest) / served,
+            "DB trips/req": (stack.dbRequests() - before.db) / served,
+          };
+        },
+        teardown: server.stop,
+      };
+    },
+  });
+}
+
+const hello = defineScenario({
+  name: "shop-hello",
+  group: GROUP,
+  baseline: true,
+  description: "GET /?id={1..50} on a Hono hello-world (servers/hono-hello.ts, own bun process), same wrk script as the app rows",
+  async setup() {
+    const server = await spawnBunServer({ script: join(import.meta.dir, "../servers/hono-hello.ts") });
+    try {
+      const { status, text } = await fetchText(`${server.url}/?id=1`);
+      if (status !== 200 || text !== "Hello, World!") throw new Error(`hono-hello answered ${status} ${text.slice(0, 200)}`);
+    } catch (e) {
+      await server.stop();
+      throw e;
+    }
+    return { kind: "http", url: `${server.url}/?id=`, luaScript: ROTATE_IDS_LUA, teardown: server.stop };
+  },
+});
+
+export default [hello, appScenario("l1"), appScenario("l2"), appScenario("mysql")];

@@ -1,0 +1,60 @@
+import { Hono } from "hono";
+import { z } from "zod";
+import { AppError, fail, ok } from "../errors.ts";
+import { requireUser, type UserEnv } from "../http/auth.ts";
+import { clientIp } from "../http/client-ip.ts";
+import { Current, Id, v } from "../http/validate.ts";
+import { findReservation, getOrderRow, listOrdersOfUser, type OrderRow } from "../services/seckill/orders.ts";
+import { startPayment } from "../services/seckill/payments.ts";
+import { reserve } from "../services/seckill/reserve.ts";
+import { statusName } from "../services/seckill/types.ts";
+import { formatInZone } from "../util/time.ts";
+
+/** A 64-bit order id as sent to clients: a decimal string (also accepted as path text). */
+const OrderId = z
+  .string()
+  .regex(/^[1-9]\d{0,18}$/, "not an order id")
+  .refine((s) => BigInt(s) <= 9_223_372_036_854_775_807n, "not an order id");
+
+const ORDER_PAGE_SIZE = 10;
+
+function present(o: OrderRow, zone: string) {
+  return {
+    id: o.id,
+    userId: o.userId,
+    voucherId: o.voucherId,
+    status: statusName(o.status),
+    createTime: formatInZone(o.createTime, zone),
+    payTime: o.payTime === null ? null : formatInZone(o.payTime, zone),
+  };
+}
+
+export const voucherOrder = new Hono<UserEnv>()
+  .use(requireUser)
+  .post("/seckill/:voucherId", v("param", z.object({ voucherId: Id })), async (c) => {
+    const deps = c.get("deps");
+    const res = await reserve(deps, { voucherId: c.req.valid("param").voucherId, userId: c.get("user").id, ip: clientIp(c, deps.config.TRUST_PROXY) });
+    if (res.ok) return c.json(ok(res.orderId));
+    if (res.reason === "RATE_LIMITED") throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterMs / 1000 });
+    return c.json(fail(res.reason, res.message));
+  })
+  .get("/of/me", v("query", z.object({ current: Current })), async (c) => {
+    const deps = c.get("deps");
+    const rows = await listOrdersOfUser(deps, c.get("user").id, c.req.valid("query").current, ORDER_PAGE_SIZE);
+    return c.json(ok(rows.map((o) => present(o, deps.config.SERVICE_TIME_ZONE))));
+  })
+  .get("/:id", v("param", z.object({ id: OrderId })), async (c) => {
+    const deps = c.get("deps");
+    const id = c.req.valid("param").id;
+    const me = c.get("user").id;
+    const row = await getOrderRow(deps, id);
+    if (row) return c.json(row.userId === me ? ok(present(row, deps.config.SERVICE_TIME_ZONE)) : fail("NOT_FOUND", "order not found"));
+    // Reserved but not yet written to MySQL: the outbox knows it.
+    const r = await findReservation(deps, id);
+    if (!r || r.userId !== me) return c.json(fail("NOT_FOUND", "order not found"));
+    return c.json(ok({ id, userId: r.userId, voucherId: r.voucherId, status: "queued", createTime: formatInZone(r.reservedAt, deps.config.SERVICE_TIME_ZONE), payTime: null }));
+  })
+  .post("/:id/pay", v("param", z.object({ id: OrderId })), async (c) => {
+    const res = await startPayment(c.get("deps"), c.get("user").id, c.req.valid("param").id);
+    return c.json(res.ok ? ok({ paymentId: res.paymentId }) : fail(res.reason, res.message));
+  });

@@ -1,0 +1,130 @@
+/**
+ * Seckill voucher configuration: what the reservation path needs to build its keys and what the
+ * jobs need to reconcile. Immutable after creation, so it is cached hard (cache module `seckill`).
+ */
+import type { Deps } from "../../deps.ts";
+import { keys } from "../../redis/keys.ts";
+import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
+
+export interface SeckillConfig {
+  voucherId: number;
+  shopId: number;
+  initialStock: number;
+  buckets: number;
+  /** Max seckill orders per user per day across the shop; 0 = none. */
+  dailyLimit: number;
+  beginMs: number;
+  endMs: number;
+  /** Price, cents. */
+  payValue: number;
+}
+
+type Row = Record<string, string | number | null>;
+
+export async function loadSeckillConfig(deps: Deps, voucherId: number): Promise<SeckillConfig | null> {
+  const row = (
+    await deps.db.execute(
+      `SELECT c.voucher_id, c.shop_id, c.initial_stock, c.buckets, c.shop_daily_limit, s.begin_time, s.end_time, v.pay_value
+         FROM tb_seckill_config c
+         JOIN tb_seckill_voucher s ON s.voucher_id = c.voucher_id
+         JOIN tb_voucher v ON v.id = c.voucher_id
+        WHERE c.voucher_id = ?`,
+      [voucherId],
+    )
+  ).rows[0] as Row | undefined;
+  if (!row) return null;
+  return {
+    voucherId: Number(row.voucher_id),
+    shopId: Number(row.shop_id),
+    initialStock: Number(row.initial_stock),
+    buckets: Number(row.buckets),
+    dailyLimit: Number(row.shop_daily_limit),
+    beginMs: parseSqlUtc(String(row.begin_time)),
+    endMs: parseSqlUtc(String(row.end_time)),
+    payValue: Number(row.pay_value),
+  };
+}
+
+/** Splits `stock` over `n` buckets as evenly as possible (the first `stock % n` get one more). */
+export function splitStock(stock: number, n: number): number[] {
+  const base = Math.floor(stock / n);
+  return Array.from({ length: n }, (_, i) => base + (i < stock % n ? 1 : 0));
+}
+
+/** The buyer's home bucket (0-based). Users spread evenly; a buyer always starts at the same one. */
+export function homeBucket(userId: number, buckets: number): number {
+  return userId % buckets;
+}
+
+/** Bucket keys in probe order for a buyer: home first, then the rest round-robin. */
+export function bucketKeysFor(cfg: SeckillConfig, userId: number): string[] {
+  const home = homeBucket(userId, cfg.buckets);
+  return Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(cfg.shopId, cfg.voucherId, (home + i) % cfg.buckets));
+}
+
+/**
+ * Loads a new voucher's stock, window and rules into Redis and registers it for the jobs.
+ * `remaining` defaults to the initial stock (a reload after Redis lost data passes what is left).
+ */
+export async function loadSeckillIntoRedis(deps: Deps, cfg: SeckillConfig, remaining = cfg.initialStock): Promise<void> {
+  const tx = deps.redis.multi();
+  tx.hset(keys.seckill.meta(cfg.shopId, cfg.voucherId), {
+    begin: cfg.beginMs,
+    end: cfg.endMs,
+    initial: cfg.initialStock,
+    buckets: cfg.buckets,
+    dailyLimit: cfg.dailyLimit,
+  });
+  splitStock(remaining, cfg.buckets).forEach((n, i) => tx.set(keys.seckill.stock(cfg.shopId, cfg.voucherId, i), n));
+  await tx.exec();
+  await deps.redis.sadd(keys.seckill.active(), `${cfg.shopId}:${cfg.voucherId}`);
+}
+
+export interface NewSeckill {
+  shopId: number;
+  title: string;
+  subTitle: string | null;
+  rules: string | null;
+  payValue: number;
+  actualValue: number;
+  stock: number;
+  beginMs: number;
+  endMs: number;
+  buckets: number;
+  dailyLimit: number;
+}
+
+/**
+ * Creates the voucher rows in one MySQL transaction, then loads Redis. If the Redis step fails the
+ * call fails; the voucher exists in MySQL and the reconcile job loads it on its next pass.
+ */
+export async function createSeckillVoucher(deps: Deps, v: NewSeckill): Promise<SeckillConfig> {
+  const voucherId = await deps.db.transaction(async (tx) => {
+    const res = await tx.execute(
+      "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) VALUES (?, ?, ?, ?, ?, ?, 1, 1)",
+      [v.shopId, v.title, v.subTitle, v.rules, v.payValue, v.actualValue],
+    );
+    const id = Number(res.insertId);
+    await tx.execute("INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (?, ?, ?, ?)", [id, v.stock, toSqlUtc(v.beginMs), toSqlUtc(v.endMs)]);
+    await tx.execute("INSERT INTO tb_seckill_config (voucher_id, shop_id, initial_stock, buckets, shop_daily_limit) VALUES (?, ?, ?, ?, ?)", [
+      id,
+      v.shopId,
+      v.stock,
+      v.buckets,
+      v.dailyLimit,
+    ]);
+    return id;
+  });
+  const cfg: SeckillConfig = {
+    voucherId,
+    shopId: v.shopId,
+    initialStock: v.stock,
+    buckets: v.buckets,
+    dailyLimit: v.dailyLimit,
+    beginMs: v.beginMs,
+    endMs: v.endMs,
+    payValue: v.payValue,
+  };
+  await loadSeckillIntoRedis(deps, cfg);
+  return cfg;
+}

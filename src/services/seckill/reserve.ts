@@ -1,0 +1,132 @@
+/**
+ * The seckill reservation: auth'd user → isolate sold-out memo → one Redis round trip (the
+ * reserve-stock script) → order id to the caller at once; the QStash publish runs after the
+ * response through `waitUntil`. If the publish is lost, the outbox entry the script wrote is
+ * re-published by the sweep job: a reservation always ends as exactly one order or one release.
+ */
+import type { Deps } from "../../deps.ts";
+import { cachesFor } from "../../cache/modules.ts";
+import { keys } from "../../redis/keys.ts";
+import { idsFor } from "../../redis/ids.ts";
+import { scriptsFor } from "../../redis/scripts.ts";
+import { publishReservation } from "../../queue/orders.ts";
+import { dayParts } from "../../util/time.ts";
+import { bucketKeysFor, type SeckillConfig } from "./config.ts";
+import type { Reservation } from "./types.ts";
+
+export type ReserveResult =
+  | { ok: true; orderId: string }
+  | { ok: false; reason: "NOT_FOUND" | "NOT_STARTED" | "ENDED" | "SOLD_OUT" | "DUPLICATE_ORDER" | "LIMIT_REACHED"; message: string }
+  | { ok: false; reason: "RATE_LIMITED"; message: string; retryAfterMs: number };
+
+/**
+ * Isolate state. Sold-out memo: once Redis answered SOLD_OUT for a voucher, this isolate answers
+ * SOLD_OUT without Redis for SOLD_OUT_MEMO_MS — long enough to absorb a stampede, short enough
+ * that stock released by a cancelled order is sold again.
+ */
+interface IsolateState {
+  soldOutUntil: Map<number, number>;
+}
+const isolates = new WeakMap<Deps["redis"], IsolateState>();
+
+function isolate(deps: Deps): IsolateState {
+  let s = isolates.get(deps.redis);
+  if (!s) {
+    s = { soldOutUntil: new Map() };
+    isolates.set(deps.redis, s);
+  }
+  return s;
+}
+
+/** yyyyMMdd of an instant in the service zone (the daily purchase limit's day). */
+export function serviceDay(ms: number, zone: string): string {
+  const d = dayParts(ms, zone);
+  return `${d.year}${String(d.month).padStart(2, "0")}${String(d.day).padStart(2, "0")}`;
+}
+
+/** Keys of one reservation call, in the order reserve-stock.lua documents. */
+export function reserveKeys(cfg: SeckillConfig, userId: number, ip: string, day: string): string[] {
+  const { shopId, voucherId } = cfg;
+  return [
+    keys.seckill.meta(shopId, voucherId),
+    keys.seckill.buyers(shopId, voucherId),
+    keys.seckill.outbox(shopId),
+    keys.seckill.outboxDue(shopId),
+    keys.seckill.userLog(shopId, voucherId, userId),
+    keys.seckill.ipLog(shopId, voucherId, ip),
+    keys.seckill.daily(shopId, userId, day),
+    ...bucketKeysFor(cfg, userId),
+  ];
+}
+
+const messages = {
+  NOT_FOUND: "voucher not found",
+  NOT_STARTED: "the sale has not started",
+  ENDED: "the sale has ended",
+  SOLD_OUT: "sold out",
+  DUPLICATE_ORDER: "one order per user",
+  LIMIT_REACHED: "daily purchase limit reached for this shop",
+} as const;
+
+export async function reserve(deps: Deps, input: { voucherId: number; userId: number; ip: string }): Promise<ReserveResult> {
+  const state = isolate(deps);
+  const now = deps.clock.now();
+  const memo = state.soldOutUntil.get(input.voucherId);
+  if (memo !== undefined) {
+    if (memo > now) return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
+    state.soldOutUntil.delete(input.voucherId);
+  }
+  const cfg = await cachesFor(deps).seckill.get(deps, input.voucherId);
+  if (!cfg) return { ok: false, reason: "NOT_FOUND", message: messages.NOT_FOUND };
+  // Window checks the isolate can answer from the cached config, without Redis.
+  if (now < cfg.beginMs) return { ok: false, reason: "NOT_STARTED", message: messages.NOT_STARTED };
+  if (now >= cfg.endMs) return { ok: false, reason: "ENDED", message: messages.ENDED };
+
+  const orderId = (await idsFor(deps).next()).toString();
+  const reservation: Reservation = { orderId, userId: input.userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue };
+  const c = deps.config;
+  const day = serviceDay(now, c.SERVICE_TIME_ZONE);
+  const [code, a, b] = await scriptsFor(deps.redis).reserveStock.exec(reserveKeys(cfg, input.userId, input.ip, day), [
+    String(input.userId),
+    orderId,
+    String(now),
+    String(c.SECKILL_USER_LIMIT),
+    String(c.SECKILL_USER_WINDOW_MS),
+    String(c.SECKILL_IP_LIMIT),
+    String(c.SECKILL_IP_WINDOW_MS),
+    JSON.stringify(reservation),
+    String(2 * 86400),
+  ]);
+  switch (code) {
+    case 0:
+      deps.waitUntil(
+        publishReservation(deps, reservation).catch((err: unknown) => {
+          // Not fatal: the outbox entry stays and the sweep re-publishes it.
+          deps.log.warn("order publish failed; the outbox sweep will retry", { orderId, err });
+        }),
+      );
+      return { ok: true, orderId };
+    case 1:
+      return { ok: false, reason: "NOT_FOUND", message: messages.NOT_FOUND };
+    case 2:
+      return { ok: false, reason: "NOT_STARTED", message: messages.NOT_STARTED };
+    case 3:
+      return { ok: false, reason: "ENDED", message: messages.ENDED };
+    case 4:
+      if (c.SOLD_OUT_MEMO_MS > 0) state.soldOutUntil.set(input.voucherId, now + c.SOLD_OUT_MEMO_MS);
+      return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
+    case 5:
+      return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER };
+    case 6:
+      return { ok: false, reason: "RATE_LIMITED", message: b === 2 ? "too many attempts from this address" : "too many attempts", retryAfterMs: a };
+    case 7:
+      return { ok: false, reason: "LIMIT_REACHED", message: messages.LIMIT_REACHED };
+    default:
+      throw new Error(`reserve-stock.lua returned unknown code ${code}`);
+  }
+}
+
+/** Tests/ops: forget this isolate's sold-out memo. */
+export function clearSoldOutMemo(deps: Deps): void {
+  isolate(deps).soldOutUntil.clear();
+}
