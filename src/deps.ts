@@ -10,6 +10,7 @@ import { Redis } from "@upstash/redis";
 import type { Config } from "./env.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createSms, type SmsPort } from "./sms/index.ts";
+import { type BlobStore, createBlobStore } from "./blob/index.ts";
 import { createPaymentProvider, type PaymentProvider } from "./payments/provider.ts";
 
 export type RedisPort = Redis;
@@ -33,6 +34,8 @@ export interface Deps {
   log: Logger;
   sms: SmsPort;
   payments: PaymentProvider;
+  /** Uploaded images (BLOB_STORE: a local folder in dev, S3-compatible such as R2 in production). */
+  blobs: BlobStore;
   /**
    * Keeps background work (cache refresh, publishes) alive after the response. The app rebinds
    * this per request to the runtime's ExecutionContext; the value here is the fallback used
@@ -50,6 +53,7 @@ export interface DepsOverrides {
   waitUntil?: (p: Promise<unknown>) => void;
   sms?: SmsPort;
   payments?: PaymentProvider;
+  blobs?: BlobStore;
 }
 
 export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps {
@@ -75,5 +79,6 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   const sms = overrides.sms ?? createSms(config, log, overrides.fetch);
   const clock = overrides.clock ?? systemClock;
   const payments = overrides.payments ?? createPaymentProvider(config, log, () => clock.now(), overrides.fetch);
-  return { config, redis, db, queue, receiver, clock, log, sms, payments, waitUntil };
+  const blobs = overrides.blobs ?? createBlobStore(config, overrides.fetch);
+  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, waitUntil };
 }

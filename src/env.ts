@@ -84,12 +84,36 @@ export const EnvSchema = z.object({
   LOCAL_PAYMENT_FAIL_RATE: z.coerce.number().min(0).max(1).default(0),
   /** Bun/Deno entries: run the cron jobs in-process (Workers use [triggers]). */
   RUN_CRON: bool.default(true),
+  /** Inbox length per user (`feed:{uid}`): pushes keep only this many newest note ids. */
+  FEED_MAX_LENGTH: z.coerce.number().int().min(1).max(100_000).default(1000),
+  /** Notes per scroll page of GET /api/blog/of/follow (the classic client expects 2). */
+  FEED_PAGE_SIZE: z.coerce.number().int().min(1).max(100).default(2),
+  /** Largest accepted image upload, bytes (the multipart body may exceed it by a little framing). */
+  UPLOAD_MAX_BYTES: z.coerce.number().int().positive().max(100 * 1_048_576).default(5 * 1_048_576),
+  /** Where uploaded images live: `local` = a folder (dev), `s3` = any S3-compatible store (R2, S3, MinIO). */
+  BLOB_STORE: z.enum(["local", "s3"]).default("local"),
+  /** BLOB_STORE=local: the folder, relative to the working directory unless absolute. */
+  UPLOAD_DIR: z.string().min(1).default(".local/uploads"),
+  /** BLOB_STORE=s3: endpoint, e.g. `https://<account>.r2.cloudflarestorage.com` or `https://s3.<region>.amazonaws.com`. */
+  S3_ENDPOINT: z.url({ protocol: /^https?$/ }).optional(),
+  S3_BUCKET: z.string().min(1).optional(),
+  /** SigV4 region; R2 uses `auto`. */
+  S3_REGION: z.string().min(1).default("auto"),
+  S3_ACCESS_KEY_ID: z.string().min(1).optional(),
+  S3_SECRET_ACCESS_KEY: z.string().min(1).optional(),
+  /** `true`: `<endpoint>/<bucket>/<key>` (R2, MinIO); `false`: `<bucket>.<endpoint host>/<key>`. */
+  S3_PATH_STYLE: bool.default(true),
 });
 
 export type Config = z.infer<typeof EnvSchema>;
 
 /** Cross-field rules that a per-field schema cannot express. */
 const RefinedSchema = EnvSchema.superRefine((c, ctx) => {
+  if (c.BLOB_STORE === "s3") {
+    for (const k of ["S3_ENDPOINT", "S3_BUCKET", "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY"] as const) {
+      if (!c[k]) ctx.addIssue({ code: "custom", path: [k], message: `${k} is required when BLOB_STORE=s3` });
+    }
+  }
   if (c.SMS_PROVIDER === "twilio") {
     for (const k of ["TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM"] as const) {
       if (!c[k]) ctx.addIssue({ code: "custom", path: [k], message: `${k} is required when SMS_PROVIDER=twilio` });

@@ -5,6 +5,7 @@
  */
 import type { Deps } from "../deps.ts";
 import { withLock } from "../redis/lock.ts";
+import { closeExpired, reconcile, sweepOutbox } from "./orders.ts";
 
 export interface CronJob {
   name: string;
@@ -15,8 +16,11 @@ export interface CronJob {
   run(deps: Deps, now: number): Promise<unknown>;
 }
 
-/** Jobs register here as the flows that need them land (outbox sweep, close-expired, reconcile). */
-export const cronJobs: CronJob[] = [];
+export const cronJobs: CronJob[] = [
+  { name: "sweep-outbox", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now) => sweepOutbox(deps, now) },
+  { name: "close-expired", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now) => closeExpired(deps, now) },
+  { name: "reconcile", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now) => reconcile(deps, now) },
+];
 
 /** Runs every job bound to `cron` (all when undefined), each under its lock; one failure does not stop the others. */
 export async function runCron(

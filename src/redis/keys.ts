@@ -51,4 +51,19 @@ export const keys = {
   processed: (kind: string, id: string) => `processed:${kind}:${id}`,
   /** Mutex / job lock. */
   lock: (name: string) => `lock:${name}`,
+  /**
+   * Who liked a note: ZSET member = user id, score = like time (epoch ms), so ZRANGE 0 4 gives the
+   * first likers in like order. The id is a hash tag: the like script also touches `blogLikedVersion`.
+   */
+  blogLiked: (blogId: number) => `blog:liked:{${blogId}}`,
+  /** Last version handed out for the note's like count (string, integer; see lua/blog-like-toggle.lua). */
+  blogLikedVersion: (blogId: number) => `blog:liked:{${blogId}}:version`,
+  /** Users `uid` follows (SET of user ids), mirrored from tb_follow for SINTER. */
+  follows: (userId: number) => `follows:${userId}`,
+  /** Inbox of notes pushed by followed authors: ZSET member = blog id, score = note time (epoch ms). */
+  feed: (userId: number) => `feed:${userId}`,
+  /** Sign-in bitmap of one user for one month (`yyyyMM`, service zone); bit = day of month − 1. */
+  sign: (userId: number, yyyyMM: string) => `sign:${userId}:${yyyyMM}`,
+  /** HyperLogLog of the day's visitors (`yyyyMMdd`, service zone). */
+  uv: (yyyyMMdd: string) => `uv:${yyyyMMdd}`,
 } as const;

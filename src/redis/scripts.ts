@@ -4,11 +4,13 @@
  * SCRIPT FLUSH), so the common path sends only the 40-byte hash.
  */
 import type { Redis } from "@upstash/redis";
+import blogLikeToggleSrc from "../../lua/blog-like-toggle.lua" with { type: "text" };
 import extendLockSrc from "../../lua/extend-lock.lua" with { type: "text" };
 import loginCodeConsumeSrc from "../../lua/login-code-consume.lua" with { type: "text" };
 import loginCodeMissSrc from "../../lua/login-code-miss.lua" with { type: "text" };
 import releaseStockSrc from "../../lua/release-stock.lua" with { type: "text" };
 import reserveStockSrc from "../../lua/reserve-stock.lua" with { type: "text" };
+import resetStockSrc from "../../lua/reset-stock.lua" with { type: "text" };
 import unlockSrc from "../../lua/unlock.lua" with { type: "text" };
 
 /** Sources by name; tests assert each is real Lua (not the path string Bun yields without the loader). */
@@ -17,8 +19,10 @@ export const luaSources = {
   extendLock: extendLockSrc,
   loginCodeMiss: loginCodeMissSrc,
   loginCodeConsume: loginCodeConsumeSrc,
+  blogLikeToggle: blogLikeToggleSrc,
   reserveStock: reserveStockSrc,
   releaseStock: releaseStockSrc,
+  resetStock: resetStockSrc,
 } as const;
 
 export type ScriptName = keyof typeof luaSources;
@@ -43,8 +47,12 @@ export function createScripts(redis: Redis) {
     extendLock: redis.createScript<number>(luaSources.extendLock),
     loginCodeMiss: redis.createScript<number>(luaSources.loginCodeMiss),
     loginCodeConsume: redis.createScript<number>(luaSources.loginCodeConsume),
+    /** {delta, count, version}: see lua/blog-like-toggle.lua. */
+    blogLikeToggle: redis.createScript<[number, number, number]>(luaSources.blogLikeToggle),
     /** {code, a, b}: see lua/reserve-stock.lua. */
     reserveStock: redis.createScript<[number, number, number]>(luaSources.reserveStock),
     releaseStock: redis.createScript<number>(luaSources.releaseStock),
+    /** {before, after} summed stock. */
+    resetStock: redis.createScript<[number, number]>(luaSources.resetStock),
   };
 }

@@ -22,11 +22,11 @@ export interface TestApp {
 }
 
 /** A fresh app (own isolate-level state) on the shared stack. `env` overrides config values. */
-export async function createTestApp(env: Record<string, string> = {}, overrides: DepsOverrides = {}): Promise<TestApp> {
+export async function createTestApp(env: Record<string, string> = {}, overrides: DepsOverrides & { wrap?: (deps: Deps) => Deps } = {}): Promise<TestApp> {
   const stack = await getStack();
   const pending = new Set<Promise<unknown>>();
   const config = parseEnv({ ...stack.env, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent", RUN_CRON: "false", ...env });
-  const deps = createDeps(config, {
+  const built = createDeps(config, {
     log: createLogger(config.LOG_LEVEL),
     waitUntil: (p) => {
       const tracked = p.catch(() => {}).finally(() => pending.delete(tracked));
@@ -34,6 +34,7 @@ export async function createTestApp(env: Record<string, string> = {}, overrides:
     },
     ...overrides,
   });
+  const deps = overrides.wrap ? overrides.wrap(built) : built;
   return {
     stack,
     deps,
@@ -42,4 +43,39 @@ export async function createTestApp(env: Record<string, string> = {}, overrides:
       while (pending.size > 0) await Promise.all([...pending]);
     },
   };
+}
+
+export interface ServedApp extends TestApp {
+  url: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * A test app also served over HTTP on a free port, with PUBLIC_URL pointing at it, so QStash
+ * deliveries and payment webhooks reach its /internal routes for real.
+ */
+export async function serveTestApp(env: Record<string, string> = {}, overrides: DepsOverrides & { wrap?: (deps: Deps) => Deps } = {}): Promise<ServedApp> {
+  const { freePort } = await import("../../scripts/stack/engines.ts");
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const t = await createTestApp({ PUBLIC_URL: url, ...env }, overrides);
+  const ctx = { waitUntil: (p: Promise<unknown>) => t.deps.waitUntil(p), passThroughOnException() {}, props: {} };
+  const server = Bun.serve({ port, hostname: "127.0.0.1", fetch: (req) => t.app.fetch(req, { clientIp: "127.0.0.1" }, ctx) });
+  return {
+    ...t,
+    url,
+    stop: async () => {
+      await server.stop(true);
+    },
+  };
+}
+
+/** Polls `check` until it returns true or `timeoutMs` passes (then throws with `what`). */
+export async function eventually(what: string, check: () => Promise<boolean>, timeoutMs = 20_000, everyMs = 50): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
+    await Bun.sleep(everyMs);
+  }
 }

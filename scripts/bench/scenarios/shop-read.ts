@@ -44,10 +44,20 @@ async function checkShops(base: string, ids: readonly number[]): Promise<void> {
 
 type Mode = "l1" | "l2" | "mysql";
 
+const REST = "REST trips/req";
+const DB = "DB trips/req";
+type Trips = typeof REST | typeof DB;
+
 interface ModeSpec {
   name: string;
   path: string;
   description: string;
+  /**
+   * The column this row reports (its own tier). The other count is checked each round instead and
+   * logged when above 1 % of requests (e.g. L2 reads falling through to MySQL); one column per
+   * row keeps the chart's detail line from overflowing.
+   */
+  column: Trips;
   /** What a sequential pass over warm ids must have cost, checked in setup (fails the scenario if not). */
   expect(d: { rest: number; db: number; n: number }): string | null;
 }
@@ -56,6 +66,7 @@ const MODES: Record<Mode, ModeSpec> = {
   l1: {
     name: "shop-l1",
     path: "/api/shop/",
+    column: REST,
     description: "GET /api/shop/{id} on the app (own bun process), 50 ids, warm: served from the in-process L1 (no Redis call)",
     // One REST request is allowed: the cache-metrics flush (every 5 s per isolate) may land in the pass.
     expect: ({ rest, db }) => (rest <= 1 && db === 0 ? null : `an L1 pass made ${rest} Redis and ${db} MySQL requests (expected ≤ 1 and 0)`),
@@ -63,6 +74,7 @@ const MODES: Record<Mode, ModeSpec> = {
   l2: {
     name: "shop-l2",
     path: "/api/shop/",
+    column: REST,
     description:
       "GET /api/shop/{id}, shop cache with l1TtlMs 0: every request reads Redis via @upstash/redis → Upstash-REST stand-in → redis-server",
     expect: ({ rest, db, n }) => (rest >= n && db === 0 ? null : `an L2 pass of ${n} requests made ${rest} Redis and ${db} MySQL requests (expected ≥ ${n} and 0)`),
@@ -70,6 +82,7 @@ const MODES: Record<Mode, ModeSpec> = {
   mysql: {
     name: "shop-mysql",
     path: "/bench/shop-origin/",
+    column: DB,
     description:
       "GET /bench/shop-origin/{id} (same middleware, loadShop instead of the cache): one query per request via @planetscale/database → PlanetScale-HTTP stand-in → MariaDB",
     expect: ({ rest, db, n }) => (db === n && rest <= 1 ? null : `a MySQL pass of ${n} requests made ${db} MySQL and ${rest} Redis requests (expected ${n} and ≤ 1)`),
@@ -130,6 +143,7 @@ function appScenario(mode: Mode): Scenario {
       }
 
       let before = { rest: 0, db: 0, served: 0 };
+      let round = 0;
       return {
         kind: "http",
         url: base,
@@ -138,12 +152,16 @@ function appScenario(mode: Mode): Scenario {
           before = { rest: stack.restRequests(), db: stack.dbRequests(), served: await counter.ask(server) };
         },
         async afterRound(): Promise<Extras> {
+          round++;
           const served = (await counter.ask(server)) - before.served;
           if (served <= 0) return {};
-          return {
-            "REST trips/req": (stack.restRequests() - before.rest) / served,
-            "DB trips/req": (stack.dbRequests() - before.db) / served,
+          const trips: Record<Trips, number> = {
+            [REST]: (stack.restRequests() - before.rest) / served,
+            [DB]: (stack.dbRequests() - before.db) / served,
           };
+          const other: Trips = spec.column === REST ? DB : REST;
+          if (trips[other] > 0.01) ctx.log(`  ${spec.name} round ${round}: ${other} ${trips[other].toFixed(3)} — not every read came from where this row claims`);
+          return { [spec.column]: trips[spec.column] };
         },
         teardown: server.stop,
       };

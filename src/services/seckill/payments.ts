@@ -68,7 +68,7 @@ interface PaymentRow {
 
 /** Applies a provider webhook. Idempotent: a second delivery of the same event is "duplicate". */
 export async function settleWebhook(deps: Deps, event: WebhookEvent): Promise<SettleOutcome> {
-  if (event.type === "refund.succeeded" || event.type === "refund.failed") return await settleRefund(deps, event.refundId, event.type === "refund.succeeded");
+  if ("refundId" in event) return await settleRefund(deps, event.refundId, event.type === "refund.succeeded");
   return await settlePayment(deps, event);
 }
 
