@@ -14,7 +14,7 @@ import { formatInZone } from "../util/time.ts";
 const OrderId = z
   .string()
   .regex(/^[1-9]\d{0,18}$/, "not an order id")
-  .refine((s) => BigInt(s) <= 9_223_372_036_854_775_807n, "not an order id");
+  .refine((s) => /^\d+$/.test(s) && BigInt(s) <= 9_223_372_036_854_775_807n, "not an order id");
 
 const ORDER_PAGE_SIZE = 10;
 
