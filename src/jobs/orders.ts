@@ -44,7 +44,7 @@ export async function sweepOutbox(deps: Deps, now: number): Promise<SweepResult>
       const raw = (await deps.redis.hmget<Record<string, unknown>>(keys.seckill.outbox(shopId), ...ids.map(String))) ?? {};
       const entries = Object.values(raw).filter((v) => v !== null && v !== undefined).map(parseReservation);
       // Publish first, then push the due time forward: a crash in between only re-publishes again.
-      await Promise.all(entries.map((r) => publishReservation(deps, r)));
+      await Promise.all(entries.map((r) => publishReservation(deps, r, { resend: String(now) })));
       const p = deps.redis.pipeline();
       for (const id of ids) {
         if (raw[String(id)] === null || raw[String(id)] === undefined) p.zrem(keys.seckill.outboxDue(shopId), String(id));
@@ -80,13 +80,12 @@ export async function closeExpired(deps: Deps, now: number): Promise<CloseExpire
   // Reservations that never reached MySQL within the deadline.
   const shops = [...new Set((await activeVouchers(deps)).map(([s]) => s))];
   for (const shopId of shops) {
-    const ids = (await deps.redis.zrange(keys.seckill.outboxDue(shopId), 0, deadlineMs, { byScore: true, offset: 0, count: BATCH })) as string[];
-    if (ids.length === 0) continue;
-    const raw = (await deps.redis.hmget<Record<string, unknown>>(keys.seckill.outbox(shopId), ...ids.map(String))) ?? {};
+    // The due score moves forward with every re-publish, so candidates are chosen by the
+    // reservation time inside each entry. The outbox only holds unacknowledged reservations.
+    const raw = (await deps.redis.hgetall<Record<string, unknown>>(keys.seckill.outbox(shopId))) ?? {};
     for (const v of Object.values(raw)) {
       if (v === null || v === undefined) continue;
       const r = parseReservation(v);
-      // The due score moves with re-publishing; the reservation time is what the deadline is about.
       if (r.reservedAt >= deadlineMs) continue;
       const outcome = await closeOrder(deps, r.orderId, r);
       if (outcome === "cancelled-before-write") closedBeforeWrite++;

@@ -10,17 +10,23 @@ export function internalUrl(deps: Pick<Deps, "config">, path: string): string {
   return `${deps.config.PUBLIC_URL.replace(/\/$/, "")}${path}`;
 }
 
-export async function publishReservation(deps: Deps, r: Reservation, opts: { withClose?: boolean } = {}): Promise<void> {
+/**
+ * `resend` (the outbox sweep) gives the messages a per-pass deduplication id: the first publish
+ * used the bare order id, and QStash would drop a re-send under the same id as a duplicate of a
+ * message that was accepted but may never have been processed. The writer is idempotent.
+ */
+export async function publishReservation(deps: Deps, r: Reservation, opts: { withClose?: boolean; resend?: string } = {}): Promise<void> {
   const retries = deps.config.ORDER_MESSAGE_RETRIES;
+  const dedup = opts.resend ? `${r.orderId}-resend-${opts.resend}` : r.orderId;
   const messages: Parameters<Deps["queue"]["batchJSON"]>[0] = [
-    { url: internalUrl(deps, "/internal/orders/write"), body: r, deduplicationId: r.orderId, retries },
+    { url: internalUrl(deps, "/internal/orders/write"), body: r, deduplicationId: dedup, retries },
   ];
   if (opts.withClose ?? true) {
     messages.push({
       url: internalUrl(deps, "/internal/orders/close"),
       body: { orderId: r.orderId },
       delay: deps.config.ORDER_PAY_TIMEOUT_SECONDS,
-      deduplicationId: `${r.orderId}-close`,
+      deduplicationId: `${dedup}-close`,
       retries,
     });
   }

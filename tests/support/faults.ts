@@ -10,7 +10,12 @@
  */
 import type { Deps } from "../../src/deps.ts";
 
-export type FaultAction = "fail" | "drop" | "delay" | "duplicate";
+/**
+ * fail: reject without calling; drop: resolve without calling; delay: call later; duplicate: call
+ * `copies` times; lose: call, then reject (the engine did the work, the caller never hears — a
+ * crash or a cut connection after the fact); tap: record the arguments and drop the call.
+ */
+export type FaultAction = "fail" | "drop" | "delay" | "duplicate" | "lose" | "tap";
 
 interface Rule {
   target: string;
@@ -33,6 +38,8 @@ export class Faults {
   private rules: Rule[] = [];
   /** Calls seen per target (after wrapping), for assertions. */
   readonly calls = new Map<string, number>();
+  /** Arguments of tapped calls, per target. */
+  readonly tapped = new Map<string, unknown[][]>();
 
   on(target: string, action: FaultAction, opts: { times?: number; when?: (args: unknown[]) => boolean; delayMs?: number; copies?: number } = {}): this {
     this.rules.push({ target, action, times: opts.times ?? Number.POSITIVE_INFINITY, when: opts.when, delayMs: opts.delayMs ?? 0, copies: opts.copies ?? 2 });
@@ -65,7 +72,14 @@ export class Faults {
           if (!rule) return call();
           switch (rule.action) {
             case "fail":
-              return Promise.reject(new InjectedFault(key));
+              // Thrown synchronously: right for sync factories (multi, pipeline) and, inside an
+              // async caller, the same as a rejection for async methods.
+              throw new InjectedFault(key);
+            case "lose":
+              return Promise.resolve(call()).then(() => Promise.reject(new InjectedFault(`${key} (reply lost)`)));
+            case "tap":
+              faults.tapped.set(key, [...(faults.tapped.get(key) ?? []), args]);
+              return Promise.resolve(undefined);
             case "drop":
               // The call "succeeded" from the caller's point of view but never reached the engine.
               return Promise.resolve(undefined);
