@@ -9,7 +9,10 @@ import { cronJobs, runCron } from "../jobs/index.ts";
 declare const Deno: {
   env: { toObject(): Record<string, string> };
   exit(code: number): never;
-  serve(opts: { port: number; hostname: string; onListen?: (a: { port: number; hostname: string }) => void }, handler: (req: Request) => Response | Promise<Response>): unknown;
+  serve(
+    opts: { port: number; hostname: string; onListen?: (a: { port: number; hostname: string }) => void },
+    handler: (req: Request, info: { remoteAddr: { hostname: string } }) => Response | Promise<Response>,
+  ): unknown;
   cron?: (name: string, schedule: string, fn: () => Promise<unknown>) => unknown;
 };
 
@@ -28,7 +31,7 @@ const hostname = Deno.env.toObject().HOST ?? "127.0.0.1";
 
 Deno.serve(
   { port: config.PORT, hostname, onListen: ({ port }) => deps.log.info("listening", { url: `http://${hostname}:${port}/` }) },
-  (req) => app.fetch(req, {}, ctx),
+  (req, info) => app.fetch(req, { clientIp: info.remoteAddr.hostname }, ctx),
 );
 
 if (config.RUN_CRON && Deno.cron) {
