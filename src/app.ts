@@ -4,6 +4,7 @@
  */
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
+import { except } from "hono/combine";
 import { cors } from "hono/cors";
 import { requestId } from "hono/request-id";
 import { secureHeaders } from "hono/secure-headers";
@@ -16,6 +17,12 @@ import { shop, shopType } from "./routes/shop.ts";
 import { voucher } from "./routes/voucher.ts";
 import { voucherOrder } from "./routes/voucher-order.ts";
 import { internal } from "./routes/internal.ts";
+import { blog } from "./routes/blog.ts";
+import { follow } from "./routes/follow.ts";
+import { sign } from "./routes/sign.ts";
+import { imgs, upload, UPLOAD_PATH } from "./routes/upload.ts";
+import { uv } from "./routes/uv.ts";
+import { uvTracker } from "./http/uv.ts";
 import { cachesFor } from "./cache/modules.ts";
 import type { AppEnv } from "./types.ts";
 
@@ -56,6 +63,8 @@ export function createApp(deps: Deps): Hono<AppEnv> {
       ms: Math.round((performance.now() - started) * 100) / 100,
     });
   });
+  // Daily unique visitors (HyperLogLog), recorded in the background after each /api response.
+  app.use(uvTracker());
   app.use(secureHeaders({ crossOriginResourcePolicy: "cross-origin" }));
   app.use(
     cors({
@@ -66,21 +75,32 @@ export function createApp(deps: Deps): Hono<AppEnv> {
     }),
   );
   app.use(
-    bodyLimit({
-      maxSize: deps.config.MAX_BODY_BYTES,
-      onError: () => {
-        throw new AppError("PAYLOAD_TOO_LARGE", `body larger than ${deps.config.MAX_BODY_BYTES} bytes`);
-      },
-    }),
+    // Image uploads have their own, larger limit (UPLOAD_MAX_BYTES, src/routes/upload.ts).
+    except(
+      (c) => c.req.path === UPLOAD_PATH,
+      bodyLimit({
+        maxSize: deps.config.MAX_BODY_BYTES,
+        onError: () => {
+          throw new AppError("PAYLOAD_TOO_LARGE", `body larger than ${deps.config.MAX_BODY_BYTES} bytes`);
+        },
+      }),
+    ),
   );
 
   app.route("/health", health);
+  // Before `user`: its `/:id` would otherwise shadow `/sign/count`.
+  app.route("/api/user", sign);
   app.route("/api/user", user);
+  app.route("/api/blog", blog);
+  app.route("/api/follow", follow);
+  app.route("/api/upload", upload);
+  app.route("/imgs", imgs);
   app.route("/api/shop", shop);
   app.route("/api/shop-type", shopType);
   app.route("/api/voucher", voucher);
   app.route("/api/voucher-order", voucherOrder);
   app.route("/internal", internal);
+  app.route("/admin/uv", uv);
   app.route("/admin", admin);
 
   app.notFound((c) => c.json(fail("NOT_FOUND", `no route for ${c.req.method} ${c.req.path}`, c.get("requestId")), 404));

@@ -109,7 +109,7 @@ const EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b78
 
 export class S3BlobStore implements BlobStore {
   private readonly base: URL;
-  private readonly fetch: typeof fetch;
+  private readonly fetch: (url: URL, init: RequestInit) => Promise<Response>;
   private readonly now: () => number;
 
   constructor(private readonly opts: S3Options) {
@@ -117,7 +117,7 @@ export class S3BlobStore implements BlobStore {
     this.base = opts.pathStyle
       ? new URL(`${endpoint.origin}${endpoint.pathname.replace(/\/$/, "")}/${uriEncode(opts.bucket, false)}/`)
       : new URL(`${endpoint.protocol}//${opts.bucket}.${endpoint.host}${endpoint.pathname.replace(/\/$/, "")}/`);
-    this.fetch = opts.fetch ?? ((input, init) => fetch(input, init));
+    this.fetch = opts.fetch ?? ((url, init) => fetch(url, init));
     this.now = opts.now ?? Date.now;
   }
 

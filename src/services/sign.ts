@@ -46,7 +46,9 @@ export async function signStreak(deps: Deps, userId: number): Promise<number> {
   let { year, month, day } = dayParts(deps.clock.now(), deps.config.SERVICE_TIME_ZONE);
   let total = 0;
   for (let i = 0; i < MAX_MONTHS; i++) {
-    const [bits = 0] = await deps.redis.bitfield(keys.sign(userId, yyyyMM(year, month))).get(`u${day}`, 0).exec();
+    // An explicit pipeline: the auto-pipelining client cannot chain BITFIELD's builder (SDK 1.39).
+    const [reply] = await deps.redis.pipeline().bitfield(keys.sign(userId, yyyyMM(year, month))).get(`u${day}`, 0).exec().exec<[number[]]>();
+    const bits = reply?.[0] ?? 0;
     const run = trailingOnes(Number(bits), day);
     total += run;
     if (run < day) break;

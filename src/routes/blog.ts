@@ -1,0 +1,72 @@
+import { Hono } from "hono";
+import { z } from "zod";
+import { fail, ok } from "../errors.ts";
+import { type MaybeUserEnv, optionalUser, requireUser, type UserEnv } from "../http/auth.ts";
+import { Current, Id, IdParam, v } from "../http/validate.ts";
+import { blogsOfUser, createBlog, firstLikers, getBlog, hotBlogs, toggleLike } from "../services/blog.ts";
+import { readFeedPage } from "../services/feed.ts";
+import type { AppEnv } from "../types.ts";
+
+/**
+ * One image reference: a path on this site (`/imgs/blogs/…`, what uploads return). No other
+ * hosts, not even protocol-relative `//host/…`: an outside image would let its host see who reads the note.
+ */
+const ImageRef = z.string().regex(/^\/(?!\/)(?!.*\.\.)[A-Za-z0-9/._-]{1,254}$/, "images must be paths on this site");
+/** Comma-separated, at most 9 (tb_blog.images). */
+const Images = z
+  .string()
+  .max(2048)
+  .default("")
+  .transform((s) => s.split(",").map((x) => x.trim()).filter(Boolean))
+  .pipe(z.array(ImageRef).max(9, "at most 9 images"))
+  .transform((list) => list.join(","));
+
+const BlogBody = z.object({
+  shopId: Id,
+  title: z.string().trim().min(1).max(255),
+  content: z.string().trim().min(1).max(2048),
+  images: Images,
+});
+
+/** Scroll cursor: `lastId` is the smallest score already seen (epoch ms; absent = from the newest). */
+const FeedQuery = z.object({
+  lastId: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(Number.MAX_SAFE_INTEGER),
+  offset: z.coerce.number().int().min(0).max(100_000).default(0),
+});
+
+const publicRoutes = new Hono<MaybeUserEnv>().get("/hot", optionalUser, v("query", z.object({ current: Current })), async (c) => {
+  const viewer = c.get("user");
+  return c.json(ok(await hotBlogs(c.get("deps"), c.req.valid("query").current, viewer ? viewer.id : null)));
+});
+
+const authed = new Hono<UserEnv>()
+  .use(requireUser)
+  .post("/", v("json", BlogBody), async (c) => {
+    const res = await createBlog(c.get("deps"), c.get("user").id, c.req.valid("json"));
+    return res.ok ? c.json(ok(res.id)) : c.json(fail("INVALID_INPUT", "unknown shop"), 400);
+  })
+  .put("/like/:id", v("param", IdParam), async (c) => {
+    const res = await toggleLike(c.get("deps"), c.req.valid("param").id, c.get("user").id);
+    return c.json(res.ok ? ok() : fail("NOT_FOUND", "blog not found"));
+  })
+  .get("/likes/:id", v("param", IdParam), async (c) => c.json(ok(await firstLikers(c.get("deps"), c.req.valid("param").id))))
+  .get("/of/me", v("query", z.object({ current: Current })), async (c) => {
+    const me = c.get("user").id;
+    return c.json(ok(await blogsOfUser(c.get("deps"), me, c.req.valid("query").current, me)));
+  })
+  .get("/of/user", v("query", z.object({ id: Id, current: Current })), async (c) => {
+    const { id, current } = c.req.valid("query");
+    return c.json(ok(await blogsOfUser(c.get("deps"), id, current, c.get("user").id)));
+  })
+  .get("/of/follow", v("query", FeedQuery), async (c) => {
+    const deps = c.get("deps");
+    const { lastId, offset } = c.req.valid("query");
+    return c.json(ok(await readFeedPage(deps, c.get("user").id, { minTime: lastId, offset }, deps.config.FEED_PAGE_SIZE)));
+  })
+  .get("/:id", v("param", IdParam), async (c) => {
+    const found = await getBlog(c.get("deps"), c.req.valid("param").id, c.get("user").id);
+    return c.json(found ? ok(found) : fail("NOT_FOUND", "blog not found"));
+  });
+
+/** Mounted at /api/blog. `/hot` is public (registered first, so the auth guard never runs for it). */
+export const blog = new Hono<AppEnv>().route("/", publicRoutes).route("/", authed);

@@ -1,0 +1,15 @@
+import { Hono } from "hono";
+import { ok } from "../errors.ts";
+import { requireUser, type UserEnv } from "../http/auth.ts";
+import { signStreak, signToday } from "../services/sign.ts";
+
+/**
+ * Mounted at /api/user *before* the user routes, so `/sign/count` is not taken for `/{id}`. The
+ * guard is per route: a `use` here would also guard the public /api/user/code and /login.
+ */
+export const sign = new Hono<UserEnv>()
+  .post("/sign", requireUser, async (c) => {
+    await signToday(c.get("deps"), c.get("user").id);
+    return c.json(ok());
+  })
+  .get("/sign/count", requireUser, async (c) => c.json(ok(await signStreak(c.get("deps"), c.get("user").id))));

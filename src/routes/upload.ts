@@ -1,0 +1,65 @@
+import { Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import { createMiddleware } from "hono/factory";
+import { z } from "zod";
+import { AppError, fail, ok } from "../errors.ts";
+import { requireUser, type UserEnv } from "../http/auth.ts";
+import { v } from "../http/validate.ts";
+import { deleteBlogImage, keyOfName, readBlogImage, saveBlogImage } from "../services/upload.ts";
+import type { AppEnv } from "../types.ts";
+
+/** The upload path; app.ts exempts it from the global MAX_BODY_BYTES limit (this route has its own). */
+export const UPLOAD_PATH = "/api/upload/blog";
+
+/** Multipart framing allowed on top of UPLOAD_MAX_BYTES (boundaries, part headers), bytes. */
+const MULTIPART_OVERHEAD = 16 * 1024;
+
+/** Caps the raw body at UPLOAD_MAX_BYTES + framing before anything parses it. */
+const uploadBodyLimit = createMiddleware<AppEnv>(async (c, next) => {
+  const max = c.get("deps").config.UPLOAD_MAX_BYTES;
+  return await bodyLimit({
+    maxSize: max + MULTIPART_OVERHEAD,
+    onError: () => {
+      throw new AppError("PAYLOAD_TOO_LARGE", `file larger than ${max} bytes`);
+    },
+  })(c, next);
+});
+
+const DeleteQuery = z.object({ name: z.string().min(1).max(300) });
+
+/** Mounted at /api/upload. */
+export const upload = new Hono<UserEnv>()
+  .use(requireUser)
+  .post("/blog", uploadBodyLimit, async (c) => {
+    const form = await c.req.parseBody().catch((err: unknown) => {
+      if (err instanceof AppError) throw err;
+      throw new AppError("INVALID_INPUT", "expected a multipart/form-data body", { cause: err });
+    });
+    const file = form.file;
+    if (!(file instanceof File)) throw new AppError("INVALID_INPUT", "multipart field `file` (a file) is required");
+    const deps = c.get("deps");
+    const res = await saveBlogImage(deps, c.get("user").id, new Uint8Array(await file.arrayBuffer()));
+    if (res.ok) return c.json(ok(res.name));
+    if (res.reason === "TOO_LARGE") throw new AppError("PAYLOAD_TOO_LARGE", `file larger than ${deps.config.UPLOAD_MAX_BYTES} bytes`);
+    throw new AppError("INVALID_INPUT", res.reason === "EMPTY" ? "the file is empty" : "only JPEG, PNG, WebP and GIF images are accepted");
+  })
+  .get("/blog/delete", v("query", DeleteQuery), async (c) => {
+    const key = keyOfName(c.req.valid("query").name);
+    if (!key) throw new AppError("INVALID_INPUT", "not an upload name");
+    const res = await deleteBlogImage(c.get("deps"), c.get("user").id, key);
+    if (res.ok) return c.json(ok());
+    if (res.reason === "FORBIDDEN") throw new AppError("FORBIDDEN", "you can only delete your own uploads");
+    return c.json(fail("NOT_FOUND", "upload not found"));
+  });
+
+/** Mounted at /imgs (public): serves uploads by the names handed out. Names are immutable. */
+export const imgs = new Hono<AppEnv>().get("/blogs/*", async (c) => {
+  const key = keyOfName(c.req.path.slice("/imgs".length));
+  const found = key ? await readBlogImage(c.get("deps"), key) : null;
+  if (!found) return c.json(fail("NOT_FOUND", "image not found", c.get("requestId")), 404);
+  return c.body(found.body as ReadableStream<Uint8Array> | Uint8Array<ArrayBuffer>, 200, {
+    "content-type": found.contentType,
+    "content-length": String(found.size),
+    "cache-control": "public, max-age=31536000, immutable",
+  });
+});

@@ -1,0 +1,27 @@
+import { Hono } from "hono";
+import { z } from "zod";
+import { fail, ok } from "../errors.ts";
+import { requireOperator } from "../http/auth.ts";
+import { v } from "../http/validate.ts";
+import { isoDay, UV_MAX_RANGE_DAYS, uvReport } from "../services/uv.ts";
+import type { AppEnv } from "../types.ts";
+
+const IsoDate = z
+  .string()
+  .regex(/^\d{4}-\d{2}-\d{2}$/, "must be YYYY-MM-DD")
+  .refine((s) => !Number.isNaN(Date.parse(`${s}T00:00:00Z`)) && new Date(`${s}T00:00:00Z`).toISOString().startsWith(s), "not a calendar date");
+
+const RangeQuery = z.object({ from: IsoDate.optional(), to: IsoDate.optional() });
+
+/** Mounted at /admin/uv (operator). `to` defaults to today, `from` to `to`; the range is inclusive and bounded. */
+export const uv = new Hono<AppEnv>().get("/", requireOperator, v("query", RangeQuery), async (c) => {
+  const deps = c.get("deps");
+  const q = c.req.valid("query");
+  const today = isoDay(deps.clock.now(), deps.config.SERVICE_TIME_ZONE);
+  const to = q.to ?? today;
+  const from = q.from ?? to;
+  if (from > to) return c.json(fail("INVALID_INPUT", "from must not be after to"), 400);
+  const days = (Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / 86_400_000 + 1;
+  if (days > UV_MAX_RANGE_DAYS) return c.json(fail("INVALID_INPUT", `at most ${UV_MAX_RANGE_DAYS} days per query`), 400);
+  return c.json(ok(await uvReport(deps, from, to)));
+});
