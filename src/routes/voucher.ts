@@ -67,7 +67,7 @@ export const voucher = new Hono<AppEnv>()
     const deps = c.get("deps");
     const body = c.req.valid("json");
     if (!(await shopExists(deps, body.shopId))) return c.json(fail("INVALID_INPUT", "unknown shop"), 400);
-    const id = await insertVoucher(deps, body);
+    const id = await insertVoucher(deps.db, body);
     await refreshVoucherList(deps, body.shopId);
     return c.json(ok(id));
   })

@@ -230,10 +230,11 @@ export async function shopExists(deps: Deps, id: number): Promise<boolean> {
   return (await deps.db.execute("SELECT 1 FROM tb_shop WHERE id = ?", [id])).rows.length > 0;
 }
 
-export async function insertVoucher(deps: Deps, v: VoucherInput): Promise<number> {
-  const res = await deps.db.execute(
-    "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) VALUES (?, ?, ?, ?, ?, ?, 0, 1)",
-    [v.shopId, v.title, v.subTitle, v.rules, v.payValue, v.actualValue],
+/** Inserts a voucher on sale (type 0 normal, 1 seckill) through `db` or a transaction; returns its id. */
+export async function insertVoucher(db: Pick<Deps["db"], "execute">, v: VoucherInput, type: 0 | 1 = 0): Promise<number> {
+  const res = await db.execute(
+    "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+    [v.shopId, v.title, v.subTitle, v.rules, v.payValue, v.actualValue, type],
   );
   return Number(res.insertId);
 }

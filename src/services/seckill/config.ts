@@ -5,6 +5,7 @@
 import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
 import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
+import { insertVoucher, type VoucherInput } from "../shops.ts";
 
 export interface SeckillConfig {
   voucherId: number;
@@ -80,13 +81,7 @@ export async function loadSeckillIntoRedis(deps: Deps, cfg: SeckillConfig, remai
   await deps.redis.sadd(keys.seckill.active(), `${cfg.shopId}:${cfg.voucherId}`);
 }
 
-export interface NewSeckill {
-  shopId: number;
-  title: string;
-  subTitle: string | null;
-  rules: string | null;
-  payValue: number;
-  actualValue: number;
+export interface NewSeckill extends VoucherInput {
   stock: number;
   beginMs: number;
   endMs: number;
@@ -100,11 +95,7 @@ export interface NewSeckill {
  */
 export async function createSeckillVoucher(deps: Deps, v: NewSeckill): Promise<SeckillConfig> {
   const voucherId = await deps.db.transaction(async (tx) => {
-    const res = await tx.execute(
-      "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) VALUES (?, ?, ?, ?, ?, ?, 1, 1)",
-      [v.shopId, v.title, v.subTitle, v.rules, v.payValue, v.actualValue],
-    );
-    const id = Number(res.insertId);
+    const id = await insertVoucher(tx, v, 1);
     await tx.execute("INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (?, ?, ?, ?)", [id, v.stock, toSqlUtc(v.beginMs), toSqlUtc(v.endMs)]);
     await tx.execute("INSERT INTO tb_seckill_config (voucher_id, shop_id, initial_stock, buckets, shop_daily_limit) VALUES (?, ?, ?, ?, ?)", [
       id,
