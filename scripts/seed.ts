@@ -14,6 +14,8 @@ import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { createSession } from "../src/services/session.ts";
 import { rebuildShopGeo } from "../src/services/shop-geo.ts";
+import { keys } from "../src/redis/keys.ts";
+import { createSeckillVoucher } from "../src/services/seckill/config.ts";
 import { loadStackEnv } from "./stack/env-file.ts";
 
 export const CITY_CENTRE = { x: 120.149993, y: 30.334229 } as const;
@@ -81,7 +83,6 @@ function bar(label: string, total: number, quiet?: boolean) {
   return { increment: (n = 1) => b.increment(n), stop: () => b.stop() };
 }
 
-const sqlDate = (ms: number) => new Date(ms).toISOString().slice(0, 19).replace("T", " ");
 
 export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise<SeedResult> {
   const rand = prng(opts.randomSeed);
@@ -141,18 +142,23 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
       "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) VALUES (?, ?, ?, ?, ?, ?, 0, 1)",
       [shopId, "50元代金券", "周一至周日均可使用", "全场通用\\n无需预约\\n可无限叠加", 4750, 5000],
     );
-    await db.transaction(async (tx) => {
-      const v = await tx.execute(
-        "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) VALUES (?, ?, ?, ?, ?, ?, 1, 1)",
-        [shopId, "100元秒杀券", "限时抢购", "每人限购一张", 8000, 10000],
-      );
-      await tx.execute("INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (?, ?, ?, ?)", [
-        Number(v.insertId),
-        100,
-        sqlDate(now - 3600_000),
-        sqlDate(now + 7 * 86400_000),
-      ]);
-    });
+    // Through the service, so the voucher is purchasable: config row, Redis stock and window.
+    await createSeckillVoucher(
+      { db, redis },
+      {
+        shopId,
+        title: "100元秒杀券",
+        subTitle: "限时抢购",
+        rules: "每人限购一张",
+        payValue: 8000,
+        actualValue: 10000,
+        stock: 100,
+        beginMs: now - 3600_000,
+        endMs: now + 7 * 86400_000,
+        buckets: 1,
+        dailyLimit: 0,
+      },
+    );
     vouchers += 2;
   }
 
@@ -188,22 +194,26 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
     for (const r of rows) users.push({ id: Number(r.id), nickName: r.nick_name, icon: r.icon });
   }
 
-  // Notes by the first users about the first shops.
+  // Notes by the first users about the first shops, with real likes: the `liked` column must match
+  // the likers' ZSET (blog:liked:{id}), or the first toggle would "correct" a made-up count.
   let notes = 0;
   if (users.length > 0 && firstShops.length > 0) {
-    const values: unknown[] = [];
     for (let i = 0; i < opts.notes; i++) {
       const u = users[i % users.length];
       const s = firstShops[i % firstShops.length];
       if (!u || !s) continue;
-      values.push(Number(s.id), u.id, `探店笔记 #${i + 1}`, `/imgs/blogs/demo-${(i % 6) + 1}.jpg`, "环境不错，服务热情，值得再来。", Math.floor(rand() * 50));
+      const likers = users.filter(() => rand() < 0.3).slice(0, 40);
+      const res = await db.execute("INSERT INTO tb_blog (shop_id, user_id, title, images, content, liked) VALUES (?, ?, ?, ?, ?, ?)", [
+        Number(s.id),
+        u.id,
+        `探店笔记 #${i + 1}`,
+        `/imgs/blogs/demo-${(i % 6) + 1}.jpg`,
+        "环境不错，服务热情，值得再来。",
+        likers.length,
+      ]);
+      const [first, ...rest] = likers.map((l, k) => ({ score: Date.now() - (likers.length - k) * 60_000, member: String(l.id) }));
+      if (first) await redis.zadd(keys.blogLiked(Number(res.insertId)), first, ...rest);
       notes++;
-    }
-    if (notes > 0) {
-      await db.execute(
-        `INSERT INTO tb_blog (shop_id, user_id, title, images, content, liked) VALUES ${Array.from({ length: notes }, () => "(?, ?, ?, ?, ?, ?)").join(", ")}`,
-        values,
-      );
     }
   }
 

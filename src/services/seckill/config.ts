@@ -67,7 +67,7 @@ export function bucketKeysFor(cfg: SeckillConfig, userId: number): string[] {
  * Loads a new voucher's stock, window and rules into Redis and registers it for the jobs.
  * `remaining` defaults to the initial stock (a reload after Redis lost data passes what is left).
  */
-export async function loadSeckillIntoRedis(deps: Deps, cfg: SeckillConfig, remaining = cfg.initialStock): Promise<void> {
+export async function loadSeckillIntoRedis(deps: Pick<Deps, "redis">, cfg: SeckillConfig, remaining = cfg.initialStock): Promise<void> {
   const tx = deps.redis.multi();
   tx.hset(keys.seckill.meta(cfg.shopId, cfg.voucherId), {
     begin: cfg.beginMs,
@@ -93,7 +93,7 @@ export interface NewSeckill extends VoucherInput {
  * Creates the voucher rows in one MySQL transaction, then loads Redis. If the Redis step fails the
  * call fails; the voucher exists in MySQL and the reconcile job loads it on its next pass.
  */
-export async function createSeckillVoucher(deps: Deps, v: NewSeckill): Promise<SeckillConfig> {
+export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis">, v: NewSeckill): Promise<SeckillConfig> {
   const voucherId = await deps.db.transaction(async (tx) => {
     const id = await insertVoucher(tx, v, 1);
     await tx.execute("INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (?, ?, ?, ?)", [id, v.stock, toSqlUtc(v.beginMs), toSqlUtc(v.endMs)]);
