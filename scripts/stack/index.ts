@@ -34,6 +34,8 @@ export interface StackOptions {
   dbUser?: string;
   dbPassword?: string;
   adminToken?: string;
+  /** QStash token and signing keys; default: the SDK's dev-mode values (dev discovery works). */
+  qstashKeys?: { token: string; currentSigningKey: string; nextSigningKey: string };
   /** Base URL the app will listen on; becomes PUBLIC_URL (QStash callback destination). */
   publicUrl?: string;
   log?: (msg: string) => void;
@@ -66,6 +68,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const redisToken = opts.redisToken ?? "local-redis-token";
   const dbUser = opts.dbUser ?? "cityhub";
   const dbPassword = opts.dbPassword ?? "local-db-password";
+  const qkeys = opts.qstashKeys ?? QSTASH_DEV;
   const started: { stop(): Promise<void> }[] = [];
   const stopAll = async () => {
     for (const s of started.reverse()) await s.stop().catch(() => {});
@@ -92,9 +95,9 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       startLocalQstash({
         redisHost: redis.host,
         redisPort: redis.port,
-        token: QSTASH_DEV.token,
-        currentSigningKey: QSTASH_DEV.currentSigningKey,
-        nextSigningKey: QSTASH_DEV.nextSigningKey,
+        token: qkeys.token,
+        currentSigningKey: qkeys.currentSigningKey,
+        nextSigningKey: qkeys.nextSigningKey,
         port: opts.ports?.qstash,
         timeScale: opts.qstashTimeScale,
         pollIntervalMs: opts.qstashPollMs,
@@ -107,9 +110,9 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       UPSTASH_REDIS_REST_TOKEN: redisToken,
       DATABASE_URL: planetscale.url,
       QSTASH_URL: qstash.url,
-      QSTASH_TOKEN: QSTASH_DEV.token,
-      QSTASH_CURRENT_SIGNING_KEY: QSTASH_DEV.currentSigningKey,
-      QSTASH_NEXT_SIGNING_KEY: QSTASH_DEV.nextSigningKey,
+      QSTASH_TOKEN: qkeys.token,
+      QSTASH_CURRENT_SIGNING_KEY: qkeys.currentSigningKey,
+      QSTASH_NEXT_SIGNING_KEY: qkeys.nextSigningKey,
       ADMIN_TOKEN: opts.adminToken ?? "local-admin-token-change-me",
       PUBLIC_URL: opts.publicUrl ?? "http://127.0.0.1:8787",
       // Raw engine addresses, for tools (redis-cli, mariadb) and benchmarks, not read by the app.

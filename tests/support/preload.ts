@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { runMigrations } from "../../scripts/migrate.ts";
 import { startStack, type Stack } from "../../scripts/stack/index.ts";
+import { freePort } from "../../scripts/stack/engines.ts";
 
 declare global {
   // eslint-disable-next-line no-var
@@ -20,7 +21,19 @@ process.env.UPSTASH_DISABLE_TELEMETRY = "1";
 if (!globalThis.__cityhubStack) {
   const dir = mkdtempSync(join(tmpdir(), "cityhub-test-"));
   globalThis.__cityhubStack = (async () => {
-    const stack = await startStack({ dir, database: "cityhub_test", qstashTimeScale: 0.01, qstashPollMs: 20, adminToken: "test-admin-token-0123456789" });
+    // Test-only signing keys and a callback address where nothing listens (apps that need
+    // callbacks serve themselves and set PUBLIC_URL): test messages can never reach a developer's
+    // `npm run dev` app on :8787, which trusts the dev keys.
+    const rand = () => crypto.randomUUID().replace(/-/g, "");
+    const stack = await startStack({
+      dir,
+      database: "cityhub_test",
+      qstashTimeScale: 0.01,
+      qstashPollMs: 20,
+      adminToken: "test-admin-token-0123456789",
+      qstashKeys: { token: `test_${rand()}`, currentSigningKey: `sig_${rand()}`, nextSigningKey: `sig_${rand()}` },
+      publicUrl: `http://127.0.0.1:${await freePort()}`,
+    });
     await runMigrations(stack.env.DATABASE_URL as string);
     return stack;
   })();
