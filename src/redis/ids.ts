@@ -21,6 +21,7 @@ export const MAX_WORKERS = 1 << Number(WORKER_BITS);
 
 export class IdGenerator {
   private lastMs = -1;
+  private lastWall = -1;
   private seq = 0;
   /** Times the wall clock was seen behind the last issued timestamp (observability). */
   backwardsEvents = 0;
@@ -33,11 +34,11 @@ export class IdGenerator {
   }
 
   next(): bigint {
-    let ms = this.now() - ID_EPOCH_MS;
-    if (ms < this.lastMs) {
-      this.backwardsEvents++;
-      ms = this.lastMs;
-    }
+    const wall = this.now() - ID_EPOCH_MS;
+    if (wall < this.lastWall) this.backwardsEvents++;
+    this.lastWall = wall;
+    // Never behind the last issued timestamp (which may be ahead of the wall after borrowing).
+    let ms = Math.max(wall, this.lastMs);
     if (ms === this.lastMs) {
       this.seq++;
       if (this.seq > MAX_SEQ) {

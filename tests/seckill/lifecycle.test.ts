@@ -332,6 +332,28 @@ describe("pay vs close", () => {
     }
   });
 
+  test("a payment the provider declines leaves the order unpaid and payable again", async () => {
+    const t = await serveTestApp({ ...ENV, LOCAL_PAYMENT_FAIL_RATE: "1" });
+    try {
+      const { voucherId } = await createSeckill(t, { stock: 5 });
+      const owner = await loginAs(t.app, t.deps);
+      const me = (await call<{ id: number }>(t.app, "GET", "/api/user/me", { token: owner.token })).body.data?.id as number;
+      const r = await reserveOne(t, voucherId, me);
+      await eventually("order written", async () => (await orderRow(t, r.orderId)) !== undefined);
+      const pay = await call<{ paymentId: string }>(t.app, "POST", `/api/voucher-order/${r.orderId}/pay`, { token: owner.token });
+      const paymentId = pay.body.data?.paymentId as string;
+      await eventually("payment declined", async () => {
+        const row = (await t.deps.db.execute("SELECT status FROM tb_payment WHERE id = ?", [BigInt(paymentId)])).rows[0] as { status: number } | undefined;
+        return Number(row?.status) === 3;
+      });
+      expect(Number((await orderRow(t, r.orderId))?.status)).toBe(1);
+      expect((await call(t.app, "POST", `/api/voucher-order/${r.orderId}/pay`, { token: owner.token })).body.success).toBe(true);
+    } finally {
+      await t.settle();
+      await t.stop();
+    }
+  });
+
   test("payment webhooks must carry a valid, fresh signature", async () => {
     const t = await serveTestApp(ENV);
     try {
