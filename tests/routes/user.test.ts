@@ -208,3 +208,14 @@ test("the Twilio adapter posts the code with basic auth to the Messages API", as
     await server.stop(true);
   }
 });
+
+test("an authenticated request resolves and renews its session in one Redis round trip", async () => {
+  const { app, deps, stack, settle } = await createTestApp();
+  const { token } = await loginAs(app, deps);
+  // A first request lets the once-a-day UV write and the periodic cache-metrics flush happen.
+  await call(app, "GET", "/api/user/me", { token });
+  await settle();
+  const before = stack.rest.stats().requests;
+  expect((await call(app, "GET", "/api/user/me", { token })).body.success).toBe(true);
+  expect(stack.rest.stats().requests - before).toBe(1);
+});

@@ -125,6 +125,20 @@ const BAR_MAX = 580;
 const RATIO_X = BAR_X + BAR_MAX + 170; // right-hand column: ratio, latencies, extras (~400 px)
 const ROW_H = 68;
 const BAR_H = 26;
+/** Characters of 12 px detail text that fit between RATIO_X and the right edge; line spacing. */
+const DETAIL_CHARS = 56;
+const DETAIL_LINE_H = 15;
+
+/** Joins items with " · " into lines of at most `max` characters (an over-long item gets a line of its own). */
+function wrapItems(items: readonly string[], max: number): string[] {
+  const lines: string[] = [];
+  for (const item of items) {
+    const last = lines[lines.length - 1];
+    if (last !== undefined && last.length + 3 + item.length <= max) lines[lines.length - 1] = `${last} · ${item}`;
+    else lines.push(item);
+  }
+  return lines;
+}
 
 /** A colour per row that reads at a glance: grey baseline, green faster, red slower, blue ~same. */
 function barColour(r: ScenarioResult): string {
@@ -185,8 +199,12 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo): str
       // Say so on the chart when the rounds disagreed: the bar alone would look precise.
       const noisy = r.spread > 0.1;
       if (noisy) more.push(`noisy: rps spread ${(r.spread * 100).toFixed(0)} %`);
-      if (more.length) parts.push(`<text x="${RATIO_X}" y="${mid + 27}" class="detail${r.errors || noisy ? " warn" : ""}">${esc(more.join(" · "))}</text>`);
-      y += ROW_H;
+      // Wrapped to the width of the right-hand column; each extra line makes the row taller.
+      const lines = wrapItems(more, DETAIL_CHARS);
+      lines.forEach((line, i) =>
+        parts.push(`<text x="${RATIO_X}" y="${mid + 27 + i * DETAIL_LINE_H}" class="detail${r.errors || noisy ? " warn" : ""}">${esc(line)}</text>`),
+      );
+      y += ROW_H + Math.max(0, lines.length - 1) * DETAIL_LINE_H;
     }
   }
   y += 20;

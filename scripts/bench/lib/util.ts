@@ -40,6 +40,7 @@ export function formatInt(n: number): string {
 /** Latency or ratio with about three significant digits. */
 export function formatNum(n: number | undefined): string {
   if (n === undefined || !Number.isFinite(n)) return "—";
+  if (n === 0) return "0";
   const a = Math.abs(n);
   if (a >= 100) return n.toFixed(0);
   if (a >= 10) return n.toFixed(1);

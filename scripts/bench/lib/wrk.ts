@@ -76,11 +76,20 @@ export function parseWrkOutput(out: string): Measurement {
 export async function runWrk(target: HttpTarget, opts: WrkOptions): Promise<Measurement> {
   assertLoopback(target.url);
   const seconds = Math.max(1, Math.round(opts.durationMs / 1000));
-  const args = ["wrk", `-t${opts.threads}`, `-c${opts.connections}`, `-d${seconds}s`, "--latency"];
+  const args = [`-t${opts.threads}`, `-c${opts.connections}`, `-d${seconds}s`, "--latency"];
   const script = requestScript(target, opts.tmpDir);
   if (script) args.push("-s", script);
   args.push(target.url);
-  const proc = Bun.spawn(args, { stdout: "pipe", stderr: "pipe" });
+  return parseWrkOutput(await execWrk(args, seconds));
+}
+
+/**
+ * Runs `wrk <args>` (for scenarios that drive wrk themselves, e.g. with script arguments after
+ * `--` or their own connection count) and returns its stdout. `seconds` is the -d value: the
+ * process is killed 15 s after it should have ended. The caller checks that the URL is loopback.
+ */
+export async function execWrk(args: readonly string[], seconds: number): Promise<string> {
+  const proc = Bun.spawn(["wrk", ...args], { stdout: "pipe", stderr: "pipe" });
   const killer = setTimeout(() => proc.kill("SIGKILL"), seconds * 1000 + 15_000);
   try {
     const [out, err, code] = await Promise.all([
@@ -89,7 +98,7 @@ export async function runWrk(target: HttpTarget, opts: WrkOptions): Promise<Meas
       proc.exited,
     ]);
     if (code !== 0) throw new Error(`wrk exited with ${code}: ${err || out}`);
-    return parseWrkOutput(out);
+    return out;
   } finally {
     clearTimeout(killer);
   }

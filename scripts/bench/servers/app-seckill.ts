@@ -1,0 +1,215 @@
+/**
+ * Bench server of groups "seckill" and "writer": the real app — createApp(createDeps(parseEnv(…)))
+ * — served by Bun.serve the way src/entry/bun.ts serves it (same fetch signature with `{ clientIp }`,
+ * same ExecutionContext shim: a pending-promise set behind `waitUntil`, which is where the QStash
+ * publish of a reservation runs). Config: the stack's settings plus
+ *
+ *   SECKILL_USER_LIMIT=0, SECKILL_IP_LIMIT=0   a swarm from one address must not be rate limited
+ *   PUBLIC_URL = this server's URL               QStash delivers the write messages back here
+ *   ORDER_PAY_TIMEOUT_SECONDS=86400              the delayed close messages never fire in a run
+ *   LOG_LEVEL=silent, RUN_CRON=false             no log I/O, no jobs (sweep/reconcile) in the way
+ *
+ * src/ is untouched; the server only counts and times the QStash deliveries it answers
+ * (POST /internal/orders/write), which is the latency the writer group reports.
+ *
+ * The same process also hosts the two in-process baselines, so that their client runs in a
+ * process of its own (in the runner it would share one JS thread with the stand-ins it calls),
+ * with the app's own, production-configured clients (deps.redis, deps.db):
+ *
+ *   evalsha-loop  raw EVALSHA of lua/reserve-stock.lua (scriptsFor(deps.redis).reserveStock, i.e.
+ *                 createScript → EVALSHA, EVAL on NOSCRIPT) with the KEYS/ARGV `reserve()` builds,
+ *                 `concurrency` closed loops for `durationMs`;
+ *   insert        N rows into tb_voucher_order as multi-row INSERTs of `batch` rows, one after the
+ *                 other, through deps.db (@planetscale/database → PlanetScale-HTTP stand-in).
+ *
+ * Env: PORT, BENCH_STACK_ENV (JSON of the stack's settings; the runner's environment is not read).
+ * IPC requests carry an `id`; the reply has the same `id` and either the result or `error`:
+ *   {type:"write-stats", reset?}  → {writes, writeErrors, p50Ms, p99Ms} since the last reset
+ *   {type:"evalsha-loop", …}      → {measurement, sold, saleMs}
+ *   {type:"insert", …}            → {rows, ms, p50Ms, p99Ms}
+ */
+import { createApp } from "../../../src/app.ts";
+import { createDeps } from "../../../src/deps.ts";
+import { parseEnv } from "../../../src/env.ts";
+import { IdGenerator, idsFor } from "../../../src/redis/ids.ts";
+import { scriptsFor } from "../../../src/redis/scripts.ts";
+import type { SeckillConfig } from "../../../src/services/seckill/config.ts";
+import { reserveKeys, serviceDay } from "../../../src/services/seckill/reserve.ts";
+import { OrderStatus, type Reservation } from "../../../src/services/seckill/types.ts";
+import { toSqlUtc } from "../../../src/util/time.ts";
+import { closedLoop, LatencyHistogram } from "../lib/closed-loop.ts";
+
+const stackEnv = JSON.parse(process.env.BENCH_STACK_ENV ?? "null") as Record<string, string> | null;
+if (!stackEnv) throw new Error("BENCH_STACK_ENV is required");
+const port = Number(process.env.PORT);
+if (!Number.isInteger(port) || port <= 0) throw new Error("PORT is required");
+const selfUrl = `http://127.0.0.1:${port}`;
+
+const config = parseEnv({
+  ...stackEnv,
+  SECKILL_USER_LIMIT: "0",
+  SECKILL_IP_LIMIT: "0",
+  LOG_LEVEL: "silent",
+  RUN_CRON: "false",
+  PUBLIC_URL: selfUrl,
+  ORDER_PAY_TIMEOUT_SECONDS: "86400",
+  PORT: String(port),
+});
+
+const pending = new Set<Promise<unknown>>();
+const track = (p: Promise<unknown>) => {
+  const settled = p.catch((err: unknown) => deps.log.error("background task failed", { err })).finally(() => pending.delete(settled));
+  pending.add(settled);
+};
+const deps = createDeps(config, { waitUntil: track });
+const app = createApp(deps);
+const ctx = { waitUntil: track, passThroughOnException() {}, props: {} };
+
+// ----------------------------------------------------------------------- QStash delivery timing
+
+const WRITE_PATH = "/internal/orders/write";
+let writes = 0;
+let writeErrors = 0;
+let writeHist = new LatencyHistogram();
+
+const server = Bun.serve({
+  port,
+  hostname: "127.0.0.1",
+  fetch: async (req, srv) => {
+    const env = { clientIp: srv.requestIP(req)?.address };
+    if (!req.url.endsWith(WRITE_PATH)) return app.fetch(req, env, ctx);
+    const t0 = performance.now();
+    const res = await app.fetch(req, env, ctx);
+    writeHist.recordMs(performance.now() - t0);
+    writes++;
+    if (res.status >= 300) writeErrors++;
+    return res;
+  },
+});
+console.log(`app-seckill listening on ${server.url.href}`);
+
+// ------------------------------------------------------------------------------------ baselines
+
+interface EvalshaLoop {
+  durationMs: number;
+  concurrency: number;
+  /** A voucher whose keys the runner loaded into Redis (loadSeckillIntoRedis); no MySQL rows. */
+  cfg: SeckillConfig;
+  /** Buyers: userBase+1 … userBase+users, taken round robin (one per call, like the swarm's tokens). */
+  userBase: number;
+  users: number;
+}
+
+/** Worker id of the baseline's order ids: any value works (nothing is written to MySQL). */
+const baselineIds = new IdGenerator(1023);
+
+async function evalshaLoop(o: EvalshaLoop) {
+  const script = scriptsFor(deps.redis).reserveStock;
+  const c = deps.config;
+  let next = 0;
+  let sold = 0;
+  let firstMs = Number.NaN;
+  let lastMs = Number.NaN;
+  const unexpected = new Map<number, number>();
+  const measurement = await closedLoop({
+    durationMs: o.durationMs,
+    concurrency: o.concurrency,
+    op: async () => {
+      const userId = o.userBase + (next++ % o.users) + 1;
+      const orderId = baselineIds.next().toString();
+      const now = Date.now();
+      const r: Reservation = { orderId, userId, voucherId: o.cfg.voucherId, shopId: o.cfg.shopId, reservedAt: now, amount: o.cfg.payValue };
+      // Exactly the KEYS and ARGV of reserve() in src/services/seckill/reserve.ts.
+      const [code] = await script.exec(reserveKeys(o.cfg, userId, "127.0.0.1", serviceDay(now, c.SERVICE_TIME_ZONE)), [
+        String(userId),
+        orderId,
+        String(now),
+        String(c.SECKILL_USER_LIMIT),
+        String(c.SECKILL_USER_WINDOW_MS),
+        String(c.SECKILL_IP_LIMIT),
+        String(c.SECKILL_IP_WINDOW_MS),
+        JSON.stringify(r),
+        String(2 * 86400),
+      ]);
+      if (code === 0) {
+        const t = performance.now();
+        sold++;
+        if (Number.isNaN(firstMs)) firstMs = t;
+        lastMs = t;
+      } else if (code !== 4 && code !== 5) {
+        unexpected.set(code, (unexpected.get(code) ?? 0) + 1);
+      }
+    },
+  });
+  if (unexpected.size > 0) throw new Error(`reserve-stock.lua answered unexpected codes: ${JSON.stringify(Object.fromEntries(unexpected))}`);
+  return { measurement, sold, saleMs: lastMs - firstMs };
+}
+
+interface InsertRun {
+  voucherId: number;
+  rows: number;
+  batch: number;
+  userBase: number;
+}
+
+async function insertRows(o: InsertRun) {
+  const ids = idsFor(deps);
+  const hist = new LatencyHistogram();
+  const t0 = performance.now();
+  for (let done = 0; done < o.rows; ) {
+    const n = Math.min(o.batch, o.rows - done);
+    const params: unknown[] = [];
+    const now = toSqlUtc(Date.now());
+    for (let k = 0; k < n; k++) params.push((await ids.next()).toString(), o.userBase + done + k + 1, o.voucherId, OrderStatus.unpaid, now);
+    const sql = `INSERT INTO tb_voucher_order (id, user_id, voucher_id, status, create_time) VALUES ${Array.from({ length: n }, () => "(?, ?, ?, ?, ?)").join(", ")}`;
+    const s = performance.now();
+    const res = await deps.db.execute(sql, params);
+    hist.recordMs(performance.now() - s);
+    if (res.rowsAffected !== n) throw new Error(`INSERT of ${n} rows affected ${res.rowsAffected}`);
+    done += n;
+  }
+  return { rows: o.rows, ms: performance.now() - t0, p50Ms: hist.percentileMs(0.5), p99Ms: hist.percentileMs(0.99) };
+}
+
+// ------------------------------------------------------------------------------------------ IPC
+
+type Request =
+  | { id: number; type: "write-stats"; reset?: boolean }
+  | ({ id: number; type: "evalsha-loop" } & EvalshaLoop)
+  | ({ id: number; type: "insert" } & InsertRun);
+
+async function handle(m: Request): Promise<Record<string, unknown>> {
+  switch (m.type) {
+    case "write-stats": {
+      const out = { writes, writeErrors, p50Ms: writeHist.percentileMs(0.5), p99Ms: writeHist.percentileMs(0.99) };
+      if (m.reset) {
+        writes = 0;
+        writeErrors = 0;
+        writeHist = new LatencyHistogram();
+      }
+      return out;
+    }
+    case "evalsha-loop":
+      return await evalshaLoop(m);
+    case "insert":
+      return await insertRows(m);
+    default:
+      throw new Error(`unknown request ${JSON.stringify(m)}`);
+  }
+}
+
+process.on("message", (raw: unknown) => {
+  const m = raw as Request | null;
+  if (!m || typeof m.id !== "number") return;
+  handle(m).then(
+    (result) => process.send?.({ ...result, id: m.id }),
+    (e: unknown) => process.send?.({ id: m.id, error: e instanceof Error ? e.message : String(e) }),
+  );
+});
+process.on("SIGTERM", () => {
+  void (async () => {
+    await server.stop(true);
+    await Promise.race([Promise.allSettled([...pending]), new Promise((r) => setTimeout(r, 1000))]);
+    process.exit(0);
+  })();
+});
