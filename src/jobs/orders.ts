@@ -18,6 +18,8 @@ import { loadSeckillIntoRedis, type SeckillConfig } from "../services/seckill/co
 import { OrderStatus, type Reservation } from "../services/seckill/types.ts";
 
 const BATCH = 200;
+/** Ended vouchers stay in the jobs' registry this long, ms. */
+const RETIRE_AFTER_MS = 7 * 86_400_000;
 
 /** Active seckill vouchers as [shopId, voucherId]. */
 async function activeVouchers(deps: Deps): Promise<[number, number][]> {
@@ -223,7 +225,13 @@ export async function reconcile(deps: Deps, now: number): Promise<ReconcileRepor
   for (const [, voucherId] of await activeVouchers(deps)) {
     const cfg = await cachesFor(deps).seckill.get(deps, voucherId);
     if (!cfg) continue;
-    vouchers.push(await reconcileVoucher(deps, cfg));
+    const report = await reconcileVoucher(deps, cfg);
+    vouchers.push(report);
+    // A sale long over and fully consistent needs no more visits (unpaid orders of it have been
+    // closed by then: ORDER_PAY_TIMEOUT_SECONDS is far below the retention).
+    if (report.ok && report.pending === 0 && cfg.endMs + RETIRE_AFTER_MS < now) {
+      await deps.redis.srem(keys.seckill.active(), `${cfg.shopId}:${cfg.voucherId}`);
+    }
   }
   const report: ReconcileReport = { at: now, vouchers };
   await deps.redis.set(keys.seckill.reconcileReport(), JSON.stringify(report));
