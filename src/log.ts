@@ -1,6 +1,9 @@
 /**
  * Structured JSON logs, one object per line on stdout/stderr — what Workers Logs, Bun and Deno
  * collectors all ingest. Per-request fields (requestId, route) are bound with `child`.
+ *
+ * `child` is on every request's path (app.ts binds the request id), so it only records its fields:
+ * they are merged into the line when one is actually written, which at production levels is rare.
  */
 export type LogLevel = "debug" | "info" | "warn" | "error" | "silent";
 const rank: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 };
@@ -11,23 +14,37 @@ export interface Logger {
   warn(msg: string, fields?: Record<string, unknown>): void;
   error(msg: string, fields?: Record<string, unknown>): void;
   child(fields: Record<string, unknown>): Logger;
+  /** Whether a line at `level` would be written (lets callers skip building the fields). */
+  enabled(level: Exclude<LogLevel, "silent">): boolean;
 }
 
 export function createLogger(level: LogLevel, bound: Record<string, unknown> = {}): Logger {
-  const min = rank[level];
-  const emit = (lvl: Exclude<LogLevel, "silent">, msg: string, fields?: Record<string, unknown>) => {
-    if (rank[lvl] < min) return;
-    const line = JSON.stringify({ time: new Date().toISOString(), level: lvl, msg, ...bound, ...fields }, errorReplacer);
+  return new JsonLogger(rank[level], bound, undefined);
+}
+
+class JsonLogger implements Logger {
+  constructor(
+    private readonly min: number,
+    private readonly bound: Record<string, unknown>,
+    /** A child's own fields, merged over `bound` only when a line is written. */
+    private readonly own: Record<string, unknown> | undefined,
+  ) {}
+
+  // Arrow properties, not prototype methods: callers may pass `log.error` (or `log.child`) around detached.
+  readonly debug = (msg: string, fields?: Record<string, unknown>): void => this.emit("debug", msg, fields);
+  readonly info = (msg: string, fields?: Record<string, unknown>): void => this.emit("info", msg, fields);
+  readonly warn = (msg: string, fields?: Record<string, unknown>): void => this.emit("warn", msg, fields);
+  readonly error = (msg: string, fields?: Record<string, unknown>): void => this.emit("error", msg, fields);
+  readonly enabled = (level: Exclude<LogLevel, "silent">): boolean => rank[level] >= this.min;
+  readonly child = (fields: Record<string, unknown>): Logger =>
+    new JsonLogger(this.min, this.own ? { ...this.bound, ...this.own } : this.bound, fields);
+
+  private emit(lvl: Exclude<LogLevel, "silent">, msg: string, fields?: Record<string, unknown>): void {
+    if (rank[lvl] < this.min) return;
+    const line = JSON.stringify({ time: new Date().toISOString(), level: lvl, msg, ...this.bound, ...this.own, ...fields }, errorReplacer);
     if (rank[lvl] >= rank.warn) console.error(line);
     else console.log(line);
-  };
-  return {
-    debug: (m, f) => emit("debug", m, f),
-    info: (m, f) => emit("info", m, f),
-    warn: (m, f) => emit("warn", m, f),
-    error: (m, f) => emit("error", m, f),
-    child: (fields) => createLogger(level, { ...bound, ...fields }),
-  };
+  }
 }
 
 /** Errors are not enumerable: serialise their name, message and stack explicitly. */

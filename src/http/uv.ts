@@ -37,15 +37,41 @@ export interface UvTrackerOptions {
   maxSeen?: number;
 }
 
+/**
+ * The service-zone day of an instant, remembered for the current UTC minute: zone offsets are whole
+ * minutes (transitions fall on :00/:15/:30/:45), so every instant of one UTC minute has the same
+ * local day, and a busy isolate formats a date about once a minute instead of once per request.
+ */
+function dayMemo(): (ms: number, zone: string) => string {
+  let minute = Number.NaN;
+  let memoZone = "";
+  let day = "";
+  return (ms, zone) => {
+    const m = Math.floor(ms / 60_000);
+    if (m !== minute || zone !== memoZone) {
+      day = isoDay(ms, zone);
+      minute = m;
+      memoZone = zone;
+    }
+    return day;
+  };
+}
+
+/**
+ * Mount it on `/api/*` (app.ts) so other paths skip it entirely; it still checks the path itself,
+ * since Hono's `/api/*` also matches `/api`.
+ */
 export function uvTracker(opts: UvTrackerOptions = {}) {
   const seen = new LRUCache<string, true>({ max: opts.maxSeen ?? 50_000 });
-  return createMiddleware<AppEnv>(async (c, next) => {
+  const dayOf = dayMemo();
+  return createMiddleware<AppEnv & { Variables: { user?: SessionUser | null } }>(async (c, next) => {
     await next();
     if (c.req.method === "OPTIONS" || !c.req.path.startsWith("/api/")) return;
     const deps = c.get("deps");
-    const user = (c.var as { user?: SessionUser | null }).user;
+    // `c.get`, not `c.var`: the latter copies every variable into a fresh object on each access.
+    const user = c.get("user");
     const visitor: Visitor = user ? { userId: user.id } : { ip: clientIp(c, deps.config.TRUST_PROXY), userAgent: (c.req.header("user-agent") ?? "").slice(0, 512) };
-    const day = isoDay(deps.clock.now(), deps.config.SERVICE_TIME_ZONE);
+    const day = dayOf(deps.clock.now(), deps.config.SERVICE_TIME_ZONE);
     const seenKey = `${day}|${"userId" in visitor ? `u${visitor.userId}` : `a${hash53(`${visitor.ip}\n${visitor.userAgent}`)}`}`;
     if (seen.has(seenKey)) return;
     seen.set(seenKey, true);
