@@ -279,8 +279,9 @@ describe("likes", () => {
 
     // Only the first write fails: the background retry repairs it.
     failLikeWrites = 1;
+    // (The column is stale until the background retry lands; when exactly is not asserted: the
+    // retry may already have run by the time a check here could look.)
     await call(t.app, "PUT", `/api/blog/like/${id}`, { token: a.token });
-    expect(await likedColumn(t.deps, id)).toBe(2);
     await t.settle();
     expect(await likedColumn(t.deps, id)).toBe(1);
   });
