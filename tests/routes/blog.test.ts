@@ -4,22 +4,9 @@ import { keys } from "../../src/redis/keys.ts";
 import { call } from "../support/http.ts";
 import { newShop, newUser, postBlog, type TestUser } from "../support/social.ts";
 import { createTestApp } from "../support/stack.ts";
+import type { Blog } from "../../src/services/blog.ts";
 
-type BlogOut = {
-  id: number;
-  shopId: number;
-  userId: number;
-  title: string;
-  images: string;
-  content: string;
-  liked: number;
-  comments: number;
-  createTime: string;
-  updateTime: string;
-  name: string;
-  icon: string;
-  isLike: boolean;
-};
+type BlogOut = Blog;
 
 async function likedColumn(deps: Deps, id: number): Promise<number> {
   const row = (await deps.db.execute("SELECT liked FROM tb_blog WHERE id = ?", [id])).rows[0] as { liked: string | number };

@@ -34,7 +34,7 @@ import { parseEnv } from "../../../src/env.ts";
 import { IdGenerator, idsFor } from "../../../src/redis/ids.ts";
 import { scriptsFor } from "../../../src/redis/scripts.ts";
 import type { SeckillConfig } from "../../../src/services/seckill/config.ts";
-import { reserveKeys, serviceDay } from "../../../src/services/seckill/reserve.ts";
+import { reserveArgs, reserveKeys, serviceDay } from "../../../src/services/seckill/reserve.ts";
 import { OrderStatus, type Reservation } from "../../../src/services/seckill/types.ts";
 import { toSqlUtc } from "../../../src/util/time.ts";
 import { closedLoop, LatencyHistogram } from "../lib/closed-loop.ts";
@@ -120,17 +120,7 @@ async function evalshaLoop(o: EvalshaLoop) {
       const now = Date.now();
       const r: Reservation = { orderId, userId, voucherId: o.cfg.voucherId, shopId: o.cfg.shopId, reservedAt: now, amount: o.cfg.payValue };
       // Exactly the KEYS and ARGV of reserve() in src/services/seckill/reserve.ts.
-      const [code] = await script.exec(reserveKeys(o.cfg, userId, "127.0.0.1", serviceDay(now, c.SERVICE_TIME_ZONE)), [
-        String(userId),
-        orderId,
-        String(now),
-        String(c.SECKILL_USER_LIMIT),
-        String(c.SECKILL_USER_WINDOW_MS),
-        String(c.SECKILL_IP_LIMIT),
-        String(c.SECKILL_IP_WINDOW_MS),
-        JSON.stringify(r),
-        String(2 * 86400),
-      ]);
+      const [code] = await script.exec(reserveKeys(o.cfg, userId, "127.0.0.1", serviceDay(now, c.SERVICE_TIME_ZONE)), reserveArgs(c, r));
       if (code === 0) {
         const t = performance.now();
         sold++;

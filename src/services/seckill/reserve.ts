@@ -59,6 +59,25 @@ export function reserveKeys(cfg: SeckillConfig, userId: number, ip: string, day:
   ];
 }
 
+/** ARGV of one reservation call, in the order reserve-stock.lua documents. */
+export function reserveArgs(
+  c: Pick<Deps["config"], "SECKILL_USER_LIMIT" | "SECKILL_USER_WINDOW_MS" | "SECKILL_IP_LIMIT" | "SECKILL_IP_WINDOW_MS">,
+  r: Reservation,
+): string[] {
+  return [
+    String(r.userId),
+    r.orderId,
+    String(r.reservedAt),
+    String(c.SECKILL_USER_LIMIT),
+    String(c.SECKILL_USER_WINDOW_MS),
+    String(c.SECKILL_IP_LIMIT),
+    String(c.SECKILL_IP_WINDOW_MS),
+    JSON.stringify(r),
+    // The daily counter outlives its day by one, so a release on the next day still finds it.
+    String(2 * 86400),
+  ];
+}
+
 const messages = {
   NOT_FOUND: "voucher not found",
   NOT_STARTED: "the sale has not started",
@@ -86,17 +105,7 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   const reservation: Reservation = { orderId, userId: input.userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue };
   const c = deps.config;
   const day = serviceDay(now, c.SERVICE_TIME_ZONE);
-  const [code, a, b] = await scriptsFor(deps.redis).reserveStock.exec(reserveKeys(cfg, input.userId, input.ip, day), [
-    String(input.userId),
-    orderId,
-    String(now),
-    String(c.SECKILL_USER_LIMIT),
-    String(c.SECKILL_USER_WINDOW_MS),
-    String(c.SECKILL_IP_LIMIT),
-    String(c.SECKILL_IP_WINDOW_MS),
-    JSON.stringify(reservation),
-    String(2 * 86400),
-  ]);
+  const [code, a, b] = await scriptsFor(deps.redis).reserveStock.exec(reserveKeys(cfg, input.userId, input.ip, day), reserveArgs(c, reservation));
   switch (code) {
     case 0:
       deps.waitUntil(
