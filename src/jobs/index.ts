@@ -5,7 +5,8 @@
  */
 import type { Deps } from "../deps.ts";
 import { withLock } from "../redis/lock.ts";
-import { closeExpired, reconcile, sweepOutbox } from "./orders.ts";
+import { closeExpired, sweepOutbox } from "./orders.ts";
+import { reconcile } from "../services/seckill/reconcile.ts";
 
 export interface CronJob {
   name: string;

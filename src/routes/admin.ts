@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { cachesFor } from "../cache/modules.ts";
 import { fail, ok } from "../errors.ts";
-import { reconcile, type ReconcileReport } from "../jobs/orders.ts";
+import { reconcile, type ReconcileReport } from "../services/seckill/reconcile.ts";
 import { keys } from "../redis/keys.ts";
 import { withLock } from "../redis/lock.ts";
 import { requireOperator } from "../http/auth.ts";
