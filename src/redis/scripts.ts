@@ -4,11 +4,14 @@
  * SCRIPT FLUSH), so the common path sends only the 40-byte hash.
  */
 import type { Redis } from "@upstash/redis";
+import ackOutboxSrc from "../../lua/ack-outbox.lua" with { type: "text" };
+import claimOutboxSrc from "../../lua/claim-outbox.lua" with { type: "text" };
 import blogLikeToggleSrc from "../../lua/blog-like-toggle.lua" with { type: "text" };
 import extendLockSrc from "../../lua/extend-lock.lua" with { type: "text" };
 import loginCodeConsumeSrc from "../../lua/login-code-consume.lua" with { type: "text" };
 import loginCodeMissSrc from "../../lua/login-code-miss.lua" with { type: "text" };
 import releaseStockSrc from "../../lua/release-stock.lua" with { type: "text" };
+import releaseStockManySrc from "../../lua/release-stock-many.lua" with { type: "text" };
 import reserveStockSrc from "../../lua/reserve-stock.lua" with { type: "text" };
 import resetStockSrc from "../../lua/reset-stock.lua" with { type: "text" };
 import unlockSrc from "../../lua/unlock.lua" with { type: "text" };
@@ -23,6 +26,9 @@ export const luaSources = {
   reserveStock: reserveStockSrc,
   releaseStock: releaseStockSrc,
   resetStock: resetStockSrc,
+  claimOutbox: claimOutboxSrc,
+  ackOutbox: ackOutboxSrc,
+  releaseStockMany: releaseStockManySrc,
 } as const;
 
 export type ScriptName = keyof typeof luaSources;
@@ -54,5 +60,11 @@ export function createScripts(redis: Redis) {
     releaseStock: redis.createScript<number>(luaSources.releaseStock),
     /** {before, after} summed stock. */
     resetStock: redis.createScript<[number, number]>(luaSources.resetStock),
+    /** Claimed reservations' payloads (JSON text, or already-parsed objects from the SDK). */
+    claimOutbox: redis.createScript<unknown[]>(luaSources.claimOutbox),
+    /** Outbox entries removed. */
+    ackOutbox: redis.createScript<number>(luaSources.ackOutbox),
+    /** Orders released now. */
+    releaseStockMany: redis.createScript<number>(luaSources.releaseStockMany),
   };
 }
