@@ -12,6 +12,8 @@ import loginCodeConsumeSrc from "../../lua/login-code-consume.lua" with { type: 
 import loginCodeMissSrc from "../../lua/login-code-miss.lua" with { type: "text" };
 import releaseStockSrc from "../../lua/release-stock.lua" with { type: "text" };
 import releaseStockManySrc from "../../lua/release-stock-many.lua" with { type: "text" };
+import reconcileBuyersSrc from "../../lua/reconcile-buyers.lua" with { type: "text" };
+import reloadSeckillSrc from "../../lua/reload-seckill.lua" with { type: "text" };
 import reserveStockSrc from "../../lua/reserve-stock.lua" with { type: "text" };
 import resetStockSrc from "../../lua/reset-stock.lua" with { type: "text" };
 import unlockSrc from "../../lua/unlock.lua" with { type: "text" };
@@ -29,6 +31,8 @@ export const luaSources = {
   claimOutbox: claimOutboxSrc,
   ackOutbox: ackOutboxSrc,
   releaseStockMany: releaseStockManySrc,
+  reconcileBuyers: reconcileBuyersSrc,
+  reloadSeckill: reloadSeckillSrc,
 } as const;
 
 export type ScriptName = keyof typeof luaSources;
@@ -66,5 +70,9 @@ export function createScripts(redis: Redis) {
     ackOutbox: redis.createScript<number>(luaSources.ackOutbox),
     /** Orders released now. */
     releaseStockMany: redis.createScript<number>(luaSources.releaseStockMany),
+    /** {readded, stock, buyers}: see lua/reconcile-buyers.lua. */
+    reconcileBuyers: redis.createScript<[number, number, number]>(luaSources.reconcileBuyers),
+    /** {loaded, stock, buyers}: see lua/reload-seckill.lua. */
+    reloadSeckill: redis.createScript<[number, number, number]>(luaSources.reloadSeckill),
   };
 }
