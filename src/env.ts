@@ -74,11 +74,23 @@ export const EnvSchema = z.object({
   OUTBOX_REPUBLISH_AFTER_SECONDS: z.coerce.number().int().min(1).default(60),
   /** QStash retries for order messages. */
   ORDER_MESSAGE_RETRIES: z.coerce.number().int().min(0).max(10).default(5),
-  /** Payments: `local` is the dev provider that calls our webhook back; the secret signs webhooks. */
+  /** Payments: `local` is the dev provider that calls our webhook back. */
   PAYMENT_PROVIDER: z.enum(["local"]).default("local"),
-  PAYMENT_WEBHOOK_SECRET: z.string().min(16).default("local-payment-webhook-secret"),
+  /**
+   * HMAC secret of the provider's webhooks. Required, with no default anywhere in src/: whoever
+   * knows it can mark payments failed or refunds done. The local stack (scripts/stack) generates a
+   * random one and puts it in the env it hands out, so "local" is never recognised here.
+   */
+  PAYMENT_WEBHOOK_SECRET: z.string({ error: "PAYMENT_WEBHOOK_SECRET is required" }).min(16, "PAYMENT_WEBHOOK_SECRET must be at least 16 characters"),
   /** Webhooks older than this are rejected (replay protection), seconds. */
   PAYMENT_WEBHOOK_TOLERANCE_SECONDS: z.coerce.number().int().min(1).default(300),
+  /**
+   * Failed refunds are retried by the `refund-retry` job after min(max, base · 2^(attempts−1))
+   * seconds (jittered down to half); a refund the provider accepted but never reported on is asked
+   * again after the max. Seconds.
+   */
+  PAYMENT_REFUND_RETRY_BASE_SECONDS: z.coerce.number().int().min(1).default(30),
+  PAYMENT_REFUND_RETRY_MAX_SECONDS: z.coerce.number().int().min(1).default(3600),
   /** Local provider: delay before it calls back, ms, and the share of payments it declines (0..1). */
   LOCAL_PAYMENT_DELAY_MS: z.coerce.number().int().min(0).default(200),
   LOCAL_PAYMENT_FAIL_RATE: z.coerce.number().min(0).max(1).default(0),

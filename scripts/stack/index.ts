@@ -9,6 +9,7 @@ import { startMariadb, startRedis, type Engine, type MariaEngine } from "./engin
 import { startPlanetscaleHttp, type PlanetscaleHttpServer } from "./planetscale-http.ts";
 import { startLocalQstash, type LocalQstashServer } from "./qstash.ts";
 import { startUpstashRest, type UpstashRestServer } from "./upstash-rest.ts";
+import { randomSecret } from "./secrets.ts";
 
 /**
  * The QStash SDK's dev-mode credentials (protocols.md §3.8). Using them locally means the SDK's
@@ -34,6 +35,11 @@ export interface StackOptions {
   dbUser?: string;
   dbPassword?: string;
   adminToken?: string;
+  /**
+   * PAYMENT_WEBHOOK_SECRET for the app; default: random per start. src/env.ts has no default for
+   * it, so the stack's env is what makes a local app start (and nothing else does).
+   */
+  paymentWebhookSecret?: string;
   /** QStash token and signing keys; default: the SDK's dev-mode values (dev discovery works). */
   qstashKeys?: { token: string; currentSigningKey: string; nextSigningKey: string };
   /** Base URL the app will listen on; becomes PUBLIC_URL (QStash callback destination). */
@@ -115,6 +121,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       QSTASH_NEXT_SIGNING_KEY: qkeys.nextSigningKey,
       ADMIN_TOKEN: opts.adminToken ?? "local-admin-token-change-me",
       PUBLIC_URL: opts.publicUrl ?? "http://127.0.0.1:8787",
+      PAYMENT_WEBHOOK_SECRET: opts.paymentWebhookSecret ?? randomSecret("whsec_"),
       // Raw engine addresses, for tools (redis-cli, mariadb) and benchmarks, not read by the app.
       LOCAL_REDIS_URL: `redis://${redis.host}:${redis.port}`,
       LOCAL_MYSQL_URL: `mysql://${maria.user}@${maria.host}:${maria.port}/${database}`,

@@ -1,16 +1,33 @@
-/** The dev stack's operator secret: random once per checkout, kept in .local/ so it survives restarts. */
+/**
+ * The dev stack's secrets: random once per checkout, kept in .local/ so they survive restarts (a
+ * `.dev.vars` copied from .local/stack.env stays valid, and so do webhooks in flight across a restart).
+ */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { LOCAL_DIR } from "./env-file.ts";
 
-export function localAdminToken(): string {
-  const file = join(LOCAL_DIR, "admin-token");
+/** `prefix` + 32 random hex digits (128 bits). */
+export function randomSecret(prefix: string): string {
+  return `${prefix}${[...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+function persistedSecret(fileName: string, prefix: string): string {
+  const file = join(LOCAL_DIR, fileName);
   if (existsSync(file)) {
     const t = readFileSync(file, "utf8").trim();
     if (t.length >= 16) return t;
   }
   mkdirSync(LOCAL_DIR, { recursive: true });
-  const token = `adm_${[...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
-  writeFileSync(file, `${token}\n`, { mode: 0o600 });
-  return token;
+  const secret = randomSecret(prefix);
+  writeFileSync(file, `${secret}\n`, { mode: 0o600 });
+  return secret;
+}
+
+export function localAdminToken(): string {
+  return persistedSecret("admin-token", "adm_");
+}
+
+/** PAYMENT_WEBHOOK_SECRET of the dev stack (src/env.ts has no default for it). */
+export function localPaymentWebhookSecret(): string {
+  return persistedSecret("payment-webhook-secret", "whsec_");
 }

@@ -7,6 +7,7 @@ import type { Deps } from "../deps.ts";
 import { withLock } from "../redis/lock.ts";
 import { closeExpired, sweepOutbox } from "./orders.ts";
 import { reconcile } from "../services/seckill/reconcile.ts";
+import { retryRefunds } from "./refunds.ts";
 
 export interface CronJob {
   name: string;
@@ -21,6 +22,7 @@ export const cronJobs: CronJob[] = [
   { name: "sweep-outbox", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now) => sweepOutbox(deps, now) },
   { name: "close-expired", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now) => closeExpired(deps, now) },
   { name: "reconcile", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now) => reconcile(deps, now) },
+  { name: "refund-retry", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now) => retryRefunds(deps, now) },
 ];
 
 /** Runs every job bound to `cron` (all when undefined), each under its lock; one failure does not stop the others. */

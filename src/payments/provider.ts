@@ -30,6 +30,11 @@ export type WebhookEvent =
 export interface PaymentProvider {
   /** Accepts the charge (resolves) or refuses it synchronously (rejects). The outcome comes by webhook. */
   charge(req: ChargeRequest, waitUntil: (p: Promise<unknown>) => void): Promise<{ providerRef: string }>;
+  /**
+   * Accepts the refund (resolves; `refund.succeeded`/`refund.failed` follows by webhook) or rejects.
+   * Must be idempotent on `refundId` (the provider's idempotency key): the refund-retry job asks
+   * again after a rejection, a `refund.failed`, or a request that was never reported on.
+   */
   refund(req: RefundRequest, waitUntil: (p: Promise<unknown>) => void): Promise<{ providerRef: string }>;
 }
 

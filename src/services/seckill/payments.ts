@@ -6,25 +6,42 @@
  * - close wins: the money arrived for a cancelled order → the order becomes `refunding`, a refund
  *   row is recorded (one per payment) and requested from the provider, `refunded` on its webhook;
  * - the order row does not exist yet (writer behind): it is created from the reservation as paid.
- * Webhook redelivery is harmless: each payment and refund row moves out of `pending` only once.
+ *
+ * Invariants:
+ * - At most one pending payment per order, across isolates: the unique key on the generated
+ *   column `tb_payment.pending_order_id` (migration 005). Concurrent pay calls race on the INSERT;
+ *   the losers answer with the winner's payment and never reach the provider.
+ * - Money is never dropped: `payment.succeeded` is applied to a pending *or failed* payment (a
+ *   failure can be forged, lost-reply, or simply delivered first), exactly once (status moves to
+ *   succeeded only once). `payment.failed` only moves a pending payment.
+ * - A refund is retried until the provider confirms it: each request is an attempt claimed by a
+ *   CAS on `attempts`, failures schedule the next one (bounded backoff), and the refund-retry job
+ *   (jobs/refunds.ts) asks for every due one. The provider dedupes refunds on `refundId`.
+ * - No MySQL transaction is open across a Redis or provider call.
  */
 import type { Deps } from "../../deps.ts";
 import { idsFor } from "../../redis/ids.ts";
-import { toSqlUtc } from "../../util/time.ts";
+import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
 import type { WebhookEvent } from "../../payments/provider.ts";
 import { ackReservation, findReservation, getOrderRow, writePaidOrderTx } from "./orders.ts";
 import { OrderStatus, statusName, type Reservation } from "./types.ts";
 import { cachesFor } from "../../cache/modules.ts";
 
 export const PaymentStatus = { pending: 1, succeeded: 2, failed: 3 } as const;
+/** tb_refund.status: requested = asked (or about to be), awaiting the provider; failed = will be retried. */
 export const RefundStatus = { requested: 1, succeeded: 2, failed: 3 } as const;
+export type RefundState = keyof typeof RefundStatus;
 
 export type StartPaymentResult =
   | { ok: true; paymentId: string }
   | { ok: false; reason: "NOT_FOUND"; message: string }
   | { ok: false; reason: "BAD_STATE"; message: string };
 
-/** Owner-only: another user's order is indistinguishable from a missing one (no BOLA oracle). */
+/**
+ * Owner-only: another user's order is indistinguishable from a missing one (no BOLA oracle).
+ * Idempotent while a payment is pending: every caller gets that payment's id, only the caller
+ * whose INSERT created it asks the provider for the charge.
+ */
 export async function startPayment(deps: Deps, userId: number, orderId: string): Promise<StartPaymentResult> {
   const row = await getOrderRow(deps, orderId);
   let amount: number;
@@ -38,26 +55,48 @@ export async function startPayment(deps: Deps, userId: number, orderId: string):
     if (!r || r.userId !== userId) return { ok: false, reason: "NOT_FOUND", message: "order not found" };
     amount = r.amount;
   }
-  const paymentId = (await idsFor(deps).next()).toString();
-  await deps.db.execute("INSERT INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, ?)", [
-    BigInt(paymentId),
-    BigInt(orderId),
-    userId,
-    amount,
-    PaymentStatus.pending,
-  ]);
-  try {
-    const { providerRef } = await deps.payments.charge({ paymentId, orderId, amount }, deps.waitUntil);
-    await deps.db.execute("UPDATE tb_payment SET provider_ref = ? WHERE id = ?", [providerRef, BigInt(paymentId)]);
-  } catch (err) {
-    await deps.db.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status = ?", [PaymentStatus.failed, BigInt(paymentId), PaymentStatus.pending]);
-    deps.log.warn("payment provider refused the charge", { orderId, err });
-    return { ok: false, reason: "BAD_STATE", message: "the payment provider refused the charge" };
+  // Two rounds: a pending payment that fails between our INSERT and our SELECT frees the slot,
+  // and the second INSERT then takes it. Ids are unique, so IGNORE only ever skips on the slot.
+  for (let round = 0; round < 2; round++) {
+    const paymentId = (await idsFor(deps).next()).toString();
+    const ins = await deps.db.execute("INSERT IGNORE INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, ?)", [
+      BigInt(paymentId),
+      BigInt(orderId),
+      userId,
+      amount,
+      PaymentStatus.pending,
+    ]);
+    if (ins.rowsAffected === 1) return await charge(deps, { paymentId, orderId, amount });
+    const open = (await deps.db.execute("SELECT id FROM tb_payment WHERE pending_order_id = ?", [BigInt(orderId)])).rows[0] as { id: string } | undefined;
+    if (open) return { ok: true, paymentId: String(open.id) };
   }
-  return { ok: true, paymentId };
+  return { ok: false, reason: "BAD_STATE", message: "a payment for this order is changing state; try again" };
 }
 
-export type SettleOutcome = "paid" | "paid-from-reservation" | "refund-requested" | "declined" | "duplicate" | "unknown-payment" | "refunded";
+/** The slot owner's charge. A refused charge fails the payment, which frees the slot for a retry. */
+async function charge(deps: Deps, req: { paymentId: string; orderId: string; amount: number }): Promise<StartPaymentResult> {
+  try {
+    const { providerRef } = await deps.payments.charge(req, deps.waitUntil);
+    await deps.db.execute("UPDATE tb_payment SET provider_ref = ? WHERE id = ?", [providerRef, BigInt(req.paymentId)]);
+  } catch (err) {
+    // If the provider did take the charge and only the reply was lost, its payment.succeeded
+    // webhook still lands (succeeded is accepted after failed), so marking failed loses nothing.
+    await deps.db.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status = ?", [PaymentStatus.failed, BigInt(req.paymentId), PaymentStatus.pending]);
+    deps.log.warn("payment provider refused the charge", { orderId: req.orderId, err });
+    return { ok: false, reason: "BAD_STATE", message: "the payment provider refused the charge" };
+  }
+  return { ok: true, paymentId: req.paymentId };
+}
+
+export type SettleOutcome =
+  | "paid"
+  | "paid-from-reservation"
+  | "refund-requested"
+  | "declined"
+  | "duplicate"
+  | "unknown-payment"
+  | "refunded"
+  | "refund-failed";
 
 interface PaymentRow {
   id: string;
@@ -79,15 +118,24 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
   if (!pay) return "unknown-payment";
   const payment: PaymentRow = { id: String(pay.id), orderId: String(pay.order_id), amount: Number(pay.amount), status: Number(pay.status) };
   if (event.type === "payment.failed") {
+    // Only a pending payment can fail: a failure after a success (out of order, or forged) is noise.
     const upd = await deps.db.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status = ?", [PaymentStatus.failed, BigInt(payment.id), PaymentStatus.pending]);
     return upd.rowsAffected === 1 ? "declined" : "duplicate";
   }
+  if (payment.status === PaymentStatus.succeeded) return "duplicate";
   // The reservation is looked up before the transaction (a Redis call has no place inside it);
   // it is only used when the order row is still missing.
   const reservation = (await getOrderRow(deps, payment.orderId)) ? null : await findReservation(deps, payment.orderId);
   const now = deps.clock.now();
   const outcome = await deps.db.transaction(async (tx) => {
-    const claimed = await tx.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status = ?", [PaymentStatus.succeeded, BigInt(payment.id), PaymentStatus.pending]);
+    // Pending or failed → succeeded, once. Accepting `failed` is what keeps a success that follows
+    // a failure (forged, out of order, or our own "refused" after a lost reply) from being dropped.
+    const claimed = await tx.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status IN (?, ?)", [
+      PaymentStatus.succeeded,
+      BigInt(payment.id),
+      PaymentStatus.pending,
+      PaymentStatus.failed,
+    ]);
     if (claimed.rowsAffected !== 1) return { kind: "duplicate" as const };
     const paid = await tx.execute("UPDATE tb_voucher_order SET status = ?, pay_time = ? WHERE id = ? AND status = ?", [
       OrderStatus.paid,
@@ -101,20 +149,17 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
       if (await writePaidOrderTx(tx, reservation, now)) return { kind: "paid-from-reservation" as const, reservation };
     }
     // Close won (or the order was already paid by another payment, or it vanished): refund.
+    // next_attempt_at = now: should this isolate die before asking, the refund-retry job asks.
     const refundId = (await idsFor(deps).next()).toString();
     const reason = row && Number(row.status) === OrderStatus.paid ? "duplicate-payment" : "paid-after-close";
-    await tx.execute("INSERT IGNORE INTO tb_refund (id, payment_id, order_id, amount, reason, status) VALUES (?, ?, ?, ?, ?, ?)", [
-      BigInt(refundId),
-      BigInt(payment.id),
-      BigInt(payment.orderId),
-      payment.amount,
-      reason,
-      RefundStatus.requested,
-    ]);
+    const ins = await tx.execute(
+      "INSERT IGNORE INTO tb_refund (id, payment_id, order_id, amount, reason, status, attempts, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
+      [BigInt(refundId), BigInt(payment.id), BigInt(payment.orderId), payment.amount, reason, RefundStatus.requested, toSqlUtc(now)],
+    );
     if (row && Number(row.status) === OrderStatus.cancelled) {
       await tx.execute("UPDATE tb_voucher_order SET status = ? WHERE id = ? AND status = ?", [OrderStatus.refunding, BigInt(payment.orderId), OrderStatus.cancelled]);
     }
-    return { kind: "refund" as const, refundId };
+    return { kind: "refund" as const, refundId: ins.rowsAffected === 1 ? refundId : null };
   });
   if (outcome.kind === "duplicate") return "duplicate";
   if (outcome.kind === "paid") return "paid";
@@ -122,34 +167,184 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
     await ackReservation(deps, outcome.reservation as Reservation);
     return "paid-from-reservation";
   }
-  // After the commit: ask the provider for the money back. If this call fails the refund row stays
-  // `requested` and is visible to operators; asking again is safe (one refund row per payment).
-  try {
-    await deps.payments.refund({ refundId: outcome.refundId, paymentId: payment.id, orderId: payment.orderId, amount: payment.amount }, deps.waitUntil);
-  } catch (err) {
-    deps.log.error("refund request failed; refund stays requested", { refundId: outcome.refundId, err });
+  // After the commit: ask the provider for the money back. A failure here is recorded on the
+  // refund row and retried by the job; the webhook itself has done its part.
+  if (outcome.refundId) {
+    try {
+      await attemptRefund(deps, { id: outcome.refundId, paymentId: payment.id, orderId: payment.orderId, amount: payment.amount, attempts: 0 }, now);
+    } catch (err) {
+      deps.log.error("could not record the refund attempt; the refund-retry job will ask again", { refundId: outcome.refundId, err });
+    }
   }
   return "refund-requested";
 }
 
 async function settleRefund(deps: Deps, refundId: string, succeeded: boolean): Promise<SettleOutcome> {
+  const now = deps.clock.now();
   return await deps.db.transaction(async (tx) => {
-    const ref = (await tx.execute("SELECT order_id FROM tb_refund WHERE id = ? FOR UPDATE", [BigInt(refundId)])).rows[0] as { order_id: string } | undefined;
+    const ref = (await tx.execute("SELECT order_id, attempts FROM tb_refund WHERE id = ? FOR UPDATE", [BigInt(refundId)])).rows[0] as
+      | { order_id: string; attempts: number }
+      | undefined;
     if (!ref) return "unknown-payment";
-    const upd = await tx.execute("UPDATE tb_refund SET status = ? WHERE id = ? AND status = ?", [
-      succeeded ? RefundStatus.succeeded : RefundStatus.failed,
+    if (!succeeded) {
+      // Only an attempt in flight can fail; the job asks again after the backoff. The order stays
+      // `refunding` meanwhile.
+      const upd = await tx.execute("UPDATE tb_refund SET status = ?, last_error = ?, next_attempt_at = ? WHERE id = ? AND status = ?", [
+        RefundStatus.failed,
+        "provider reported refund.failed",
+        toSqlUtc(now + refundRetryDelayMs(deps, Number(ref.attempts))),
+        BigInt(refundId),
+        RefundStatus.requested,
+      ]);
+      return upd.rowsAffected === 1 ? "refund-failed" : "duplicate";
+    }
+    // Success is final, whatever came before it (a failure report of an earlier attempt included).
+    const upd = await tx.execute("UPDATE tb_refund SET status = ?, next_attempt_at = NULL WHERE id = ? AND status IN (?, ?)", [
+      RefundStatus.succeeded,
       BigInt(refundId),
       RefundStatus.requested,
+      RefundStatus.failed,
     ]);
     if (upd.rowsAffected !== 1) return "duplicate";
-    if (succeeded) {
-      await tx.execute("UPDATE tb_voucher_order SET status = ?, refund_time = ? WHERE id = ? AND status = ?", [
-        OrderStatus.refunded,
-        toSqlUtc(deps.clock.now()),
-        BigInt(ref.order_id),
-        OrderStatus.refunding,
-      ]);
-    }
+    await tx.execute("UPDATE tb_voucher_order SET status = ?, refund_time = ? WHERE id = ? AND status = ?", [
+      OrderStatus.refunded,
+      toSqlUtc(now),
+      BigInt(ref.order_id),
+      OrderStatus.refunding,
+    ]);
     return "refunded";
   });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refund delivery: attempts, backoff, the job's work list and the operator's view.
+
+/** A refund as the retry logic needs it; `attempts` is the count already made (the CAS value). */
+export interface RefundTask {
+  id: string;
+  paymentId: string;
+  orderId: string;
+  amount: number;
+  attempts: number;
+}
+
+/**
+ * Delay before the attempt after `attempts` failed ones, ms: min(max, base · 2^(attempts−1)),
+ * jittered down to half so refunds that failed together (a provider outage) do not retry in step.
+ */
+export function refundRetryDelayMs(deps: Pick<Deps, "config">, attempts: number): number {
+  const base = deps.config.PAYMENT_REFUND_RETRY_BASE_SECONDS * 1000;
+  const max = Math.max(base, deps.config.PAYMENT_REFUND_RETRY_MAX_SECONDS * 1000);
+  const capped = Math.min(max, base * 2 ** Math.min(30, Math.max(0, attempts - 1)));
+  return Math.round(capped * (0.5 + Math.random() * 0.5));
+}
+
+export type AttemptOutcome = "requested" | "failed" | "skipped";
+
+/**
+ * One provider request for a refund. The attempt is claimed first (CAS on `attempts`, status
+ * requested or failed), so two askers (the webhook path and the job, or two job runs) never both
+ * ask for the same attempt; "skipped" means someone else claimed it or the refund is settled.
+ * While the request is in flight the row is `requested` with next_attempt_at one max-backoff away:
+ * if no webhook ever reports on it, the job asks again then (the provider dedupes on refundId).
+ */
+export async function attemptRefund(deps: Deps, r: RefundTask, now: number): Promise<AttemptOutcome> {
+  const attempt = r.attempts + 1;
+  const claimed = await deps.db.execute("UPDATE tb_refund SET status = ?, attempts = ?, next_attempt_at = ? WHERE id = ? AND attempts = ? AND status IN (?, ?)", [
+    RefundStatus.requested,
+    attempt,
+    toSqlUtc(now + Math.max(deps.config.PAYMENT_REFUND_RETRY_BASE_SECONDS, deps.config.PAYMENT_REFUND_RETRY_MAX_SECONDS) * 1000),
+    BigInt(r.id),
+    r.attempts,
+    RefundStatus.requested,
+    RefundStatus.failed,
+  ]);
+  if (claimed.rowsAffected !== 1) return "skipped";
+  let providerRef: string;
+  try {
+    ({ providerRef } = await deps.payments.refund({ refundId: r.id, paymentId: r.paymentId, orderId: r.orderId, amount: r.amount }, deps.waitUntil));
+  } catch (err) {
+    const message = (err instanceof Error ? err.message : String(err)).slice(0, 255);
+    // Guarded by this attempt: a webhook that already settled it, or a newer attempt, wins.
+    await deps.db.execute("UPDATE tb_refund SET status = ?, last_error = ?, next_attempt_at = ? WHERE id = ? AND attempts = ? AND status = ?", [
+      RefundStatus.failed,
+      message,
+      toSqlUtc(now + refundRetryDelayMs(deps, attempt)),
+      BigInt(r.id),
+      attempt,
+      RefundStatus.requested,
+    ]);
+    deps.log.warn("refund request failed; the refund-retry job will ask again", { refundId: r.id, attempt, err });
+    return "failed";
+  }
+  await deps.db.execute("UPDATE tb_refund SET provider_ref = ? WHERE id = ?", [providerRef, BigInt(r.id)]);
+  return "requested";
+}
+
+/** Refunds whose next attempt is due at `now` (idx_due), oldest due first. */
+export async function dueRefunds(deps: Deps, now: number, limit: number): Promise<RefundTask[]> {
+  const rows = (
+    await deps.db.execute(
+      "SELECT id, payment_id, order_id, amount, attempts FROM tb_refund WHERE status IN (?, ?) AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?",
+      [RefundStatus.requested, RefundStatus.failed, toSqlUtc(now), limit],
+    )
+  ).rows as Record<string, string | number>[];
+  return rows.map((x) => ({ id: String(x.id), paymentId: String(x.payment_id), orderId: String(x.order_id), amount: Number(x.amount), attempts: Number(x.attempts) }));
+}
+
+export interface RefundView {
+  id: string;
+  paymentId: string;
+  orderId: string;
+  /** Cents. */
+  amount: number;
+  reason: string;
+  state: RefundState;
+  attempts: number;
+  lastError: string | null;
+  /** Epoch ms; null once succeeded. */
+  nextAttemptAt: number | null;
+  providerRef: string | null;
+  createTime: number;
+  updateTime: number;
+}
+
+const refundStateOf = (code: number): RefundState => (Object.entries(RefundStatus) as [RefundState, number][]).find(([, v]) => v === code)?.[0] ?? "requested";
+
+/** The operator's view (GET /admin/refunds): newest first; `open` = requested or failed. */
+export async function listRefunds(deps: Deps, filter: { state?: RefundState | "open"; orderId?: string; limit: number }): Promise<RefundView[]> {
+  const where: string[] = [];
+  const args: unknown[] = [];
+  if (filter.state === "open") {
+    where.push("status IN (?, ?)");
+    args.push(RefundStatus.requested, RefundStatus.failed);
+  } else if (filter.state) {
+    where.push("status = ?");
+    args.push(RefundStatus[filter.state]);
+  }
+  if (filter.orderId) {
+    where.push("order_id = ?");
+    args.push(BigInt(filter.orderId));
+  }
+  const rows = (
+    await deps.db.execute(
+      `SELECT id, payment_id, order_id, amount, reason, status, attempts, last_error, next_attempt_at, provider_ref, create_time, update_time
+         FROM tb_refund ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY id DESC LIMIT ?`,
+      [...args, filter.limit],
+    )
+  ).rows as Record<string, string | number | null>[];
+  return rows.map((x) => ({
+    id: String(x.id),
+    paymentId: String(x.payment_id),
+    orderId: String(x.order_id),
+    amount: Number(x.amount),
+    reason: String(x.reason),
+    state: refundStateOf(Number(x.status)),
+    attempts: Number(x.attempts),
+    lastError: x.last_error === null ? null : String(x.last_error),
+    nextAttemptAt: x.next_attempt_at === null ? null : parseSqlUtc(String(x.next_attempt_at)),
+    providerRef: x.provider_ref === null ? null : String(x.provider_ref),
+    createTime: parseSqlUtc(String(x.create_time)),
+    updateTime: parseSqlUtc(String(x.update_time)),
+  }));
 }
