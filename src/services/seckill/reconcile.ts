@@ -2,12 +2,36 @@
  * Reconcile: per seckill voucher in the registry (MySQL), compare Redis (stock, buyers, outbox)
  * with MySQL (stock, orders), repair what is safe to repair and store a report for
  * GET /admin/reconcile.
+ *
+ * It runs at any moment of a live sale, against concurrent reservations, writes, closes and
+ * releases, so it never reasons from two reads taken at different moments as if they were one.
+ * The facts it builds on (each kept by one atomic step elsewhere):
+ *
+ * - Redis, per voucher: reserve-stock.lua takes a unit, adds the buyer and writes the outbox entry
+ *   in one step; release-stock.lua gives the unit back, removes the buyer and the outbox entry and
+ *   records the order in the released set in one step, once per order. So
+ *   sum(buckets) + |buyers| = initial holds at every instant, and a buyer is in the set exactly
+ *   while its latest reservation holds a unit.
+ * - MySQL, per voucher: the writer inserts order rows and decrements tb_seckill_voucher.stock in
+ *   one transaction; close flips unpaid → cancelled and increments stock in one transaction. So
+ *   stock + active orders (unpaid, paid, used) = initial in every committed state.
+ * - Order states are monotone: an order never becomes active again once cancelled (cancelled →
+ *   refunding → refunded only), and a row, once written, stays.
+ * - Order of effects per reservation: outbox entry (Redis) → row committed (MySQL) → outbox entry
+ *   acknowledged (Redis); and for a close: cancellation committed (MySQL) → release (Redis). So an
+ *   entry missing from the outbox means its row was already committed, and a buyer whose order is
+ *   cancelled but not in the released set still holds the unit until that release.
+ *
+ * Which reads are consistent: a single MySQL statement (one read view), a Redis MULTI or script
+ * (atomic). Everything else is combined only through the monotone facts above; the reasoning is
+ * written next to each step.
  */
 import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
+import { parseSqlUtc } from "../../util/time.ts";
 import { releaseInRedis } from "./orders.ts";
-import { loadSeckillIntoRedis, type SeckillConfig } from "./config.ts";
+import type { SeckillConfig } from "./config.ts";
 import { registeredSeckills } from "./registry.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 
@@ -34,106 +58,283 @@ export interface ReconcileReport {
   vouchers: VoucherReport[];
 }
 
+const ACTIVE: readonly number[] = [OrderStatus.unpaid, OrderStatus.paid, OrderStatus.used];
+
+/**
+ * A cancelled order whose release is missing from Redis is repaired (and reported) only once its
+ * row has not changed for this long, seconds (MySQL's own clock, so app clock skew does not
+ * matter). close releases right after its commit, so a younger one is almost surely a release in
+ * flight: reporting it would be a false alarm and releasing it would race that close for nothing
+ * (harmless — release is once per order — but noisy). A crash between commit and release is
+ * therefore repaired by the first reconcile after this grace.
+ */
+export const RELEASE_GRACE_SECONDS = 30;
+
+/** Bounded, jittered retries of a MySQL transaction that lost a lock conflict. */
+const LOCK_RETRY_ATTEMPTS = 5;
+const LOCK_RETRY_BASE_MS = 10;
+
+/** Deadlock (1213: the transaction was rolled back) or lock wait timeout (1205: the statement was). */
+function isLockConflict(err: unknown): boolean {
+  const text = err instanceof Error ? `${err.message} ${String((err as { body?: { message?: string } }).body?.message ?? "")}` : String(err);
+  return /\berrno (1213|1205)\b|deadlock found|lock wait timeout/i.test(text);
+}
+
+/** Runs a whole transaction again on a lock conflict (after 1213 it is gone and must be redone). */
+async function retryOnLockConflict<T>(deps: Pick<Deps, "log">, what: string, fn: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!isLockConflict(err) || attempt >= LOCK_RETRY_ATTEMPTS) throw err;
+      deps.log.info("MySQL lock conflict in reconcile; retrying", { what, attempt });
+      // Full jitter: 0 .. base · 2^attempt ms, so retries of racing transactions spread out.
+      await new Promise((r) => setTimeout(r, Math.random() * LOCK_RETRY_BASE_MS * 2 ** attempt));
+    }
+  }
+}
+
+interface OrderFact {
+  id: string;
+  userId: string;
+  status: number;
+  /** Row unchanged for at least RELEASE_GRACE_SECONDS. */
+  settled: boolean;
+  /** create_time, epoch ms (= the reservation time: the daily limit's day for a release). */
+  reservedAt: number;
+}
+
+const isActive = (o: OrderFact) => ACTIVE.includes(o.status);
+
+/**
+ * The MySQL repair of `stock = initial − active`. The detection read (one statement) is
+ * consistent, but between it and a plain `UPDATE … SET stock = ?` writers and closes commit, and
+ * an absolute value computed from the earlier read would undo them. So: lock the voucher row
+ * first. Every writer and close changes that row in the same transaction as its order rows, so
+ * while we hold it no transaction that changes the active count can commit. The count is a plain
+ * (consistent, non-locking) read whose read view is created at that statement, i.e. after the lock
+ * was granted: it sees every transaction that committed before us and none still running (those
+ * wait for our lock). A locking count would instead take gap locks on the order index and
+ * deadlock with inserting writers. No Redis call happens inside the transaction.
+ */
+async function repairMysqlStock(deps: Deps, voucherId: number, initial: number): Promise<{ stock: number; active: number; before: number | null }> {
+  return await retryOnLockConflict(deps, "reconcile MySQL stock", () =>
+    deps.db.transaction(async (tx) => {
+      const locked = (await tx.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE", [voucherId])).rows[0] as { stock: number | string } | undefined;
+      const stock = Number(locked?.stock ?? 0);
+      const counted = (await tx.execute(`SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ? AND status IN (?, ?, ?)`, [voucherId, ...ACTIVE])).rows[0] as {
+        n: number | string;
+      };
+      const active = Number(counted.n);
+      const target = initial - active;
+      // target < 0 is an oversell: no stock value is right; it is reported, never "repaired".
+      if (!locked || target < 0 || stock === target) return { stock, active, before: null };
+      await tx.execute("UPDATE tb_seckill_voucher SET stock = ? WHERE voucher_id = ?", [target, voucherId]);
+      return { stock: target, active, before: stock };
+    }),
+  );
+}
+
 async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<VoucherReport> {
   const { shopId, voucherId, initialStock: initial } = cfg;
   const drift: string[] = [];
   const repaired: string[] = [];
+  const metaKey = keys.seckill.meta(shopId, voucherId);
+  const buyersKey = keys.seckill.buyers(shopId, voucherId);
+  const releasedKey = keys.seckill.released(shopId, voucherId);
+  const outboxKey = keys.seckill.outbox(shopId);
   const bucketKeys = Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(shopId, voucherId, i));
+  const scripts = scriptsFor(deps.redis);
 
-  const metaExists = await deps.redis.exists(keys.seckill.meta(shopId, voucherId));
-  if (!metaExists) {
-    // Redis lost the voucher (flush, failover): reload it with what MySQL says is left.
-    drift.push("voucher missing in Redis");
-  }
+  // S1 — one atomic Redis snapshot: does the voucher exist, who are the buyers, what is pending.
+  // Taken BEFORE the MySQL read on purpose: an entry absent here was acknowledged, so its row was
+  // committed before S1 and the MySQL read below sees it.
+  const s1 = deps.redis.multi();
+  s1.exists(metaKey);
+  s1.smembers(buyersKey);
+  s1.hgetall(outboxKey);
+  const [metaExists, buyerMembers, outboxRaw] = await s1.exec<[number, unknown[], Record<string, unknown> | null]>();
+  const buyersAtS1 = new Set((buyerMembers ?? []).map(String));
+  const outboxAtS1 = Object.values(outboxRaw ?? {})
+    .map(parseReservation)
+    .filter((r) => r.voucherId === voucherId);
 
-  // MySQL side, in one consistent read.
-  const m = (await deps.db.execute(
-    `SELECT s.stock,
-            (SELECT COUNT(*) FROM tb_voucher_order o WHERE o.voucher_id = s.voucher_id AND o.status IN (?, ?, ?)) AS active
-       FROM tb_seckill_voucher s WHERE s.voucher_id = ?`,
-    [OrderStatus.unpaid, OrderStatus.paid, OrderStatus.used, voucherId],
-  )).rows[0] as { stock: number | string; active: number | string } | undefined;
-  const mysqlStock = Number(m?.stock ?? 0);
-  const activeOrders = Number(m?.active ?? 0);
+  // T2 — one MySQL statement, hence one read view: the stock and every order of the voucher.
+  const rows = (
+    await deps.db.execute(
+      `SELECT s.stock, o.id, o.user_id, o.status, o.create_time, o.update_time < NOW() - INTERVAL ? SECOND AS settled
+         FROM tb_seckill_voucher s LEFT JOIN tb_voucher_order o ON o.voucher_id = s.voucher_id
+        WHERE s.voucher_id = ?`,
+      [RELEASE_GRACE_SECONDS, voucherId],
+    )
+  ).rows as { stock: number | string; id: string | null; user_id: string | number | null; status: number | string | null; create_time: string | null; settled: number | string | null }[];
+  let mysqlStock = Number(rows[0]?.stock ?? 0);
+  const orders: OrderFact[] = rows
+    .filter((r) => r.id !== null && r.id !== undefined)
+    .map((r) => ({ id: String(r.id), userId: String(r.user_id), status: Number(r.status), settled: Number(r.settled) === 1, reservedAt: parseSqlUtc(String(r.create_time)) }));
+  const byId = new Map(orders.map((o) => [o.id, o]));
+  let activeOrders = orders.filter(isActive).length;
+
+  // MySQL: stock and active orders come from one read view, so a mismatch is real drift (a manual
+  // edit, a bug), never a writer caught half-way.
   if (activeOrders > initial) drift.push(`oversold in MySQL: ${activeOrders} active orders for ${initial} units`);
   if (mysqlStock + activeOrders !== initial) {
-    // The writer and close keep stock + active = initial in one transaction each; repair drift
-    // (e.g. a manual edit) under a row lock.
     drift.push(`MySQL stock ${mysqlStock} + active orders ${activeOrders} ≠ initial ${initial}`);
-    if (activeOrders <= initial) {
-      await deps.db.execute("UPDATE tb_seckill_voucher SET stock = ? WHERE voucher_id = ?", [initial - activeOrders, voucherId]);
-      repaired.push(`MySQL stock set to ${initial - activeOrders}`);
-    }
+    const fixed = await repairMysqlStock(deps, voucherId, initial);
+    if (fixed.before !== null) repaired.push(`MySQL stock set to ${fixed.stock}`);
+    mysqlStock = fixed.stock;
+    activeOrders = fixed.active;
   }
+
+  // Pending: reservations in the outbox at S1 whose row was not in MySQL at T2 (informational;
+  // a write committing in between makes it an over-count of at most the in-flight writes).
+  const pending = outboxAtS1.filter((r) => !byId.has(r.orderId)).length;
+
+  // Who held a unit when read: every active order at T2, and every outbox entry at S1 that T2 does
+  // not show as cancelled. Both reads are in the past by the time Redis is changed; the scripts
+  // re-check each pair against the released set atomically (see lua/reconcile-buyers.lua).
+  const holders: [string, string][] = [
+    ...orders.filter(isActive).map((o): [string, string] => [o.id, o.userId]),
+    ...outboxAtS1.filter((r) => byId.get(r.orderId) === undefined || isActive(byId.get(r.orderId) as OrderFact)).map((r): [string, string] => [r.orderId, String(r.userId)]),
+  ];
 
   if (!metaExists) {
-    await loadSeckillIntoRedis(deps, cfg, Math.max(0, initial - activeOrders));
-    repaired.push("voucher reloaded into Redis from MySQL");
-  }
-
-  // Buyers holding a unit according to MySQL must be in the Redis buyers set.
-  const activeUsers = ((await deps.db.execute("SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = ? AND status IN (?, ?, ?)", [
-    voucherId,
-    OrderStatus.unpaid,
-    OrderStatus.paid,
-    OrderStatus.used,
-  ])).rows as { user_id: string | number }[]).map((r) => String(r.user_id));
-  const buyersKey = keys.seckill.buyers(shopId, voucherId);
-  if (activeUsers.length > 0) {
-    const flags = await deps.redis.smismember(buyersKey, activeUsers);
-    const missing = activeUsers.filter((_, i) => flags[i] !== 1);
-    if (missing.length > 0) {
-      drift.push(`${missing.length} buyer(s) with orders missing from Redis`);
-      await deps.redis.sadd(buyersKey, missing[0] as string, ...missing.slice(1));
-      repaired.push(`re-added ${missing.length} buyer(s)`);
-    }
-  }
-
-  // Cancelled orders whose unit never went back to Redis (crash between commit and release).
-  const cancelled = (await deps.db.execute("SELECT id, user_id, create_time FROM tb_voucher_order WHERE voucher_id = ? AND status IN (?, ?, ?)", [
-    voucherId,
-    OrderStatus.cancelled,
-    OrderStatus.refunding,
-    OrderStatus.refunded,
-  ])).rows as { id: string; user_id: string | number; create_time: string }[];
-  if (cancelled.length > 0) {
-    const releasedFlags = await deps.redis.smismember(keys.seckill.released(shopId, voucherId), cancelled.map((r) => String(r.id)));
-    const unreleased = cancelled.filter((_, i) => releasedFlags[i] !== 1);
-    for (const r of unreleased) {
-      await releaseInRedis(deps, { orderId: String(r.id), userId: Number(r.user_id), voucherId, reservedAt: Date.parse(`${r.create_time.replace(" ", "T")}Z`) });
-    }
-    if (unreleased.length > 0) {
-      drift.push(`${unreleased.length} cancelled order(s) not released in Redis`);
-      repaired.push(`released ${unreleased.length} unit(s) in Redis`);
-    }
-  }
-
-  // Pending reservations of this voucher (outbox entries whose order is not in MySQL yet).
-  const outbox = (await deps.redis.hgetall<Record<string, unknown>>(keys.seckill.outbox(shopId))) ?? {};
-  const mine = Object.values(outbox).map(parseReservation).filter((r) => r.voucherId === voucherId);
-  let pending = 0;
-  if (mine.length > 0) {
-    const present = new Set(
-      ((await deps.db.execute("SELECT id FROM tb_voucher_order WHERE id IN (?)", [mine.map((r) => BigInt(r.orderId))])).rows as { id: string }[]).map((r) => String(r.id)),
+    // Redis never got the voucher (creation-time load failed) or lost it. While meta is absent
+    // no reservation can start (reserve-stock.lua answers NOT_FOUND first), so the only writers
+    // racing the reload are closes/releases and acks, which reload-seckill.lua handles through
+    // the released set. Orders not active at T2 are marked released: the rebuilt state already
+    // leaves their units in stock and their users out of the buyers.
+    drift.push("voucher missing in Redis");
+    const settledIds = orders.filter((o) => !isActive(o)).map((o) => o.id);
+    const [loaded, stock, buyers] = await scripts.reloadSeckill.exec(
+      [metaKey, releasedKey, buyersKey, outboxKey, keys.seckill.outboxDue(shopId), ...bucketKeys],
+      [String(cfg.beginMs), String(cfg.endMs), String(initial), String(cfg.dailyLimit), String(settledIds.length), ...settledIds, ...holders.flat()],
     );
-    pending = mine.filter((r) => !present.has(r.orderId)).length;
+    if (loaded === 1) {
+      // The legacy registry set is not under the shop's hash tag, so it cannot be in the script.
+      await deps.redis.sadd(keys.seckill.active(), `${shopId}:${voucherId}`);
+      repaired.push(`voucher reloaded into Redis from MySQL: stock ${stock}, ${buyers} buyer(s)`);
+    } else {
+      repaired.push("voucher was loaded meanwhile; checked again on the next pass");
+    }
+    return { voucherId, shopId, initial, redisStock: stock, buyers, pending, mysqlStock, activeOrders, ok: false, drift, repaired };
   }
 
-  const buyers = await deps.redis.scard(buyersKey);
-  const stockValues = await deps.redis.mget<(number | string | null)[]>(...bucketKeys);
-  let redisStock = stockValues.reduce<number>((sum, v) => sum + Number(v ?? 0), 0);
+  // Cancelled orders whose unit never went back to Redis (a crash between the close's commit and
+  // its release). Only settled rows (see RELEASE_GRACE_SECONDS): a younger one is a release in
+  // flight, not drift. Membership is read after T2, so an order the close released meanwhile is
+  // seen as released and skipped.
+  const cancelled = orders.filter((o) => !isActive(o) && o.settled);
+  if (cancelled.length > 0) {
+    const flags = await deps.redis.smismember(releasedKey, cancelled.map((o) => o.id));
+    const unreleased = cancelled.filter((_, i) => flags[i] !== 1);
+    let released = 0;
+    let marked = 0;
+    for (const o of unreleased) {
+      // A full release (INCR + SREM) is right only if the buyer's membership is this order's:
+      // the user is a buyer at S1 and has no other holding (no active order at T2, no other
+      // outbox entry at S1) — and, being a buyer, cannot take a new one before our SREM. Otherwise
+      // (the released set was lost, or the buyers set lost this user) the unit is not held in
+      // Redis any more or belongs to another reservation of the user: record the order as
+      // released without touching stock or buyers; a stock/buyers mismatch this leaves is real
+      // drift and is repaired atomically below.
+      const other = orders.some((x) => x.userId === o.userId && x.id !== o.id && isActive(x)) || outboxAtS1.some((r) => String(r.userId) === o.userId && r.orderId !== o.id);
+      if (buyersAtS1.has(o.userId) && !other) {
+        if (await releaseInRedis(deps, { orderId: o.id, userId: Number(o.userId), voucherId, reservedAt: o.reservedAt })) released++;
+      } else if ((await deps.redis.sadd(releasedKey, o.id)) === 1) {
+        marked++;
+      }
+    }
+    if (released + marked > 0) {
+      drift.push(`${released + marked} cancelled order(s) not released in Redis`);
+      if (released > 0) repaired.push(`released ${released} unit(s) in Redis`);
+      if (marked > 0) repaired.push(`marked ${marked} order(s) released (their buyer held no unit for them)`);
+    }
+  }
+
+  // Buyers with a holding missing from the set, and the Redis invariant, in one atomic step. Only
+  // pairs whose user was not a buyer at S1 are sent: a user who was a buyer at S1 and is not now
+  // was released in between (or lost after S1: the next pass sees it).
+  const missing = holders.filter(([, userId]) => !buyersAtS1.has(userId));
+  const [readded, stockNow, buyersNow] = await scripts.reconcileBuyers.exec([releasedKey, buyersKey, ...bucketKeys], missing.flat());
+  if (readded > 0) {
+    // Real drift, not a race: a user leaves the set only through a release (which marks its order
+    // released, so the script would not re-add it) or through data loss.
+    drift.push(`${readded} buyer(s) with orders missing from Redis`);
+    repaired.push(`re-added ${readded} buyer(s)`);
+  }
+  let redisStock = stockNow;
+  let buyers = buyersNow;
+  // Both numbers come from the same atomic step, and every reservation/release keeps their sum,
+  // so a mismatch is real drift (a lost or edited key). reset-stock.lua recomputes stock from
+  // |buyers| in one step; the drift cannot change between the check and the reset, since every
+  // step in between keeps the sum.
   if (redisStock + buyers !== initial) {
     drift.push(`Redis stock ${redisStock} + buyers ${buyers} ≠ initial ${initial}`);
-    const [, after] = await scriptsFor(deps.redis).resetStock.exec([buyersKey, ...bucketKeys], [String(initial)]);
+    const [, after] = await scripts.resetStock.exec([buyersKey, ...bucketKeys], [String(initial)]);
     repaired.push(`Redis stock set to ${after}`);
     redisStock = after;
   }
-  if (buyers > activeOrders + pending) {
-    // More buyers than orders + pending reservations: a unit is held by nobody. Not repaired
-    // automatically (it may be a reservation in flight); reported for an operator.
-    drift.push(`${buyers - activeOrders - pending} buyer(s) without an order or a pending reservation`);
+
+  const orphans = await buyersWithoutUnit(deps, cfg, buyersAtS1, outboxAtS1, orders);
+  if (orphans.length > 0) {
+    // Not repaired automatically: which unit to give back is an operator's call (a manual SADD,
+    // or a buyer whose order was lost). Reported with the user ids.
+    drift.push(`${orphans.length} buyer(s) without an order or a pending reservation: ${orphans.slice(0, 20).join(", ")}`);
   }
   return { voucherId, shopId, initial, redisStock, buyers, pending, mysqlStock, activeOrders, ok: drift.length === 0, drift, repaired };
+}
+
+/**
+ * Users in the buyers set that hold nothing — no outbox entry, no active order, no cancelled order
+ * whose release is still to come — so one-order-per-user blocks them for no unit. Counting
+ * (|buyers| vs active + pending) from reads taken at different moments raises false alarms in a
+ * live sale, so each suspect is confirmed by S3 (atomic Redis read) then T4 (MySQL), and flagged
+ * only if at S3 it is a buyer, has no outbox entry, every order T2 knew of it is released, and at
+ * T4 it has exactly those orders, none active. Proof that a flagged user held nothing at S3: a
+ * holding at S3 is (i) an outbox entry — seen by S3; (ii) an active order — committed before S3
+ * hence visible at T4, where it is either still active or was active at T2 (states are monotone),
+ * so it is not among T2's non-active orders: either way T4 differs; (iii) a cancelled order not
+ * yet released — its row predates S3, so it is either among T2's orders (then S3 sees it not
+ * released) or a new row at T4. Holding nothing is stable (no release is due; a buyer cannot
+ * reserve again), so the flag stays true after S3.
+ */
+async function buyersWithoutUnit(deps: Deps, cfg: SeckillConfig, buyersAtS1: Set<string>, outboxAtS1: Reservation[], orders: OrderFact[]): Promise<string[]> {
+  const { shopId, voucherId } = cfg;
+  const pendingUsers = new Set(outboxAtS1.map((r) => String(r.userId)));
+  const activeUsers = new Set(orders.filter(isActive).map((o) => o.userId));
+  const suspects = [...buyersAtS1].filter((u) => !pendingUsers.has(u) && !activeUsers.has(u));
+  if (suspects.length === 0) return [];
+  const known = new Map<string, string[]>(suspects.map((u) => [u, []]));
+  for (const o of orders) known.get(o.userId)?.push(o.id);
+  const knownIds = [...known.values()].flat();
+
+  // S3 — atomic: still a buyer? T2's orders released? any outbox entry now?
+  const s3 = deps.redis.multi();
+  s3.smismember(keys.seckill.buyers(shopId, voucherId), suspects);
+  if (knownIds.length > 0) s3.smismember(keys.seckill.released(shopId, voucherId), knownIds);
+  s3.hgetall(keys.seckill.outbox(shopId));
+  const res = await s3.exec<unknown[]>();
+  const stillBuyer = res[0] as number[];
+  const releasedFlags = knownIds.length > 0 ? (res[1] as number[]) : [];
+  const outboxNow = Object.values((res[knownIds.length > 0 ? 2 : 1] as Record<string, unknown> | null) ?? {}).map(parseReservation);
+  const released = new Set(knownIds.filter((_, i) => releasedFlags[i] === 1));
+  const pendingNow = new Set(outboxNow.filter((r) => r.voucherId === voucherId).map((r) => String(r.userId)));
+  const confirmed = suspects.filter((u, i) => stillBuyer[i] === 1 && !pendingNow.has(u) && (known.get(u) ?? []).every((id) => released.has(id)));
+  if (confirmed.length === 0) return [];
+
+  // T4 — MySQL after S3: the same orders, none active.
+  const later = (
+    await deps.db.execute(`SELECT id, user_id, status FROM tb_voucher_order WHERE voucher_id = ? AND user_id IN (${confirmed.map(() => "?").join(", ")})`, [
+      voucherId,
+      ...confirmed.map((u) => BigInt(u)),
+    ])
+  ).rows as { id: string; user_id: string | number; status: number | string }[];
+  return confirmed.filter((u) => {
+    const now = later.filter((r) => String(r.user_id) === u);
+    const before = new Set(known.get(u) ?? []);
+    return now.length === before.size && now.every((r) => before.has(String(r.id)) && !ACTIVE.includes(Number(r.status)));
+  });
 }
 
 export async function reconcile(deps: Deps, now: number): Promise<ReconcileReport> {
