@@ -12,6 +12,7 @@ import { createLogger, type Logger } from "./log.ts";
 import { createSms, type SmsPort } from "./sms/index.ts";
 import { type BlobStore, createBlobStore } from "./blob/index.ts";
 import { createPaymentProvider, type PaymentProvider } from "./payments/provider.ts";
+import { OrderGroups } from "./services/seckill/pipeline.ts";
 
 export type RedisPort = Redis;
 /** `execute` runs on a fresh session per call; `transaction` pins one session (one MySQL connection). */
@@ -36,6 +37,11 @@ export interface Deps {
   payments: PaymentProvider;
   /** Uploaded images (BLOB_STORE: a local folder in dev, S3-compatible such as R2 in production). */
   blobs: BlobStore;
+  /**
+   * This isolate's side of the order pipeline: drain windows already announced, order-index
+   * entries waiting for their batched write, writer/closer counters (services/seckill/pipeline.ts).
+   */
+  orderGroups: OrderGroups;
   /**
    * Keeps background work (cache refresh, publishes) alive after the response. The app rebinds
    * this per request to the runtime's ExecutionContext; the value here is the fallback used
@@ -80,5 +86,5 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   const clock = overrides.clock ?? systemClock;
   const payments = overrides.payments ?? createPaymentProvider(config, log, () => clock.now(), overrides.fetch);
   const blobs = overrides.blobs ?? createBlobStore(config, overrides.fetch);
-  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, waitUntil };
+  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, orderGroups: new OrderGroups(), waitUntil };
 }

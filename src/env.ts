@@ -74,6 +74,12 @@ export const EnvSchema = z.object({
   OUTBOX_REPUBLISH_AFTER_SECONDS: z.coerce.number().int().min(1).default(60),
   /** QStash retries for order messages. */
   ORDER_MESSAGE_RETRIES: z.coerce.number().int().min(0).max(10).default(5),
+  /** Reservations per writer group: one claim, one INSERT per voucher, one ack, one close message. */
+  ORDER_GROUP_MAX: z.coerce.number().int().min(1).max(2000).default(500),
+  /** One drain delivery stops starting groups after this and hands the rest on, ms. */
+  ORDER_DRAIN_BUDGET_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
+  /** A claimed group is not handed to another writer for this long, ms (a crashed writer's group is re-claimed after it). */
+  ORDER_CLAIM_LEASE_MS: z.coerce.number().int().min(1000).max(600_000).default(30_000),
   /** Payments: `local` is the dev provider that calls our webhook back. */
   PAYMENT_PROVIDER: z.enum(["local"]).default("local"),
   /**

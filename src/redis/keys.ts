@@ -40,7 +40,14 @@ export const keys = {
     outbox: (shopId: number) => `seckill:{s${shopId}}:outbox`,
     /** Same entries by reservation time (ZSET orderId → ms), for the sweep. */
     outboxDue: (shopId: number) => `seckill:{s${shopId}}:outbox:due`,
-    /** Registry of seckill vouchers the jobs visit: set of "shopId:voucherId". */
+    /**
+     * Where a reservation not yet in MySQL is: hash orderId → shopId, one key per hour of the
+     * order id's own timestamp (so a lookup knows the key from the id alone), with a TTL. Written by
+     * the reserving isolate, batched (src/services/seckill/pipeline.ts); not under a shop's hash
+     * tag (it spans shops), so no script touches it together with an outbox.
+     */
+    orderIndex: (hour: number) => `seckill:oidx:${hour}`,
+    /** Legacy registry set "shopId:voucherId" (the jobs now read the registry from MySQL). */
     active: () => "seckill:active",
     /** Last reconcile report (JSON). */
     reconcileReport: () => "seckill:reconcile:report",

@@ -3,20 +3,25 @@ import { z } from "zod";
 import { AppError, ok } from "../errors.ts";
 import { verifyQstash, type SignedEnv } from "../http/qstash.ts";
 import { verifyWebhook } from "../payments/signature.ts";
-import { closeOrder, writeOrder } from "../services/seckill/orders.ts";
+import { closeOrders } from "../services/seckill/close.ts";
+import { drainShop } from "../services/seckill/writer.ts";
 import { settleWebhook } from "../services/seckill/payments.ts";
 import type { AppEnv } from "../types.ts";
 
 const OrderIdText = z.string().regex(/^[1-9]\d{0,18}$/);
-const ReservationBody = z.object({
-  orderId: OrderIdText,
-  userId: z.number().int().positive(),
-  voucherId: z.number().int().positive(),
-  shopId: z.number().int().positive(),
-  reservedAt: z.number().int().positive(),
-  amount: z.number().int().min(0),
-});
-const CloseBody = z.object({ orderId: OrderIdText }).and(ReservationBody.partial());
+const ShopId = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);
+/** Drain: names a shop; what is written comes from its outbox. */
+const DrainBody = z.object({ shopId: ShopId });
+/** Write (messages of the per-order pipeline still in flight at upgrade time): treated as a drain of its shop. */
+const LegacyWriteBody = z.object({ shopId: ShopId, orderId: OrderIdText });
+/**
+ * Close of a written group. Only ids and the shop travel; any other field (older messages carried
+ * a whole reservation) is ignored — the closer reads MySQL and the outbox.
+ */
+const CloseBody = z.union([
+  z.object({ shopId: ShopId, orderIds: z.array(OrderIdText).min(1).max(5000) }),
+  z.object({ orderId: OrderIdText, shopId: ShopId.optional() }).transform((b) => ({ shopId: b.shopId, orderIds: [b.orderId] })),
+]);
 const WebhookBody = z.discriminatedUnion("type", [
   z.object({ type: z.enum(["payment.succeeded", "payment.failed"]), paymentId: OrderIdText, providerRef: z.string().max(128) }),
   z.object({ type: z.enum(["refund.succeeded", "refund.failed"]), refundId: OrderIdText, providerRef: z.string().max(128) }),
@@ -35,17 +40,29 @@ function parse<T extends z.ZodType>(schema: T, raw: string): z.infer<T> {
   return res.data;
 }
 
+/**
+ * A delayed close is due at its orders' payment deadline; it may arrive a little early (clock skew
+ * between QStash and us), so the deadline check allows this much, ms. Orders not yet due are left
+ * to close-expired.
+ */
+const CLOSE_EARLY_SLACK_MS = 5_000;
+
 const signed = new Hono<SignedEnv>()
   .use(verifyQstash)
+  .post("/orders/drain", async (c) => {
+    const res = await drainShop(c.get("deps"), parse(DrainBody, c.get("rawBody")).shopId);
+    return c.json(ok(res));
+  })
   .post("/orders/write", async (c) => {
-    const outcome = await writeOrder(c.get("deps"), parse(ReservationBody, c.get("rawBody")));
-    return c.json(ok({ outcome }));
+    const res = await drainShop(c.get("deps"), parse(LegacyWriteBody, c.get("rawBody")).shopId);
+    return c.json(ok(res));
   })
   .post("/orders/close", async (c) => {
+    const deps = c.get("deps");
     const body = parse(CloseBody, c.get("rawBody"));
-    const full = ReservationBody.safeParse(body);
-    const outcome = await closeOrder(c.get("deps"), body.orderId, full.success ? full.data : undefined);
-    return c.json(ok({ outcome }));
+    const deadlineMs = deps.clock.now() - deps.config.ORDER_PAY_TIMEOUT_SECONDS * 1000 + CLOSE_EARLY_SLACK_MS;
+    const res = await closeOrders(deps, body.orderIds, { shopId: body.shopId, deadlineMs });
+    return c.json(ok({ cancelled: res.cancelled, cancelledBeforeWrite: res.cancelledBeforeWrite, released: res.released, outcomes: Object.fromEntries(res.outcomes) }));
   });
 
 export const internal = new Hono<AppEnv>()

@@ -90,20 +90,58 @@ describe("order writer and close callbacks", () => {
     }
   });
 
-  test("close cancels an unpaid order and releases its unit once, however often it is delivered", async () => {
-    const t = await serveTestApp(ENV);
+  test("close cancels an unpaid order past its deadline and releases its unit once, however often it is delivered", async () => {
+    const clock = { skewMs: 0, now: () => Date.now() + clock.skewMs };
+    const t = await serveTestApp(ENV, { clock });
     try {
       const { shopId, voucherId } = await createSeckill(t, { stock: 3 });
       const r = await reserveOne(t, voucherId);
       await writeOrder(t.deps, r);
-      const results = await Promise.all([1, 2, 3, 4].map(() => signedPost(t, "/internal/orders/close", { orderId: r.orderId })));
+      // Before the deadline a (signed) close changes nothing.
+      const early = await signedPost(t, "/internal/orders/close", { shopId, orderIds: [r.orderId] });
+      expect(early.body).toMatchObject({ success: true, data: { cancelled: 0, outcomes: { [r.orderId]: "not-due" } } });
+      expect(Number((await orderRow(t, r.orderId))?.status)).toBe(1);
+      clock.skewMs = 86_400_000 + 60_000;
+      const results = await Promise.all([1, 2, 3, 4].map(() => signedPost(t, "/internal/orders/close", { shopId, orderIds: [r.orderId] })));
       expect(results.every((x) => x.status === 200)).toBe(true);
+      expect(results.map((x) => (x.body.data as { cancelled: number }).cancelled).reduce((a, b) => a + b, 0)).toBe(1);
       expect(Number((await orderRow(t, r.orderId))?.status)).toBe(4);
       expect(await mysqlCounts(t, voucherId)).toEqual({ orders: 1, active: 0, stock: 3 });
       expect(Number(await t.deps.redis.get(keys.seckill.stock(shopId, voucherId, 0)))).toBe(3);
       expect(await t.deps.redis.sismember(keys.seckill.buyers(shopId, voucherId), String(r.userId))).toBe(0);
       // The user may buy again after the release.
+      clock.skewMs = 0;
       expect((await reserve(t.deps, { voucherId, userId: r.userId, ip: "10.0.0.1" })).ok).toBe(true);
+    } finally {
+      await t.settle();
+      await t.stop();
+    }
+  });
+
+  test("a close naming a reservation that is not in the outbox, or carrying a made-up one, changes nothing", async () => {
+    const clock = { skewMs: 0, now: () => Date.now() + clock.skewMs };
+    const t = await serveTestApp(ENV, { clock });
+    try {
+      const { shopId, voucherId } = await createSeckill(t, { stock: 3 });
+      const real = await reserveOne(t, voucherId);
+      await writeOrder(t.deps, real);
+      clock.skewMs = 86_400_000 + 60_000;
+      const fakeId = `${BigInt(real.orderId) + 1n}`;
+      const invented = { orderId: fakeId, userId: 777, voucherId, shopId, reservedAt: Date.now() - 86_400_000 * 2, amount: 1 };
+      // Today's body shape, and the older one that carried a whole reservation.
+      for (const body of [{ shopId, orderIds: [fakeId] }, invented, { orderId: fakeId }]) {
+        const res = await signedPost(t, "/internal/orders/close", body);
+        expect(res.status).toBe(200);
+        expect(res.body.data).toMatchObject({ cancelled: 0, cancelledBeforeWrite: 0, released: 0 });
+      }
+      expect(await orderRow(t, fakeId)).toBeUndefined();
+      expect(Number(await t.deps.redis.get(keys.seckill.stock(shopId, voucherId, 0)))).toBe(2);
+      expect(await mysqlCounts(t, voucherId)).toEqual({ orders: 1, active: 1, stock: 2 });
+      // A shop id that is not the reservation's does not reach it either.
+      const wrongShop = await signedPost(t, "/internal/orders/close", { shopId: shopId + 1000, orderIds: [fakeId] });
+      expect(wrongShop.body.data).toMatchObject({ cancelled: 0, released: 0 });
+      expect((await signedPost(t, "/internal/orders/close", { shopId, orderIds: [] })).status).toBe(400);
+      expect((await signedPost(t, "/internal/orders/close", { shopId: -1, orderIds: [fakeId] })).status).toBe(400);
     } finally {
       await t.settle();
       await t.stop();
@@ -115,7 +153,7 @@ describe("order writer and close callbacks", () => {
     try {
       const { shopId, voucherId } = await createSeckill(t, { stock: 2 });
       const r = await reserveOne(t, voucherId);
-      expect(await closeOrder(t.deps, r.orderId, r)).toBe("cancelled-before-write");
+      expect(await closeOrder(t.deps, r.orderId)).toBe("cancelled-before-write");
       expect(await writeOrder(t.deps, r)).toBe("exists");
       expect(await mysqlCounts(t, voucherId)).toEqual({ orders: 1, active: 0, stock: 2 });
       expect(Number(await t.deps.redis.get(keys.seckill.stock(shopId, voucherId, 0)))).toBe(2);

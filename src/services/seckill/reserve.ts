@@ -1,15 +1,15 @@
 /**
  * The seckill reservation: auth'd user → isolate sold-out memo → one Redis round trip (the
- * reserve-stock script) → order id to the caller at once; the QStash publish runs after the
- * response through `waitUntil`. If the publish is lost, the outbox entry the script wrote is
- * re-published by the sweep job: a reservation always ends as exactly one order or one release.
+ * reserve-stock script, which also writes the outbox entry) → order id to the caller at once. The
+ * writer is told to drain the shop's outbox in a batched background step (pipeline.ts); if that
+ * is lost, the next window's drain or the sweep job finds the entry: a reservation always ends as
+ * exactly one order or one release.
  */
 import type { Deps } from "../../deps.ts";
 import { cachesFor } from "../../cache/modules.ts";
 import { keys } from "../../redis/keys.ts";
 import { idsFor } from "../../redis/ids.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
-import { publishReservation } from "../../queue/orders.ts";
 import { dayParts } from "../../util/time.ts";
 import { bucketKeysFor, type SeckillConfig } from "./config.ts";
 import type { Reservation } from "./types.ts";
@@ -108,12 +108,9 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   const [code, a, b] = await scriptsFor(deps.redis).reserveStock.exec(reserveKeys(cfg, input.userId, input.ip, day), reserveArgs(c, reservation));
   switch (code) {
     case 0:
-      deps.waitUntil(
-        publishReservation(deps, reservation).catch((err: unknown) => {
-          // Not fatal: the outbox entry stays and the sweep re-publishes it.
-          deps.log.warn("order publish failed; the outbox sweep will retry", { orderId, err });
-        }),
-      );
+      // The outbox entry is written; what remains (index entry, the shop's drain for this
+      // window) is batched across this isolate's buyers and never fails the reservation.
+      deps.waitUntil(deps.orderGroups.add(deps, reservation));
       return { ok: true, orderId };
     case 1:
       return { ok: false, reason: "NOT_FOUND", message: messages.NOT_FOUND };

@@ -1,0 +1,203 @@
+/**
+ * Closing unpaid orders, in groups (the delayed close message of a written group, and the
+ * close-expired job). The status CAS `unpaid → cancelled` decides, as before: pay and close race
+ * on it and exactly one wins. Only rows this close changed give stock back — in MySQL in the same
+ * transaction (one `stock = stock + n` per voucher per group), in Redis afterwards, once per order
+ * (release-stock-many.lua, idempotent through the released set).
+ *
+ * Trust: the order ids come from a signed message or a MySQL scan, but what is closed is decided
+ * by MySQL rows and outbox entries only. An id that is neither in MySQL nor in the outbox is
+ * ignored; a reservation in a message body is never used (a made-up one cannot raise stock).
+ * `deadlineMs` (when given) spares orders created at or after it: a close arriving early, or
+ * naming a fresh order, closes nothing.
+ */
+import type { Deps } from "../../deps.ts";
+import { cachesFor } from "../../cache/modules.ts";
+import { keys } from "../../redis/keys.ts";
+import { scriptsFor } from "../../redis/scripts.ts";
+import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
+import { homeBucket } from "./config.ts";
+import { withLockRetry } from "./mysql-retry.ts";
+import { findReservation, outboxEntries } from "./outbox.ts";
+import { serviceDay } from "./reserve.ts";
+import { OrderStatus, type Reservation } from "./types.ts";
+
+type Row = Record<string, string | number | null>;
+
+/** What a release needs to know about an order. */
+export interface OrderRef {
+  orderId: string;
+  userId: number;
+  voucherId: number;
+  /** Epoch ms of the reservation (its day is the daily counter's day). */
+  reservedAt: number;
+}
+
+export type CloseOutcome = "cancelled" | "cancelled-before-write" | "already-cancelled" | "not-unpaid" | "not-due" | "unknown";
+
+export interface CloseSummary {
+  outcomes: Map<string, CloseOutcome>;
+  cancelled: number;
+  cancelledBeforeWrite: number;
+  /** Redis releases made now (a repeat is 0). */
+  released: number;
+}
+
+/** Gives the units of cancelled orders back to Redis: one command per voucher, once per order. */
+export async function releaseManyInRedis(deps: Deps, orders: readonly OrderRef[]): Promise<number> {
+  let released = 0;
+  const groups = new Map<number, OrderRef[]>();
+  for (const o of orders) {
+    let list = groups.get(o.voucherId);
+    if (!list) groups.set(o.voucherId, (list = []));
+    list.push(o);
+  }
+  for (const [voucherId, list] of groups) {
+    const cfg = await cachesFor(deps).seckill.get(deps, voucherId);
+    if (!cfg) throw new Error(`seckill voucher ${voucherId} has no configuration`);
+    const k: string[] = [keys.seckill.released(cfg.shopId, voucherId), keys.seckill.buyers(cfg.shopId, voucherId), keys.seckill.outbox(cfg.shopId), keys.seckill.outboxDue(cfg.shopId)];
+    const a: string[] = [];
+    for (const o of list) {
+      k.push(keys.seckill.daily(cfg.shopId, o.userId, serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE)), keys.seckill.stock(cfg.shopId, voucherId, homeBucket(o.userId, cfg.buckets)));
+      a.push(o.orderId, String(o.userId));
+    }
+    released += await scriptsFor(deps.redis).releaseStockMany.exec(k, a);
+  }
+  return released;
+}
+
+/** Gives one cancelled order's unit back to Redis, once per order. */
+export async function releaseInRedis(deps: Deps, o: OrderRef): Promise<boolean> {
+  return (await releaseManyInRedis(deps, [o])) === 1;
+}
+
+function refOf(r: Row): OrderRef & { status: number } {
+  return { orderId: String(r.id), userId: Number(r.user_id), voucherId: Number(r.voucher_id), reservedAt: parseSqlUtc(String(r.create_time)), status: Number(r.status) };
+}
+
+const IN = (n: number) => Array.from({ length: n }, () => "?").join(", ");
+
+/** Rows of `ids` in MySQL (plain read; the CAS below re-checks under locks). */
+async function readRows(deps: Deps, ids: readonly string[]): Promise<Map<string, OrderRef & { status: number }>> {
+  if (ids.length === 0) return new Map();
+  const rows = (await deps.db.execute(`SELECT id, user_id, voucher_id, status, create_time FROM tb_voucher_order WHERE id IN (${IN(ids.length)})`, ids.map((id) => BigInt(id)))).rows as Row[];
+  return new Map(rows.map((r) => [String(r.id), refOf(r)]));
+}
+
+/**
+ * CAS of one voucher's unpaid orders to cancelled, with the stock credit, in one transaction.
+ * Returns the orders this call cancelled.
+ */
+async function cancelUnpaid(deps: Deps, voucherId: number, ids: readonly string[], deadlineMs: number | undefined): Promise<OrderRef[]> {
+  return await withLockRetry(deps, deps.orderGroups.lockConflicts, "close orders", () =>
+    deps.db.transaction(async (tx) => {
+      const args: unknown[] = [...ids.map((id) => BigInt(id)), voucherId, OrderStatus.unpaid];
+      let sql = `SELECT id, user_id, voucher_id, status, create_time FROM tb_voucher_order WHERE id IN (${IN(ids.length)}) AND voucher_id = ? AND status = ?`;
+      if (deadlineMs !== undefined) {
+        sql += " AND create_time < ?";
+        args.push(toSqlUtc(deadlineMs));
+      }
+      const locked = ((await tx.execute(`${sql} FOR UPDATE`, args)).rows as Row[]).map(refOf);
+      if (locked.length === 0) return [];
+      const upd = await tx.execute(`UPDATE tb_voucher_order SET status = ? WHERE id IN (${IN(locked.length)}) AND status = ?`, [
+        OrderStatus.cancelled,
+        ...locked.map((o) => BigInt(o.orderId)),
+        OrderStatus.unpaid,
+      ]);
+      // Rows are locked FOR UPDATE above, so every one of them changes.
+      if (upd.rowsAffected !== locked.length) throw new Error(`close CAS changed ${upd.rowsAffected} of ${locked.length} locked rows`);
+      await tx.execute("UPDATE tb_seckill_voucher SET stock = stock + ? WHERE voucher_id = ?", [locked.length, voucherId]);
+      return locked;
+    }),
+  );
+}
+
+/**
+ * Records outbox-only reservations (never written) as cancelled, so a late writer inserts
+ * nothing; no MySQL stock was taken for them, so none is given back. Returns the ids now
+ * cancelled in MySQL and those the writer got to first (still unpaid: CAS them next).
+ */
+async function cancelBeforeWrite(deps: Deps, rs: readonly Reservation[]): Promise<{ cancelled: Reservation[]; written: Reservation[] }> {
+  if (rs.length === 0) return { cancelled: [], written: [] };
+  const rows = await withLockRetry(deps, deps.orderGroups.lockConflicts, "close reservations", () =>
+    deps.db.transaction(async (tx) => {
+      await tx.execute(
+        `INSERT IGNORE INTO tb_voucher_order (id, user_id, voucher_id, status, create_time) VALUES ${rs.map(() => "(?, ?, ?, ?, ?)").join(", ")}`,
+        rs.flatMap((r) => [BigInt(r.orderId), r.userId, r.voucherId, OrderStatus.cancelled, toSqlUtc(r.reservedAt)]),
+      );
+      return (await tx.execute(`SELECT id, status FROM tb_voucher_order WHERE id IN (${IN(rs.length)})`, rs.map((r) => BigInt(r.orderId)))).rows as Row[];
+    }),
+  );
+  const status = new Map(rows.map((r) => [String(r.id), Number(r.status)]));
+  return {
+    cancelled: rs.filter((r) => status.get(r.orderId) === OrderStatus.cancelled),
+    written: rs.filter((r) => status.get(r.orderId) === OrderStatus.unpaid),
+  };
+}
+
+/**
+ * Closes a group of orders. `shopId` (when known) names the outbox to look in for ids not in
+ * MySQL; without it each such id is looked up through the order index.
+ */
+export async function closeOrders(deps: Deps, orderIds: readonly string[], opts: { shopId?: number; deadlineMs?: number } = {}): Promise<CloseSummary> {
+  const ids = [...new Set(orderIds)];
+  const summary: CloseSummary = { outcomes: new Map(), cancelled: 0, cancelledBeforeWrite: 0, released: 0 };
+  const toRelease: OrderRef[] = [];
+  const rows = await readRows(deps, ids);
+
+  // Not in MySQL: only the outbox can say what was reserved (read before any transaction).
+  const missing = ids.filter((id) => !rows.has(id));
+  let pending: Reservation[] = [];
+  if (missing.length > 0) {
+    if (opts.shopId !== undefined) pending = [...(await outboxEntries(deps, opts.shopId, missing)).values()];
+    else for (const id of missing) {
+      const r = await findReservation(deps, id);
+      if (r) pending.push(r);
+    }
+  }
+  for (const id of missing) summary.outcomes.set(id, "unknown");
+  const isDue = (reservedAt: number) => opts.deadlineMs === undefined || reservedAt < opts.deadlineMs;
+  for (const r of pending) if (!isDue(r.reservedAt)) summary.outcomes.set(r.orderId, "not-due");
+  const due = pending.filter((r) => isDue(r.reservedAt));
+  const before = await cancelBeforeWrite(deps, due);
+  for (const r of before.cancelled) {
+    summary.outcomes.set(r.orderId, "cancelled-before-write");
+    summary.cancelledBeforeWrite++;
+    toRelease.push(r);
+  }
+
+  // In MySQL (or just written by a racing writer): CAS per voucher.
+  const candidates = new Map<number, string[]>();
+  const add = (voucherId: number, id: string) => {
+    let list = candidates.get(voucherId);
+    if (!list) candidates.set(voucherId, (list = []));
+    list.push(id);
+  };
+  for (const [id, o] of rows) {
+    if (o.status === OrderStatus.unpaid) {
+      if (isDue(o.reservedAt)) add(o.voucherId, id);
+      else summary.outcomes.set(id, "not-due");
+    }
+    else if (o.status === OrderStatus.cancelled) {
+      // Cancelled before: release again (a no-op unless a crash cut the earlier release short).
+      summary.outcomes.set(id, "already-cancelled");
+      toRelease.push(o);
+    } else summary.outcomes.set(id, "not-unpaid");
+  }
+  for (const r of before.written) add(r.voucherId, r.orderId);
+  for (const [voucherId, list] of candidates) {
+    const cancelled = await cancelUnpaid(deps, voucherId, list, opts.deadlineMs);
+    const done = new Set(cancelled.map((o) => o.orderId));
+    for (const id of list) summary.outcomes.set(id, done.has(id) ? "cancelled" : "not-unpaid");
+    summary.cancelled += cancelled.length;
+    toRelease.push(...cancelled);
+  }
+  // After the commits; a crash here is repaired by redelivery, close-expired or reconcile.
+  if (toRelease.length > 0) summary.released = await releaseManyInRedis(deps, toRelease);
+  return summary;
+}
+
+/** Closes one order now, whatever its deadline (operators, tests). */
+export async function closeOrder(deps: Deps, orderId: string): Promise<CloseOutcome> {
+  return (await closeOrders(deps, [orderId])).outcomes.get(orderId) ?? "unknown";
+}

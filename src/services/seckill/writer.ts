@@ -1,0 +1,170 @@
+/**
+ * The order writer: turns a shop's outbox into MySQL rows, a group at a time
+ * (QStash drain message → /internal/orders/drain → drainShop).
+ *
+ * Per group (up to ORDER_GROUP_MAX reservations claimed from the outbox in one command):
+ * - per voucher in the group, one MySQL transaction: one multi-row `INSERT IGNORE` (the primary
+ *   key is the order id, so redelivery, a re-claimed group after a crash, or another writer that
+ *   got part of the same entries inserts nothing twice) and ONE stock update for the rows actually
+ *   inserted (`stock = stock - n WHERE stock >= n`) — the "merge many orders into one hot-row
+ *   update" done in the application. Four PlanetScale round trips per group instead of per order;
+ * - then one Redis command acknowledges the group, and one delayed close message covers it.
+ * No MySQL transaction is open while Redis or QStash is called. A crash anywhere leaves the
+ * entries in the outbox, claimable again after the lease: at most a repeated (idempotent) write.
+ */
+import type { Deps } from "../../deps.ts";
+import { closeMessage, DRAIN_WINDOW_MS, drainMessage, drainNowMessage } from "../../queue/orders.ts";
+import { keys } from "../../redis/keys.ts";
+import { toSqlUtc } from "../../util/time.ts";
+import { withLockRetry } from "./mysql-retry.ts";
+import { ackGroup, claimGroup } from "./outbox.ts";
+import { OrderStatus, type Reservation } from "./types.ts";
+
+export class OversellError extends Error {
+  constructor(voucherId: number, wanted: number) {
+    super(`MySQL stock of voucher ${voucherId} cannot cover ${wanted} new order(s)`);
+    this.name = "OversellError";
+  }
+}
+
+type Tx = Pick<Deps["db"], "execute">;
+
+/** Multi-row INSERT IGNORE of one voucher's reservations; returns the number of rows inserted. */
+export async function insertOrdersTx(tx: Tx, rs: readonly Reservation[], status: number, payTimeMs: number | null): Promise<number> {
+  if (rs.length === 0) return 0;
+  const values = rs.map(() => "(?, ?, ?, ?, ?, ?)").join(", ");
+  const args = rs.flatMap((r) => [BigInt(r.orderId), r.userId, r.voucherId, status, toSqlUtc(r.reservedAt), payTimeMs === null ? null : toSqlUtc(payTimeMs)]);
+  const ins = await tx.execute(`INSERT IGNORE INTO tb_voucher_order (id, user_id, voucher_id, status, create_time, pay_time) VALUES ${values}`, args);
+  return ins.rowsAffected;
+}
+
+/**
+ * Inserts one voucher's reservations and takes the inserted count from MySQL stock, in the caller's
+ * transaction. Throws OversellError (the transaction rolls back) if MySQL cannot cover them:
+ * Redis admitted more than MySQL holds, which must never be recorded.
+ */
+export async function writeVoucherRowsTx(tx: Tx, voucherId: number, rs: readonly Reservation[], status: number, payTimeMs: number | null): Promise<number> {
+  const inserted = await insertOrdersTx(tx, rs, status, payTimeMs);
+  if (inserted === 0) return 0;
+  const upd = await tx.execute("UPDATE tb_seckill_voucher SET stock = stock - ? WHERE voucher_id = ? AND stock >= ?", [inserted, voucherId, inserted]);
+  if (upd.rowsAffected !== 1) throw new OversellError(voucherId, inserted);
+  return inserted;
+}
+
+export interface GroupWrite {
+  created: number;
+  existed: number;
+  /** Order ids now in MySQL (created or already there): safe to acknowledge. */
+  written: string[];
+  /** Order ids NOT written (oversell refused): left in the outbox for an operator / reconcile. */
+  refused: string[];
+}
+
+function byVoucher(rs: readonly Reservation[]): Map<number, Reservation[]> {
+  const m = new Map<number, Reservation[]>();
+  for (const r of rs) {
+    let list = m.get(r.voucherId);
+    if (!list) m.set(r.voucherId, (list = []));
+    list.push(r);
+  }
+  return m;
+}
+
+/** Writes a group to MySQL: one transaction per voucher, lock conflicts retried. */
+export async function writeGroup(deps: Deps, rs: readonly Reservation[]): Promise<GroupWrite> {
+  const out: GroupWrite = { created: 0, existed: 0, written: [], refused: [] };
+  for (const [voucherId, list] of byVoucher(rs)) {
+    try {
+      const created = await withLockRetry(deps, deps.orderGroups.lockConflicts, "write orders", () =>
+        deps.db.transaction((tx) => writeVoucherRowsTx(tx, voucherId, list, OrderStatus.unpaid, null)),
+      );
+      out.created += created;
+      out.existed += list.length - created;
+      for (const r of list) out.written.push(r.orderId);
+    } catch (err) {
+      if (!(err instanceof OversellError)) throw err;
+      deps.log.error("oversell refused: reservations stay in the outbox", { voucherId, orders: list.length, err });
+      for (const r of list) out.refused.push(r.orderId);
+    }
+  }
+  return out;
+}
+
+/** Makes a claimed group claimable again now (one command). */
+async function releaseClaim(deps: Deps, shopId: number, group: readonly Reservation[]): Promise<void> {
+  const now = deps.clock.now();
+  const [first, ...rest] = group.map((r) => ({ score: now, member: r.orderId }));
+  if (first) await deps.redis.zadd(keys.seckill.outboxDue(shopId), { xx: true }, first, ...rest);
+}
+
+export interface DrainResult {
+  groups: number;
+  created: number;
+  existed: number;
+  refused: number;
+  /** True when the time budget ran out with entries left (a follow-up drain was published). */
+  continued: boolean;
+}
+
+/**
+ * Drains a shop's outbox: claim a group, write it, acknowledge it, publish its delayed close;
+ * repeat until fewer than a full group is due or the budget is spent. Only entries that exist in
+ * the outbox are written: the message that triggered this names a shop, nothing more.
+ */
+export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: number } = {}): Promise<DrainResult> {
+  const c = deps.config;
+  const started = deps.clock.now();
+  const budget = opts.budgetMs ?? c.ORDER_DRAIN_BUDGET_MS;
+  const res: DrainResult = { groups: 0, created: 0, existed: 0, refused: 0, continued: false };
+  for (;;) {
+    const group = await claimGroup(deps, shopId, deps.clock.now(), c.ORDER_GROUP_MAX, c.ORDER_CLAIM_LEASE_MS);
+    if (group.length === 0) break;
+    let w: GroupWrite;
+    try {
+      w = await writeGroup(deps, group);
+    } catch (err) {
+      // The write failed in this process (MySQL down, conflicts outlasting the retries): hand the
+      // group back at once so QStash's retry of this delivery can claim it again, instead of it
+      // waiting out the lease. (A writer that dies here leaves the lease to run out.)
+      await releaseClaim(deps, shopId, group).catch((e: unknown) => deps.log.warn("could not hand back a claimed group; its lease will run out", { shopId, err: e }));
+      throw err;
+    }
+    res.groups++;
+    res.created += w.created;
+    res.existed += w.existed;
+    res.refused += w.refused.length;
+    await ackGroup(deps, shopId, w.written);
+    // Best effort: if this publish is lost, the close-expired job closes these orders at their
+    // deadline from MySQL. Acknowledged first, so a crash here costs no second write.
+    if (w.written.length > 0) {
+      try {
+        await deps.queue.batchJSON([closeMessage(deps, shopId, w.written)]);
+        deps.orderGroups.stats.closePublishes++;
+      } catch (err) {
+        deps.log.warn("close publish failed; close-expired will close the group at its deadline", { shopId, orders: w.written.length, err });
+      }
+    }
+    if (group.length < c.ORDER_GROUP_MAX) break;
+    if (deps.clock.now() - started >= budget) {
+      // More is due than one delivery should take: hand the rest to a fresh delivery.
+      await deps.queue.batchJSON([drainNowMessage(deps, shopId, `cont-${deps.clock.now()}`)]);
+      deps.orderGroups.stats.drainPublishes++;
+      res.continued = true;
+      break;
+    }
+  }
+  deps.orderGroups.stats.drained += res.created;
+  if (res.groups > 0 && !res.continued) {
+    // Found work: announce the next window (same deduplication id the isolates use for it, so a
+    // busy sale still gets one drain per window). Catches reservations an isolate with a skewed
+    // clock filed under a window that was drained already; a quiet window ends the chain.
+    const next = Math.floor(deps.clock.now() / DRAIN_WINDOW_MS) + 1;
+    try {
+      await deps.queue.batchJSON([drainMessage(deps, shopId, next)]);
+      deps.orderGroups.stats.drainPublishes++;
+    } catch (err) {
+      deps.log.warn("follow-up drain publish failed; the sweep covers stragglers", { shopId, err });
+    }
+  }
+  return res;
+}
