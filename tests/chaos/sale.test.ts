@@ -1,0 +1,440 @@
+/**
+ * Chaos: a live flash sale through the real HTTP server and the real engines, while the app
+ * process is killed -9 and restarted several times, the local QStash is killed -9 and restarted,
+ * and MariaDB is killed -9 and restarted while the writer drains (issue 8, item 5).
+ *
+ * After the faults, with everything running again, the test drives the cron jobs through the
+ * app's own code until the Redis outbox is empty and the MySQL rows stop changing, then checks:
+ * every order acknowledged to a client is in MySQL exactly once (with its buyer), no buyer has two
+ * orders, stock is conserved in Redis and in MySQL, reconcile reports no drift, the outbox is empty.
+ *
+ * It relies only on the public contract of the order pipeline (HTTP API, outbox hash, MySQL
+ * tables, Redis stock and buyers keys, reconcile's report), not on how orders travel, so it keeps
+ * its meaning while the pipeline changes. Unpaid orders are never closed during the test
+ * (ORDER_PAY_TIMEOUT_SECONDS = 1 day), so every unit taken in Redis must end up as an active order.
+ *
+ * Its own stack (tests/chaos/stack.ts), separate from the shared preload stack. Logs of the app
+ * and of QStash (every life of them) are in the temp dir, which is kept and printed on failure.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { Client as QstashClient } from "@upstash/qstash";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createDeps, type Deps } from "../../src/deps.ts";
+import { parseEnv } from "../../src/env.ts";
+import { runCron } from "../../src/jobs/index.ts";
+import type { Logger } from "../../src/log.ts";
+import { keys } from "../../src/redis/keys.ts";
+import { reconcile, type VoucherReport } from "../../src/services/seckill/reconcile.ts";
+import { createSession } from "../../src/services/session.ts";
+import { pollUntil, within, type ManagedChild } from "../support/child.ts";
+import { startChaosStack, type ChaosStack } from "./stack.ts";
+
+const UNITS = 300;
+/**
+ * Buyers arrive in waves (a flash sale is bursts, and each burst makes the writer drain many
+ * orders at once): WAVES × WAVE_SIZE buyers for UNITS units, one wave every WAVE_EVERY_MS, the
+ * buyers of a wave spread over its first WAVE_RAMP_MS.
+ */
+const WAVES = 8;
+const WAVE_SIZE = 64;
+const WAVE_EVERY_MS = 1_000;
+const WAVE_RAMP_MS = 250;
+const BUYERS = WAVES * WAVE_SIZE;
+const SALE_MS = WAVES * WAVE_EVERY_MS;
+const REQUEST_TIMEOUT_MS = 5_000;
+const SETTLE_TIMEOUT_MS = 75_000;
+
+/**
+ * When (ms after the sale opens) each fault is injected; each waits for the previous recovery.
+ * App kills land in the middle of a wave, while its requests are in flight (cut replies).
+ * MariaDB is killed once the writer has a backlog (units taken in Redis, not yet in MySQL).
+ */
+const FAULTS: { atMs: number; target: "app" | "qstash" | "mariadb" }[] = [
+  { atMs: 1_120, target: "app" },
+  { atMs: 1_600, target: "qstash" },
+  { atMs: 2_120, target: "app" },
+  { atMs: 3_050, target: "mariadb" },
+  { atMs: 4_120, target: "app" },
+  { atMs: 4_600, target: "qstash" },
+];
+
+const APP_ENV = {
+  SECKILL_USER_LIMIT: "0",
+  SECKILL_IP_LIMIT: "0",
+  // No close during the test: every unit taken must become an active order.
+  ORDER_PAY_TIMEOUT_SECONDS: "86400",
+};
+
+type Outcome =
+  | { kind: "ack"; orderId: string }
+  | { kind: "rejected"; code: string }
+  | { kind: "error"; status: number }
+  | { kind: "lost"; error: string };
+
+interface Buyer {
+  userId: number;
+  token: string;
+}
+
+interface SaleResult {
+  shopId: number;
+  voucherId: number;
+  buyers: Buyer[];
+  outcomes: Outcome[];
+  /** Units taken in Redis but not yet in MySQL when MariaDB was killed: the writer's backlog. */
+  backlogAtMariadbKill: number;
+  faultLog: string[];
+  /** Redis stock + buyers right after the sale, before any cron job (reconcile) could repair it. */
+  redisBeforeSettle: { stock: number; buyers: number };
+  settleMs: number;
+  settleRounds: number;
+}
+
+let dir: string;
+let stack: ChaosStack | undefined;
+let deps: Deps;
+let sale: SaleResult | undefined;
+let failed = false;
+const testLog: string[] = [];
+/** Outbox size and MySQL rows per settle round (printed with CHAOS_VERBOSE=1 and on failure). */
+const settleTrace: string[] = [];
+
+/** The test process's own log (cron passes it runs): warnings and errors are kept for diagnosis. */
+function recordingLogger(bound: Record<string, unknown> = {}): Logger {
+  const keep = (level: string) => (msg: string, fields?: Record<string, unknown>) => {
+    const err = fields?.err instanceof Error ? fields.err.message : fields?.err;
+    testLog.push(`${level} ${msg} ${JSON.stringify({ ...bound, ...fields, err })}`);
+  };
+  return {
+    debug: () => {},
+    info: () => {},
+    warn: keep("warn"),
+    error: keep("error"),
+    child: (f) => recordingLogger({ ...bound, ...f }),
+    enabled: (level) => level === "warn" || level === "error",
+  };
+}
+
+/** Runs a test body; on failure keeps the temp dir and says where the logs are. */
+function guarded(fn: () => Promise<void>): () => Promise<void> {
+  return async () => {
+    try {
+      await fn();
+    } catch (err) {
+      failed = true;
+      const tail = [...testLog.slice(-15), ...settleTrace.slice(-10)].join("\n  ");
+      console.error(`chaos: FAILED; logs kept in ${dir} (app.log, qstash.log)${tail ? `\n  test-side log tail:\n  ${tail}` : ""}`);
+      throw err;
+    }
+  };
+}
+
+function requireSale(): SaleResult {
+  if (!sale) throw new Error("the chaos sale did not complete (see the first test's failure)");
+  return sale;
+}
+
+async function http<T>(method: string, path: string, opts: { token?: string; json?: unknown } = {}): Promise<{ status: number; body: { success: boolean; data?: T; code?: string; errorMsg?: string } }> {
+  const res = await fetch(`${stack?.appUrl}${path}`, {
+    method,
+    headers: { ...(opts.token ? { authorization: opts.token } : {}), ...(opts.json !== undefined ? { "content-type": "application/json" } : {}) },
+    body: opts.json === undefined ? undefined : JSON.stringify(opts.json),
+    signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+  });
+  return { status: res.status, body: (await res.json()) as { success: boolean; data?: T } };
+}
+
+async function createVoucher(): Promise<{ shopId: number; voucherId: number }> {
+  const operator = `Bearer ${deps.config.ADMIN_TOKEN}`;
+  const type = await deps.db.execute("INSERT INTO tb_shop_type (name, icon, sort) VALUES (?, '', 99)", [`chaos-${crypto.randomUUID().slice(0, 8)}`]);
+  const shop = await http<number>("POST", "/api/shop", {
+    token: operator,
+    json: { name: `chaos-shop-${crypto.randomUUID().slice(0, 8)}`, typeId: Number(type.insertId), address: "chaos road 1", x: 120.15, y: 30.33, avgPrice: 80, images: "/imgs/a.jpg", area: "test" },
+  });
+  if (!shop.body.success || typeof shop.body.data !== "number") throw new Error(`create shop failed: ${JSON.stringify(shop.body)}`);
+  const now = Date.now();
+  const voucher = await http<number>("POST", "/api/voucher/seckill", {
+    token: operator,
+    json: { shopId: shop.body.data, title: "chaos flash", payValue: 8000, actualValue: 10000, stock: UNITS, buckets: 1, shopDailyLimit: 0, beginTime: now - 60_000, endTime: now + 3_600_000 },
+  });
+  if (!voucher.body.success || typeof voucher.body.data !== "number") throw new Error(`create seckill voucher failed: ${JSON.stringify(voucher.body)}`);
+  return { shopId: shop.body.data, voucherId: voucher.body.data };
+}
+
+async function buy(voucherId: number, b: Buyer): Promise<Outcome> {
+  let res: Response;
+  let text: string;
+  try {
+    res = await fetch(`${stack?.appUrl}/api/voucher-order/seckill/${voucherId}`, {
+      method: "POST",
+      headers: { authorization: b.token },
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+    });
+    text = await res.text();
+  } catch (err) {
+    return { kind: "lost", error: err instanceof Error ? err.message : String(err) };
+  }
+  let body: { success?: boolean; data?: unknown; code?: string };
+  try {
+    body = JSON.parse(text) as typeof body;
+  } catch {
+    return { kind: "lost", error: `cut reply (${res.status}): ${text.slice(0, 80)}` };
+  }
+  if (res.status === 200 && body.success === true && typeof body.data === "string") return { kind: "ack", orderId: body.data };
+  if (res.status === 200 && body.success === false) return { kind: "rejected", code: body.code ?? "?" };
+  return { kind: "error", status: res.status };
+}
+
+async function mysqlOrderCount(voucherId: number): Promise<number> {
+  const r = (await deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ?", [voucherId])).rows[0] as { n: string };
+  return Number(r.n);
+}
+
+async function redisSide(shopId: number, voucherId: number): Promise<{ stock: number; buyers: number }> {
+  const [stock, buyers] = await Promise.all([deps.redis.get<number | string>(keys.seckill.stock(shopId, voucherId, 0)), deps.redis.scard(keys.seckill.buyers(shopId, voucherId))]);
+  return { stock: Number(stock ?? 0), buyers };
+}
+
+async function killAndRestart(child: ManagedChild): Promise<number> {
+  const started = Date.now();
+  await child.kill9();
+  await within(30_000, "restart after kill -9", child.start());
+  return Date.now() - started;
+}
+
+/**
+ * Cron passes through the app's own code until the outbox is empty and MySQL stops changing.
+ * The clock runs ahead (2 min, so every outbox entry is overdue for the sweep) and then 12× fast,
+ * so an entry still pending becomes overdue again every ~5 s of real time, not once a minute.
+ */
+async function settle(shopId: number, voucherId: number): Promise<{ ms: number; rounds: number }> {
+  const started = Date.now();
+  let rounds = 0;
+  let previous = "";
+  return await pollUntil(
+    "the outbox to empty and the MySQL rows to stop changing",
+    async () => {
+      rounds++;
+      const now = Date.now() + 120_000 + Math.floor((Date.now() - started) / 5_000) * 61_000;
+      const results = await within(30_000, "one cron pass", runCron(deps, undefined, now));
+      for (const r of results) if (!r.ok) testLog.push(`cron round ${rounds}: job ${r.name} failed`);
+      const outbox = await deps.redis.hlen(keys.seckill.outbox(shopId));
+      const m = (await deps.db.execute(
+        `SELECT COUNT(*) AS n, COALESCE(SUM(status), 0) AS s, (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock
+           FROM tb_voucher_order WHERE voucher_id = ?`,
+        [voucherId, voucherId],
+      )).rows[0] as { n: string; s: string; stock: string };
+      const snapshot = `${m.n}/${m.s}/${m.stock}`;
+      settleTrace.push(`${Math.round((Date.now() - started) / 100) / 10}s outbox=${outbox} rows=${m.n}`);
+      const stable = snapshot === previous;
+      previous = snapshot;
+      return outbox === 0 && stable ? { ms: Date.now() - started, rounds } : undefined;
+    },
+    SETTLE_TIMEOUT_MS,
+    200,
+  );
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "cityhub-chaos-"));
+  stack = await within(90_000, "the chaos stack to start", startChaosStack({ dir, appEnv: APP_ENV }));
+  deps = createDeps(parseEnv(stack.env), { log: recordingLogger() });
+}, 100_000);
+
+afterAll(async () => {
+  await stack?.stop();
+  if (failed || process.env.CHAOS_KEEP_DIR) console.error(`chaos: temp dir kept: ${dir}`);
+  else if (dir) rmSync(dir, { recursive: true, force: true });
+}, 60_000);
+
+describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", () => {
+  test(
+    "the sale runs through the faults and the system settles: outbox empty, MySQL rows stable",
+    guarded(async () => {
+      const s = stack as ChaosStack;
+      const { shopId, voucherId } = await within(15_000, "creating the voucher", createVoucher());
+      const base = 7_000_000 + Math.floor(Math.random() * 1_000_000) * 1_000;
+      const buyers: Buyer[] = await within(
+        20_000,
+        "creating buyer sessions",
+        Promise.all(Array.from({ length: BUYERS }, async (_, i) => ({ userId: base + i, token: await createSession(deps.redis, { id: base + i, nickName: `c${i}`, icon: "" }, 3600) }))),
+      );
+
+      const outcomes: Outcome[] = new Array(BUYERS);
+      const saleStart = performance.now();
+      // The arrival schedule (the load's shape), not synchronisation.
+      const arrive = async (i: number) => {
+        const at = Math.floor(i / WAVE_SIZE) * WAVE_EVERY_MS + ((i % WAVE_SIZE) * WAVE_RAMP_MS) / WAVE_SIZE;
+        const wait = saleStart + at - performance.now();
+        if (wait > 0) await Bun.sleep(wait);
+        outcomes[i] = await buy(voucherId, buyers[i] as Buyer);
+      };
+      const faultLog: string[] = [];
+      let backlogAtMariadbKill = -1;
+      const chaos = async () => {
+        for (const f of FAULTS) {
+          const wait = saleStart + f.atMs - performance.now();
+          if (wait > 0) await Bun.sleep(wait); // when to inject the fault
+          let at = Math.round(performance.now() - saleStart);
+          let downMs: number;
+          if (f.target === "mariadb") {
+            // "While the writer drains": wait (bounded) until units taken in Redis are not all in MySQL yet.
+            backlogAtMariadbKill = await pollUntil(
+              "a writer backlog to restart MariaDB into",
+              async () => {
+                const [taken, rows] = await Promise.all([deps.redis.scard(keys.seckill.buyers(shopId, voucherId)), mysqlOrderCount(voucherId)]);
+                const backlog = taken - rows;
+                return backlog > 0 ? backlog : undefined;
+              },
+              2_000,
+              5,
+            ).catch(() => 0);
+            at = Math.round(performance.now() - saleStart);
+            downMs = (await s.restartMariadb()).downMs;
+          } else {
+            downMs = await killAndRestart(f.target === "app" ? s.app : s.qstash);
+          }
+          faultLog.push(`${f.target}@${at}ms down ${downMs}ms`);
+        }
+      };
+      await within(SALE_MS + 90_000, "the sale and its faults", Promise.all([Promise.all(Array.from({ length: BUYERS }, (_, i) => arrive(i))), chaos()]));
+      expect(s.app.alive && s.qstash.alive).toBe(true);
+
+      const redisBeforeSettle = await within(5_000, "reading Redis stock", redisSide(shopId, voucherId));
+      const settled = await settle(shopId, voucherId);
+      sale = { shopId, voucherId, buyers, outcomes, backlogAtMariadbKill, faultLog, redisBeforeSettle, settleMs: settled.ms, settleRounds: settled.rounds };
+      expect(await within(5_000, "outbox size", deps.redis.hlen(keys.seckill.outbox(shopId)))).toBe(0);
+    }),
+    SALE_MS + 160_000,
+  );
+
+  test(
+    "every acknowledged order is in MySQL exactly once, with its buyer, and no buyer has two orders",
+    guarded(async () => {
+      const { voucherId, buyers, outcomes } = requireSale();
+      const rows = (await within(10_000, "reading orders", deps.db.execute("SELECT id, user_id, status FROM tb_voucher_order WHERE voucher_id = ?", [voucherId]))).rows as {
+        id: string;
+        user_id: string;
+        status: string;
+      }[];
+      const byId = new Map<string, number[]>();
+      for (const r of rows) byId.set(String(r.id), [...(byId.get(String(r.id)) ?? []), Number(r.user_id)]);
+      const missing: string[] = [];
+      const wrongUser: string[] = [];
+      outcomes.forEach((o, i) => {
+        if (o.kind !== "ack") return;
+        const users = byId.get(o.orderId);
+        if (!users || users.length !== 1) missing.push(`${o.orderId} (${users?.length ?? 0} rows)`);
+        else if (users[0] !== buyers[i]?.userId) wrongUser.push(`${o.orderId}: user ${users[0]}, expected ${buyers[i]?.userId}`);
+      });
+      expect(missing).toEqual([]);
+      expect(wrongUser).toEqual([]);
+
+      const perUser = new Map<number, number>();
+      for (const r of rows) perUser.set(Number(r.user_id), (perUser.get(Number(r.user_id)) ?? 0) + 1);
+      expect([...perUser].filter(([, n]) => n > 1)).toEqual([]);
+      expect(rows.length).toBeLessThanOrEqual(UNITS);
+
+      // An order nobody was told about may exist only for a buyer whose reply never arrived.
+      const toldNo = new Set(outcomes.flatMap((o, i) => (o.kind === "rejected" ? [buyers[i]?.userId] : [])));
+      expect(rows.filter((r) => toldNo.has(Number(r.user_id))).map((r) => String(r.id))).toEqual([]);
+      // Every row is still an active order (nothing is closed during the test).
+      expect(rows.filter((r) => ![1, 2, 3].includes(Number(r.status))).length).toBe(0);
+    }),
+    30_000,
+  );
+
+  test(
+    "stock is conserved in MySQL and in Redis, and Redis buyers are exactly the users with orders",
+    guarded(async () => {
+      const { shopId, voucherId, redisBeforeSettle } = requireSale();
+      // Before any cron job ran (reconcile could have repaired it): the reservation path alone.
+      expect(redisBeforeSettle.stock + redisBeforeSettle.buyers).toBe(UNITS);
+
+      const m = (await within(10_000, "reading MySQL stock", deps.db.execute(
+        `SELECT (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock,
+                (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)) AS active`,
+        [voucherId, voucherId],
+      ))).rows[0] as { stock: string; active: string };
+      const mysqlStock = Number(m.stock);
+      const active = Number(m.active);
+      expect(mysqlStock + active).toBe(UNITS);
+
+      const r = await within(5_000, "reading Redis stock", redisSide(shopId, voucherId));
+      expect(r.stock + r.buyers).toBe(UNITS);
+      expect(r.buyers).toBe(active);
+      expect(r.stock).toBe(mysqlStock);
+
+      const members = new Set((await within(5_000, "Redis buyers", deps.redis.smembers<string[]>(keys.seckill.buyers(shopId, voucherId)))).map(String));
+      const activeRows = await within(10_000, "active orders", deps.db.execute("SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)", [voucherId]));
+      const activeUsers = (activeRows.rows as { user_id: string }[]).map((x) => String(x.user_id));
+      expect(activeUsers.filter((u) => !members.has(u))).toEqual([]);
+      expect(members.size).toBe(activeUsers.length);
+    }),
+    30_000,
+  );
+
+  test(
+    "reconcile reports no drift and the outbox is empty",
+    guarded(async () => {
+      const { shopId, voucherId } = requireSale();
+      const report = await within(20_000, "reconcile", reconcile(deps, Date.now()));
+      const mine = report.vouchers.find((v: VoucherReport) => v.voucherId === voucherId);
+      expect(mine).toBeDefined();
+      expect(mine?.drift).toEqual([]);
+      expect(mine?.repaired).toEqual([]);
+      expect(mine?.ok).toBe(true);
+      expect(await within(5_000, "outbox size", deps.redis.hlen(keys.seckill.outbox(shopId)))).toBe(0);
+    }),
+    30_000,
+  );
+
+  test(
+    "the app never logged a MySQL deadlock (errno 1213) as an unhandled error; prints the summary",
+    guarded(async () => {
+      const sr = requireSale();
+      const s = stack as ChaosStack;
+      const lines = readFileSync(s.appLog, "utf8").split("\n");
+      const unhandled = lines.filter((l) => l.includes('"unhandled error"'));
+      const deadlocks = unhandled.filter((l) => /errno 1213|Deadlock found/i.test(l));
+      const count = (k: Outcome["kind"]) => sr.outcomes.filter((o) => o.kind === k).length;
+      const orders = await within(10_000, "MySQL order count", mysqlOrderCount(sr.voucherId));
+      const dlq = await within(10_000, "QStash DLQ", new QstashClient({ baseUrl: s.env.QSTASH_URL, token: s.env.QSTASH_TOKEN as string, enableTelemetry: false }).dlq.listMessages())
+        .then((r) => r.messages.length)
+        .catch(() => -1);
+      console.log(
+        `chaos: acknowledged=${count("ack")} repliesLost=${count("lost")} rejected=${count("rejected")} errors=${count("error")} ` +
+          `appKills=${s.app.kills} qstashKills=${s.qstash.kills} mariadbRestarts=${s.mariadbRestarts} backlogAtMariadbKill=${sr.backlogAtMariadbKill} ` +
+          `settleMs=${sr.settleMs} settleRounds=${sr.settleRounds} orders=${orders} dlq=${dlq} unhandledErrors=${unhandled.length} deadlockErrors=${deadlocks.length}`,
+      );
+      console.log(`chaos: faults ${sr.faultLog.join(", ")}`);
+      if (process.env.CHAOS_VERBOSE) console.log(`chaos: settle ${settleTrace.filter((_, i) => i % 10 === 0).join(" · ")}`);
+      if (unhandled.length > 0) {
+        const causes = new Map<string, number>();
+        for (const l of unhandled) {
+          let cause = "?";
+          try {
+            const j = JSON.parse(l) as { path?: string; err?: { message?: string } };
+            cause = `${j.path ?? "?"}: ${(j.err?.message ?? "?").replace(/\d{6,}/g, "N").slice(0, 140)}`;
+          } catch {
+            /* not a JSON line */
+          }
+          causes.set(cause, (causes.get(cause) ?? 0) + 1);
+        }
+        console.log(`chaos: unhandled errors in the app log by cause: ${[...causes].map(([c, n]) => `${n}× ${c}`).join(" | ")}`);
+      }
+      expect(s.app.kills).toBeGreaterThanOrEqual(3);
+      expect(s.qstash.kills).toBeGreaterThanOrEqual(1);
+      expect(s.mariadbRestarts).toBeGreaterThanOrEqual(1);
+      // KNOWN FAILURE with the per-order writer (main at 7fddcd8): it lets MySQL deadlocks
+      // (errno 1213) escape as unhandled 500s — seen when the sweep's re-sends arrive as a burst of
+      // parallel single-order writes on the hot stock row (27 in one run, 0 in others: intermittent).
+      // Issue 8 item 2 requires lock conflicts to be retried inside the handler and never logged as
+      // unhandled; this assertion is that requirement. Do not relax it.
+      expect(deadlocks.length).toBe(0);
+    }),
+    30_000,
+  );
+});
