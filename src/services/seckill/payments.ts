@@ -21,6 +21,7 @@
  */
 import type { Deps } from "../../deps.ts";
 import { idsFor } from "../../redis/ids.ts";
+import { withLockRetry } from "./mysql-retry.ts";
 import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
 import type { WebhookEvent } from "../../payments/provider.ts";
 import { ackReservation, findReservation, getOrderRow, writePaidOrderTx } from "./orders.ts";
@@ -127,7 +128,12 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
   // it is only used when the order row is still missing.
   const reservation = (await getOrderRow(deps, payment.orderId)) ? null : await findReservation(deps, payment.orderId);
   const now = deps.clock.now();
-  const outcome = await deps.db.transaction(async (tx) => {
+  // Drawn before the transaction: the id generator may have to renew its lease in Redis, and no
+  // Redis call belongs inside a MySQL transaction. Unused when no refund is owed.
+  const refundId = (await idsFor(deps).next()).toString();
+  // Pay races close on the order row and the writer on its insert: a lock conflict redoes the
+  // whole transaction (nothing in it has effects outside MySQL).
+  const outcome = await withLockRetry(deps, deps.orderGroups.lockConflicts, "settle payment", () => deps.db.transaction(async (tx) => {
     // Pending or failed → succeeded, once. Accepting `failed` is what keeps a success that follows
     // a failure (forged, out of order, or our own "refused" after a lost reply) from being dropped.
     const claimed = await tx.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status IN (?, ?)", [
@@ -150,7 +156,6 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
     }
     // Close won (or the order was already paid by another payment, or it vanished): refund.
     // next_attempt_at = now: should this isolate die before asking, the refund-retry job asks.
-    const refundId = (await idsFor(deps).next()).toString();
     const reason = row && Number(row.status) === OrderStatus.paid ? "duplicate-payment" : "paid-after-close";
     const ins = await tx.execute(
       "INSERT IGNORE INTO tb_refund (id, payment_id, order_id, amount, reason, status, attempts, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
@@ -160,7 +165,7 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
       await tx.execute("UPDATE tb_voucher_order SET status = ? WHERE id = ? AND status = ?", [OrderStatus.refunding, BigInt(payment.orderId), OrderStatus.cancelled]);
     }
     return { kind: "refund" as const, refundId: ins.rowsAffected === 1 ? refundId : null };
-  });
+  }));
   if (outcome.kind === "duplicate") return "duplicate";
   if (outcome.kind === "paid") return "paid";
   if (outcome.kind === "paid-from-reservation") {

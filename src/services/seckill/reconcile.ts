@@ -30,6 +30,7 @@ import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { parseSqlUtc } from "../../util/time.ts";
+import { withLockRetry } from "./mysql-retry.ts";
 import { releaseInRedis } from "./orders.ts";
 import type { SeckillConfig } from "./config.ts";
 import { registeredSeckills } from "./registry.ts";
@@ -70,30 +71,6 @@ const ACTIVE: readonly number[] = [OrderStatus.unpaid, OrderStatus.paid, OrderSt
  */
 export const RELEASE_GRACE_SECONDS = 30;
 
-/** Bounded, jittered retries of a MySQL transaction that lost a lock conflict. */
-const LOCK_RETRY_ATTEMPTS = 5;
-const LOCK_RETRY_BASE_MS = 10;
-
-/** Deadlock (1213: the transaction was rolled back) or lock wait timeout (1205: the statement was). */
-function isLockConflict(err: unknown): boolean {
-  const text = err instanceof Error ? `${err.message} ${String((err as { body?: { message?: string } }).body?.message ?? "")}` : String(err);
-  return /\berrno (1213|1205)\b|deadlock found|lock wait timeout/i.test(text);
-}
-
-/** Runs a whole transaction again on a lock conflict (after 1213 it is gone and must be redone). */
-async function retryOnLockConflict<T>(deps: Pick<Deps, "log">, what: string, fn: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await fn();
-    } catch (err) {
-      if (!isLockConflict(err) || attempt >= LOCK_RETRY_ATTEMPTS) throw err;
-      deps.log.info("MySQL lock conflict in reconcile; retrying", { what, attempt });
-      // Full jitter: 0 .. base · 2^attempt ms, so retries of racing transactions spread out.
-      await new Promise((r) => setTimeout(r, Math.random() * LOCK_RETRY_BASE_MS * 2 ** attempt));
-    }
-  }
-}
-
 interface OrderFact {
   id: string;
   userId: string;
@@ -118,7 +95,7 @@ const isActive = (o: OrderFact) => ACTIVE.includes(o.status);
  * deadlock with inserting writers. No Redis call happens inside the transaction.
  */
 async function repairMysqlStock(deps: Deps, voucherId: number, initial: number): Promise<{ stock: number; active: number; before: number | null }> {
-  return await retryOnLockConflict(deps, "reconcile MySQL stock", () =>
+  return await withLockRetry(deps, deps.orderGroups.lockConflicts, "reconcile MySQL stock", () =>
     deps.db.transaction(async (tx) => {
       const locked = (await tx.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE", [voucherId])).rows[0] as { stock: number | string } | undefined;
       const stock = Number(locked?.stock ?? 0);
