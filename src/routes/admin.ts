@@ -3,6 +3,7 @@ import { z } from "zod";
 import { cachesFor } from "../cache/modules.ts";
 import { fail, ok } from "../errors.ts";
 import { reconcile, type ReconcileReport } from "../services/seckill/reconcile.ts";
+import { registeredSeckills, shopsOf } from "../services/seckill/registry.ts";
 import { keys } from "../redis/keys.ts";
 import { withLock } from "../redis/lock.ts";
 import { requireOperator } from "../http/auth.ts";
@@ -22,6 +23,27 @@ export const admin = new Hono<AppEnv>()
   .get("/cache", async (c) => {
     const deps = c.get("deps");
     return c.json(ok(await cachesFor(deps).metrics.report(deps)));
+  })
+  .get("/orders/pipeline", async (c) => {
+    // The order queue as an operator sees it: per shop with seckill vouchers in the registry, the
+    // reservations waiting for MySQL and how far behind the oldest claimable one is; plus what
+    // this isolate's pipeline has done (counters are per isolate, like its memory).
+    const deps = c.get("deps");
+    const now = deps.clock.now();
+    const shops = shopsOf(await registeredSeckills(deps, now));
+    const p = deps.redis.pipeline();
+    for (const shopId of shops) {
+      p.hlen(keys.seckill.outbox(shopId));
+      p.zrange(keys.seckill.outboxDue(shopId), 0, 0, { withScores: true });
+    }
+    const raw = shops.length > 0 ? ((await p.exec()) as unknown[]) : [];
+    const backlog = shops.map((shopId, i) => {
+      const pending = Number(raw[2 * i] ?? 0);
+      const oldest = raw[2 * i + 1] as (string | number)[] | undefined;
+      const dueMs = oldest && oldest.length >= 2 ? Number(oldest[1]) : null;
+      return { shopId, pending, lagMs: dueMs === null ? 0 : Math.max(0, now - dueMs) };
+    });
+    return c.json(ok({ at: now, shops: backlog.filter((b) => b.pending > 0), isolate: { ...deps.orderGroups.stats, lockConflicts: deps.orderGroups.lockConflicts } }));
   })
   .get("/reconcile", async (c) => {
     const deps = c.get("deps");

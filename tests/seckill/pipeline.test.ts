@@ -185,6 +185,23 @@ describe("batched order pipeline", () => {
   });
 });
 
+describe("operators", () => {
+  test("GET /admin/orders/pipeline shows each shop's backlog and lag and this isolate's counters; operators only", async () => {
+    const { t } = await tappedApp();
+    const { shopId, voucherId } = await createSeckill(t, { stock: 30 });
+    await reserveMany(t, voucherId, 30);
+    const op = `Bearer ${t.deps.config.ADMIN_TOKEN}`;
+    type View = { shops: { shopId: number; pending: number; lagMs: number }[]; isolate: { reservations: number; lockConflicts: { retried: number } } };
+    const before = await call<View>(t.app, "GET", "/admin/orders/pipeline", { token: op });
+    expect(before.body.data?.shops.find((s) => s.shopId === shopId)).toMatchObject({ pending: 30 });
+    expect(before.body.data?.isolate.reservations).toBe(30);
+    await drainShop(t.deps, shopId);
+    const after = await call<View>(t.app, "GET", "/admin/orders/pipeline", { token: op });
+    expect(after.body.data?.shops.find((s) => s.shopId === shopId)).toBeUndefined();
+    expect((await call(t.app, "GET", "/admin/orders/pipeline")).status).toBe(401);
+  });
+});
+
 describe("bounded lookups", () => {
   test("GET and pay of an id not in MySQL cost the same few Redis commands however many shops have sales", async () => {
     const { t } = await tappedApp();
