@@ -7,6 +7,7 @@ import { describe, expect, test } from "bun:test";
 import { sweepOutbox } from "../../src/jobs/orders.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { createLogger, type Logger } from "../../src/log.ts";
+import { loadSeckillConfig, loadSeckillIntoRedis } from "../../src/services/seckill/config.ts";
 import { claimGroup } from "../../src/services/seckill/outbox.ts";
 import { reserve } from "../../src/services/seckill/reserve.ts";
 import type { Reservation } from "../../src/services/seckill/types.ts";
@@ -182,6 +183,19 @@ describe("batched order pipeline", () => {
       await t.settle();
       await t.stop();
     }
+  });
+});
+
+describe("voucher load", () => {
+  test("a late creation-time load never resets stock that buyers already took", async () => {
+    const { t } = await tappedApp();
+    const { voucherId } = await createSeckill(t, { stock: 5 });
+    await reserveMany(t, voucherId, 2);
+    const cfg = await loadSeckillConfig(t.deps, voucherId);
+    if (!cfg) throw new Error("no config");
+    // The creation's load, arriving late (after the reconcile job loaded the voucher, say).
+    expect(await loadSeckillIntoRedis(t.deps, cfg)).toBe(false);
+    expect(Number(await t.deps.redis.get(keys.seckill.stock(cfg.shopId, voucherId, 0)))).toBe(3);
   });
 });
 

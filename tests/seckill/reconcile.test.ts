@@ -309,8 +309,8 @@ describe("the jobs' registry", () => {
     const t = await app(faults);
     const shopId = await createShop(t, await createShopType(t));
     const now = Date.now();
-    // The creation's Redis step (one MULTI) fails after the MySQL transaction committed.
-    faults.on("redis.multi", "fail", { times: 1 });
+    // The creation's Redis step (one script call) fails after the MySQL transaction committed.
+    faults.on("redis.evalsha", "fail", { times: 1 });
     await expect(
       createSeckillVoucher(t.deps, { shopId, title: "flash", subTitle: null, rules: null, payValue: 8000, actualValue: 10000, stock: 4, beginMs: now - 3_600_000, endMs: now + 3_600_000, buckets: 1, dailyLimit: 0 }),
     ).rejects.toThrow("injected fault");

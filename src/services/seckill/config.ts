@@ -4,6 +4,7 @@
  */
 import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
+import { scriptsFor } from "../../redis/scripts.ts";
 import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
 import { insertVoucher, type VoucherInput } from "../shops.ts";
 
@@ -64,21 +65,21 @@ export function bucketKeysFor(cfg: SeckillConfig, userId: number): string[] {
 }
 
 /**
- * Loads a new voucher's stock, window and rules into Redis and registers it for the jobs.
- * `remaining` defaults to the initial stock (a reload after Redis lost data passes what is left).
+ * Loads a new voucher's stock, window and rules into Redis, only if Redis does not have it yet
+ * (reload-seckill.lua with no orders: meta is written last and the whole load is skipped when meta
+ * exists). So a creation-time load that lands after the reconcile job already loaded the voucher —
+ * and buyers already reserved — cannot reset its stock to the initial value.
  */
-export async function loadSeckillIntoRedis(deps: Pick<Deps, "redis">, cfg: SeckillConfig, remaining = cfg.initialStock): Promise<void> {
-  const tx = deps.redis.multi();
-  tx.hset(keys.seckill.meta(cfg.shopId, cfg.voucherId), {
-    begin: cfg.beginMs,
-    end: cfg.endMs,
-    initial: cfg.initialStock,
-    buckets: cfg.buckets,
-    dailyLimit: cfg.dailyLimit,
-  });
-  splitStock(remaining, cfg.buckets).forEach((n, i) => tx.set(keys.seckill.stock(cfg.shopId, cfg.voucherId, i), n));
-  await tx.exec();
-  await deps.redis.sadd(keys.seckill.active(), `${cfg.shopId}:${cfg.voucherId}`);
+export async function loadSeckillIntoRedis(deps: Pick<Deps, "redis">, cfg: SeckillConfig): Promise<boolean> {
+  const { shopId, voucherId } = cfg;
+  const bucketKeys = Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(shopId, voucherId, i));
+  const [loaded] = await scriptsFor(deps.redis).reloadSeckill.exec(
+    [keys.seckill.meta(shopId, voucherId), keys.seckill.released(shopId, voucherId), keys.seckill.buyers(shopId, voucherId), keys.seckill.outbox(shopId), keys.seckill.outboxDue(shopId), ...bucketKeys],
+    [String(cfg.beginMs), String(cfg.endMs), String(cfg.initialStock), String(cfg.dailyLimit), "0"],
+  );
+  // The legacy registry set (the jobs read MySQL now; kept for tools that list it).
+  await deps.redis.sadd(keys.seckill.active(), `${shopId}:${voucherId}`);
+  return loaded === 1;
 }
 
 export interface NewSeckill extends VoucherInput {
