@@ -22,22 +22,29 @@ export interface MariaEngine extends Engine {
   password: string;
 }
 
-const running = new Set<ChildProcess>();
+const running = new Set<{ kill(signal: "SIGKILL"): unknown }>();
 let exitHookInstalled = false;
 
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  // 'exit' handlers must be synchronous: SIGKILL is the only thing that cannot be ignored.
-  process.on("exit", () => {
-    for (const child of running) {
-      try {
-        child.kill("SIGKILL");
-      } catch {
-        /* already gone */
+/**
+ * Kills `child` with SIGKILL if this process exits while it runs (Ctrl-C, SIGTERM, a crashed test
+ * run); call the returned function once the child has exited on its own.
+ */
+export function killOnExit(child: { kill(signal: "SIGKILL"): unknown }): () => void {
+  if (!exitHookInstalled) {
+    exitHookInstalled = true;
+    // 'exit' handlers must be synchronous: SIGKILL is the only thing that cannot be ignored.
+    process.on("exit", () => {
+      for (const c of running) {
+        try {
+          c.kill("SIGKILL");
+        } catch {
+          /* already gone */
+        }
       }
-    }
-  });
+    });
+  }
+  running.add(child);
+  return () => running.delete(child);
 }
 
 /** Asks the kernel for a free TCP port on loopback. */
@@ -83,9 +90,7 @@ async function waitForPort(port: number, child: ChildProcess, name: string, time
 }
 
 function track(child: ChildProcess, name: string, logLines: string[]): void {
-  installExitHook();
-  running.add(child);
-  child.on("exit", () => running.delete(child));
+  child.on("exit", killOnExit(child));
   const keep = (buf: Buffer) => {
     for (const line of buf.toString().split("\n")) if (line) logLines.push(line);
     if (logLines.length > 200) logLines.splice(0, logLines.length - 200);

@@ -10,23 +10,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { appendFileSync, closeSync, openSync } from "node:fs";
 import { connect } from "node:net";
-
-const running = new Set<ChildProcess>();
-let exitHookInstalled = false;
-
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  process.on("exit", () => {
-    for (const child of running) {
-      try {
-        child.kill("SIGKILL");
-      } catch {
-        /* already gone */
-      }
-    }
-  });
-}
+import { killOnExit } from "../../scripts/stack/engines.ts";
 
 /** Resolves `p`, or rejects after `ms` with a message naming `what` (the work itself is not cancelled). */
 export async function within<T>(ms: number, what: string, p: Promise<T>): Promise<T> {
@@ -123,7 +107,6 @@ export class ManagedChild {
   /** Spawns the child and waits until `ready()`; fails if it exits first or is not ready in time. */
   async start(): Promise<void> {
     if (this.alive) throw new Error(`${this.opts.name} is already running`);
-    installExitHook();
     appendFileSync(this.opts.logFile, `--- ${new Date().toISOString()} start #${this.starts + 1} of ${this.opts.name}\n`);
     const fd = openSync(this.opts.logFile, "a");
     let child: ChildProcess;
@@ -133,8 +116,7 @@ export class ManagedChild {
       closeSync(fd); // the child holds its own copy
     }
     this.child = child;
-    running.add(child);
-    child.once("exit", () => running.delete(child));
+    child.once("exit", killOnExit(child));
     // Either of these ends the wait at once instead of at the readiness deadline.
     const failed = new Promise<never>((_, reject) => {
       child.once("error", (e) => reject(new Error(`${this.opts.name}: ${e.message}`)));

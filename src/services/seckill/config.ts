@@ -34,7 +34,11 @@ export async function loadSeckillConfig(deps: Deps, voucherId: number): Promise<
       [voucherId],
     )
   ).rows[0] as Row | undefined;
-  if (!row) return null;
+  return row ? seckillConfigFromRow(row) : null;
+}
+
+/** A row of tb_seckill_config ⋈ tb_seckill_voucher ⋈ tb_voucher (the columns selected above). */
+export function seckillConfigFromRow(row: Row): SeckillConfig {
   return {
     voucherId: Number(row.voucher_id),
     shopId: Number(row.shop_id),

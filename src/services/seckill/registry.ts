@@ -6,8 +6,8 @@
  * load is repaired before the sale opens.
  */
 import type { Deps } from "../../deps.ts";
-import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
-import type { SeckillConfig } from "./config.ts";
+import { toSqlUtc } from "../../util/time.ts";
+import { seckillConfigFromRow, type SeckillConfig } from "./config.ts";
 
 /** Ended vouchers stay in the registry this long, ms (unpaid orders are closed long before). */
 export const RETIRE_AFTER_MS = 7 * 86_400_000;
@@ -27,16 +27,7 @@ export async function registeredSeckills(deps: Pick<Deps, "db">, now: number): P
       [toSqlUtc(now - RETIRE_AFTER_MS)],
     )
   ).rows as Row[];
-  return rows.map((row) => ({
-    voucherId: Number(row.voucher_id),
-    shopId: Number(row.shop_id),
-    initialStock: Number(row.initial_stock),
-    buckets: Number(row.buckets),
-    dailyLimit: Number(row.shop_daily_limit),
-    beginMs: parseSqlUtc(String(row.begin_time)),
-    endMs: parseSqlUtc(String(row.end_time)),
-    payValue: Number(row.pay_value),
-  }));
+  return rows.map(seckillConfigFromRow);
 }
 
 /** Distinct shops of the registry (the outbox is per shop). */
