@@ -24,31 +24,66 @@
  * serving no HTTP then), a fresh voucher of BASELINE_STOCK units per round. Every call reaches Redis, also
  * after the sell-out (no memo, no session).
  *
- * Cost model (what the counters confirm): a sold unit costs 3 Redis commands in 3 round trips —
- * the session's HMGET and EXPIRE (requireUser issues them together, but @upstash/redis's
- * auto-pipeline keeps separate read and write pipelines, so they travel apart) and the EVALSHA —
- * plus the writer's ack (HDEL + ZREM, one /multi-exec), and 2 QStash messages (write + close).
- * A request after the sell-out costs the 2 session commands (the memo spares the EVALSHA). The UV
- * middleware adds PFADD + EXPIRE on a buyer's first request of the day per isolate; the warm-up
- * reaches the buyers every round starts with, so measured rounds see repeat visitors.
+ * Cost model (what the counters confirm; batched pipeline, see src/services/seckill/pipeline.ts
+ * and writer.ts): a sold unit costs 3 Redis commands in 3 round trips on the request path — the
+ * session's HMGET and EXPIRE (requireUser issues them together, but @upstash/redis's auto-pipeline
+ * keeps separate read and write pipelines, so they travel apart) and the EVALSHA of
+ * reserve-stock.lua, which also writes the outbox entry — plus the isolate's share of one order-index
+ * HSET per 10 ms flush. Nothing per order goes to QStash: the isolate announces one drain per shop
+ * per one-second window (deduplicated, delivered at the window's end); the writer claims groups of
+ * up to ORDER_GROUP_MAX from the outbox (one command), writes each in one MySQL transaction, acks
+ * it (one command), publishes one delayed close per group and one follow-up drain per delivery
+ * that found work. A request after the sell-out costs the 2 session commands (the memo spares the
+ * EVALSHA). The UV middleware adds PFADD + EXPIRE on a buyer's first request of the day per
+ * isolate; the warm-up reaches the buyers every round starts with, so measured rounds see repeat
+ * visitors.
  *
- * Extra columns (from the stand-ins' counters, read around the round):
+ * Extra columns (from the stand-ins' counters and the app's, read around the round; the round
+ * ends when the outbox is empty, MySQL holds every order and the local QStash is quiet — the
+ * follow-up drains delivered — so the counts cover everything the round's orders caused):
  *   sold / oversell       units sold (Redis buyers) / max(wrk successes, buyers, MySQL orders) − stock
  *   orders/s              sale-phase rate, see above
- *   REST trips/req        Upstash-REST HTTP requests (= Redis round trips) per request or call,
- *                         the writer's acks (/multi-exec) excluded; < 1 means auto-pipelining
- *                         batched concurrent requests' commands into shared round trips
- *   Redis cmds/req        Redis commands per request or call, writer acks excluded
- *   Redis cmds/1k orders  commands of the sale phase (start → the poller sees stock 0) plus every
- *                         writer ack of the round, per 1,000 units sold; the sold-out phase adds
- *                         "Redis cmds/req" per further request on top (a function of demand)
- *   QStash msgs/1k orders messages published per 1,000 units sold (write + delayed close)
+ *   REST trips/req        Upstash-REST HTTP requests (= Redis round trips) per request or call in
+ *                         wrk's window; < 1 means auto-pipelining shared round trips
+ *   Redis cmds/req        Redis commands per request or call in the window, the writer's excluded
+ *   Redis cmds/1k orders  request-side commands of the sale phase (start → the poller sees stock 0;
+ *                         sessions, EVALSHA, order index, UV), the writer's excluded, per 1,000
+ *                         units sold; the sold-out phase adds "Redis cmds/req" per further request
+ *   writer Redis cmds/1k orders  the writer side's commands of the round (claims, acks, hand-backs,
+ *                         releases), counted at the app's Redis client (servers/app-seckill.ts), per
+ *                         1,000 units sold
+ *   QStash msgs/1k orders messages published for the round (drains, follow-up drains, closes) plus
+ *                         failed delivery attempts (retries), per 1,000 units sold
+ *   lock conflicts        MySQL lock conflicts the app met and retried (deps.orderGroups.lockConflicts)
+ *   InnoDB deadlocks      MariaDB Innodb_deadlocks delta over the round
+ *   unhandled errors      "unhandled error" lines of the app's log (must be 0)
+ *
+ * seckill-burst-10k: BURST (10,000) distinct buyers, each sending ONE reservation as fast as SWARM
+ * connections allow (wrk/seckill-burst.lua), on a voucher of BURST units; rps = BURST ÷ (first
+ * reservation — the smallest order id's timestamp — → the BURST-th row in MySQL, polled directly);
+ * p50/p99 = wrk's reservation latency. seckill-lone-order: one reservation through the endpoint on a
+ * quiet stack, at a random moment of the drain window, → its row in MySQL; LONE per round.
  */
 import { join } from "node:path";
 import { keys } from "../../../src/redis/keys.ts";
 import { IdGenerator } from "../../../src/redis/ids.ts";
 import { loadSeckillIntoRedis, type SeckillConfig } from "../../../src/services/seckill/config.ts";
-import { ACK_COMMANDS, restDelta, seckillStack, startAppServer, SWARM, USER_BASE, USERS, waitUntil, type AppServer, type SeckillStack } from "../fixtures/seckill-stack.ts";
+import {
+  innodbDeadlocks,
+  qstashQuiet,
+  restDelta,
+  seckillStack,
+  startAppServer,
+  SWARM,
+  unhandledErrors,
+  USER_BASE,
+  USERS,
+  waitUntil,
+  writerRedisCommands,
+  type AppServer,
+  type PipelineStats,
+  type SeckillStack,
+} from "../fixtures/seckill-stack.ts";
 import { uncountedCpu } from "../lib/cpu.ts";
 import { assertLoopback, formatInt, sleep } from "../lib/util.ts";
 import { execWrk, parseWrkOutput } from "../lib/wrk.ts";
@@ -71,7 +106,7 @@ const SWARM_LUA = join(import.meta.dir, "../wrk/seckill-swarm.lua");
 /** Longest wait for the writer after a window (the runner allows a window + 30 s per round). */
 const DRAIN_TIMEOUT_MS = 25_000;
 /** Each row sells from its own shop: own hash tag, own outbox, so a round only sees its own orders. */
-const SHOPS = { evalsha: 101, b1: 102, b8: 103 } as const;
+const SHOPS = { evalsha: 101, b1: 102, b8: 103, burst: 107, lone: 108 } as const;
 /** Fake voucher ids of the baseline (Redis only, never in MySQL; far above auto-increment ids). */
 let baselineVoucher = 900_000_000;
 
@@ -104,9 +139,15 @@ async function stockLeft(stack: SeckillStack, stockKeys: string[]): Promise<numb
 }
 
 /** Polls the stock directly in redis-server every ~2 ms; remembers when it first fell and hit 0. */
-function stockPoller(stack: SeckillStack, stockKeys: string[], initial: number) {
+function stockPoller(stack: SeckillStack, stockKeys: string[], initial: number, app: AppServer) {
   const t0 = performance.now();
-  const state = { firstSaleMs: Number.NaN, soldOutMs: Number.NaN, atSoldOut: null as UpstashRestStats | null, error: null as unknown };
+  const state = {
+    firstSaleMs: Number.NaN,
+    soldOutMs: Number.NaN,
+    atSoldOut: null as UpstashRestStats | null,
+    appAtSoldOut: null as PipelineStats | null,
+    error: null as unknown,
+  };
   let running = true;
   const loop = (async () => {
     try {
@@ -117,6 +158,8 @@ function stockPoller(stack: SeckillStack, stockKeys: string[], initial: number) 
         if (left <= 0) {
           state.soldOutMs = t;
           state.atSoldOut = stack.rest();
+          // The writer's commands so far (it may drain during the sale): kept out of the sale's count.
+          state.appAtSoldOut = await app.ask<PipelineStats>({ type: "pipeline-stats" });
           return;
         }
         await sleep(2);
@@ -145,10 +188,10 @@ function endpointScenario(buckets: 1 | 8): Scenario {
     description:
       `POST /api/voucher-order/seckill/{id} on the app (own bun process), ${SWARM} wrk connections, ${USERS.toLocaleString("en-US")} buyers' sessions round robin, ` +
       `a fresh voucher of ${STOCK.toLocaleString("en-US")} units per round${buckets > 1 ? ` split over ${buckets} Redis stock buckets` : " (one stock key)"}; ` +
-      "rps/p50/p99 over the whole window (sale, then sold out); orders/s = sale phase only; the writer drains through QStash concurrently and MySQL is checked after each round. " +
-      "Cost per order: 3 Redis commands in 3 round trips (session HMGET, session EXPIRE — the SDK pipelines reads and writes apart — and EVALSHA), 2 more for the writer's ack " +
-      "(HDEL + ZREM in one MULTI), 2 QStash messages (write + delayed close) — ≈ 5,000 commands and 2,000 messages per 1,000 orders; " +
-      "each request after the sell-out adds the 2 session commands (+ UV PFADD + EXPIRE on a buyer's first request of the day per isolate)",
+      "rps/p50/p99 over the whole window (sale, then sold out); orders/s = sale phase only; the batched writer drains concurrently (one drain per shop per 1 s window through QStash) and MySQL is checked after each round. " +
+      "Cost per order on the request path: 3 Redis commands in 3 round trips (session HMGET, session EXPIRE — the SDK pipelines reads and writes apart — and EVALSHA, which writes the outbox entry) " +
+      "plus a share of one order-index HSET per 10 ms flush; writer: one claim + one ack per group of up to 500 (+ one empty claim per drain), one delayed close per group, one drain per window — " +
+      "a few Redis commands and QStash messages per 1,000 orders, no per-order message; each request after the sell-out adds the 2 session commands (+ UV PFADD + EXPIRE on a buyer's first request of the day per isolate)",
     async setup(ctx) {
       const stack = await seckillStack(ctx);
       const app = await startAppServer(stack);
@@ -206,9 +249,13 @@ async function swarmRound(
   // "seen" entries exist for them and measured rounds are all alike (repeat visitors).
   const seconds = Math.max(1, Math.round((opts.warmup ? ctx.durationMs + 1000 : opts.durationMs) / 1000));
 
+  // Nothing of an earlier round may still be on its way (uncounted: not the swarm's CPU).
+  await uncountedCpu(() => qstashQuiet(stack, 10_000));
+  const p0 = await app.ask<PipelineStats>({ type: "pipeline-stats", reset: true });
+  const dl0 = await innodbDeadlocks(stack);
   const rest0 = stack.rest();
   const q0 = stack.qstash();
-  const poller = stockPoller(stack, stockKeys, stock);
+  const poller = stockPoller(stack, stockKeys, stock, app);
   let out: string;
   try {
     out = await execWrk([`-t${ctx.threads}`, `-c${SWARM}`, `-d${seconds}s`, "--latency", "--timeout", "5s", "-s", SWARM_LUA, url, "--", stack.tokensFile], seconds);
@@ -216,6 +263,7 @@ async function swarmRound(
     await poller.stop();
   }
   const rest1 = stack.rest();
+  const pW = await app.ask<PipelineStats>({ type: "pipeline-stats" });
   const m = parseWrkOutput(out);
   const swarm = parseSwarmLine(out);
   const sale = poller.state;
@@ -239,8 +287,12 @@ async function swarmRound(
     ),
   );
   const drainS = (performance.now() - tDrain) / 1000;
+  // The follow-up drain comes a window later and ends the chain: its cost belongs to this round.
+  await uncountedCpu(() => qstashQuiet(stack, 15_000));
   const rest2 = stack.rest();
   const q2 = stack.qstash();
+  const p2 = await app.ask<PipelineStats>({ type: "pipeline-stats" });
+  const dl2 = await innodbDeadlocks(stack);
 
   const sold = last.buyers;
   const left = await stockLeft(stack, stockKeys);
@@ -256,12 +308,18 @@ async function swarmRound(
 
   const win = restDelta(rest0, rest1);
   const all = restDelta(rest0, rest2);
-  const swarmTrips = win.requests - win.multi;
-  const swarmCmds = win.commands - ACK_COMMANDS * win.multi;
-  const writerCmds = ACK_COMMANDS * all.multi;
+  // The writer's commands are a few per round (a claim and an ack per group) and may share the
+  // swarm's round trips (one auto-pipelined client per process): subtracted from both.
+  const swarmTrips = win.requests - writerRedisCommands(pW);
+  const swarmCmds = win.commands - writerRedisCommands(pW);
+  const writerCmds = writerRedisCommands(p2);
   const saleDelta = restDelta(rest0, sale.atSoldOut ?? rest1);
-  const saleCmds = saleDelta.commands - ACK_COMMANDS * saleDelta.multi;
+  const saleCmds = saleDelta.commands - writerRedisCommands(sale.appAtSoldOut ?? pW);
   const published = q2.published - q0.published;
+  const failed = q2.failedAttempts - q0.failedAttempts;
+  const conflicts = p2.lockConflicts.retried + p2.lockConflicts.exhausted - (p0.lockConflicts.retried + p0.lockConflicts.exhausted);
+  const deadlocks = dl2 - dl0;
+  const unhandled = unhandledErrors(p2);
   const saleMs = saleMsFromIds(swarm.minId, swarm.maxId);
 
   if (!opts.warmup) {
@@ -271,8 +329,10 @@ async function swarmRound(
         `wrk ${formatInt(m.requests)} answers (${formatInt(swarm.successes)} ok, ${formatInt(swarm.soldOut)} SOLD_OUT, ${formatInt(swarm.duplicate)} DUPLICATE); ` +
         `Redis: ${formatInt(saleCmds)} cmds in the sale, ${formatInt(swarmCmds)} swarm cmds / ${formatInt(swarmTrips)} trips in the window, ${formatInt(writerCmds)} writer cmds, ` +
         `${formatInt(all.commands)} in all (${((all.commands / Math.max(1, sold)) * 1000).toFixed(0)} per 1k orders incl. the sold-out phase); ` +
-        `QStash ${formatInt(published)} published, writer done ${drainS.toFixed(1)} s after the window; MySQL ${formatInt(db.orders)} orders, stock ${db.stock}`,
+        `QStash ${formatInt(published)} published / ${failed} failed attempts (${p2.drains} drain deliveries), writer done ${drainS.toFixed(1)} s after the window; MySQL ${formatInt(db.orders)} orders, stock ${db.stock}; ` +
+        `lock conflicts ${conflicts}, InnoDB deadlocks ${deadlocks}, unhandled errors ${unhandled}`,
     );
+    if (p2.lastErrors.length) ctx.log(`  app errors: ${p2.lastErrors.join(" | ")}`);
   }
   if (sale.error) ctx.log(`  ${row.name}: stock poller failed: ${String(sale.error)}`);
 
@@ -282,10 +342,14 @@ async function swarmRound(
     "orders/s": perSecond(swarm.successes, saleMs),
     "REST trips/req": swarmTrips / m.requests,
     "Redis cmds/req": swarmCmds / m.requests,
-    "Redis cmds/1k orders": sold > 0 ? ((saleCmds + writerCmds) / sold) * 1000 : Number.NaN,
-    "QStash msgs/1k orders": sold > 0 ? (published / sold) * 1000 : Number.NaN,
+    "Redis cmds/1k orders": sold > 0 ? (saleCmds / sold) * 1000 : Number.NaN,
+    "writer Redis cmds/1k orders": sold > 0 ? (writerCmds / sold) * 1000 : Number.NaN,
+    "QStash msgs/1k orders": sold > 0 ? ((published + failed) / sold) * 1000 : Number.NaN,
+    "lock conflicts": conflicts,
+    "InnoDB deadlocks": deadlocks,
+    "unhandled errors": unhandled,
   };
-  return { ...m, extras };
+  return { ...m, errors: m.errors + unhandled, extras };
 }
 
 // ------------------------------------------------------------------------------------- baseline
@@ -362,4 +426,206 @@ const evalsha = defineScenario({
   },
 });
 
-export default [evalsha, endpointScenario(1), endpointScenario(8)];
+// ---------------------------------------------------------------------------------------- burst
+
+/** Buyers (and units) of a burst round; of the warm-up. */
+const BURST = 10_000;
+const WARM_BURST = 2_000;
+const BURST_LUA = join(import.meta.dir, "../wrk/seckill-burst.lua");
+/** wrk's -d for a burst: an upper bound (the script stops wrk once every buyer has an answer). */
+const BURST_MAX_S = 20;
+
+function parseBurstLine(out: string) {
+  const m = /^BURST answered=(\d+) successes=(\d+) sold_out=(\d+) duplicate=(\d+) other=(\d+)$/m.exec(out);
+  if (!m) throw new Error(`wrk output has no BURST line (is wrk/seckill-burst.lua's done() running?)\n${out}`);
+  return { answered: Number(m[1]), successes: Number(m[2]), soldOut: Number(m[3]), duplicate: Number(m[4]), other: Number(m[5]) };
+}
+
+const burst = defineScenario({
+  name: "seckill-burst-10k",
+  group: GROUP,
+  description:
+    `${BURST.toLocaleString("en-US")} distinct buyers each send ONE POST /api/voucher-order/seckill/{id} as fast as ${SWARM} wrk connections allow (wrk/seckill-burst.lua), ` +
+    `a voucher of ${BURST.toLocaleString("en-US")} units (one stock key); rps = ${BURST.toLocaleString("en-US")} ÷ (first reservation → the ${BURST.toLocaleString("en-US")}th row in MySQL), ` +
+    `"burst→MySQL s" that time; p50/p99 = wrk's reservation latency; "reserve s" = first → last reservation (order-id timestamps)`,
+  async setup(ctx) {
+    const stack = await seckillStack(ctx);
+    const app = await startAppServer(stack);
+    try {
+      await smokeTest(stack, app, SHOPS.burst, 1);
+    } catch (e) {
+      await app.stop();
+      throw e;
+    }
+    let round = 0;
+    return {
+      kind: "run",
+      run: (opts) => burstRound(ctx, stack, app, opts.warmup ? WARM_BURST : BURST, opts.warmup ? 0 : ++round),
+      teardown: app.stop,
+    };
+  },
+});
+
+async function burstRound(ctx: BenchContext, stack: SeckillStack, app: AppServer, n: number, round: number): Promise<Measurement> {
+  const cfg = await stack.newVoucher({ shopId: SHOPS.burst, stock: n, buckets: 1 });
+  const url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
+  assertLoopback(url);
+  await uncountedCpu(() => qstashQuiet(stack, 10_000));
+  const p0 = await app.ask<PipelineStats>({ type: "pipeline-stats", reset: true });
+  const dl0 = await innodbDeadlocks(stack);
+  const rest0 = stack.rest();
+  const q0 = stack.qstash();
+
+  // MySQL polled directly while the burst runs and after: when did the n-th row land?
+  let allAt = Number.NaN;
+  let have = 0;
+  let polling = true;
+  const poll = (async () => {
+    const deadline = performance.now() + BURST_MAX_S * 1000 + DRAIN_TIMEOUT_MS;
+    while (polling && performance.now() < deadline) {
+      have = (await stack.mysqlCounts(cfg.voucherId)).orders;
+      if (have >= n) {
+        allAt = Date.now();
+        return;
+      }
+      await sleep(20);
+    }
+  })();
+  let out: string;
+  try {
+    out = await execWrk([`-t${ctx.threads}`, `-c${SWARM}`, `-d${BURST_MAX_S}s`, "--latency", "--timeout", "5s", "-s", BURST_LUA, url, "--", stack.tokensFile, String(n), String(ctx.threads)], BURST_MAX_S);
+  } catch (e) {
+    polling = false;
+    await poll;
+    throw e;
+  }
+  const m = parseWrkOutput(out);
+  const b = parseBurstLine(out);
+  await uncountedCpu(async () => {
+    await poll;
+    if (Number.isNaN(allAt)) throw new Error(`seckill-burst-10k: ${have} of ${n} orders in MySQL after ${BURST_MAX_S} s + ${DRAIN_TIMEOUT_MS / 1000} s`);
+    await qstashQuiet(stack, 15_000);
+  });
+  const p2 = await app.ask<PipelineStats>({ type: "pipeline-stats" });
+  const dl2 = await innodbDeadlocks(stack);
+  const rest2 = stack.rest();
+  const q2 = stack.qstash();
+  const db = await stack.mysqlCounts(cfg.voucherId);
+  const [buyers, outbox] = (await Promise.all([
+    stack.raw.send("SCARD", [keys.seckill.buyers(cfg.shopId, cfg.voucherId)]),
+    stack.raw.send("HLEN", [keys.seckill.outbox(cfg.shopId)]),
+  ])) as [number, number];
+  const problems: string[] = [];
+  if (b.successes !== n || buyers !== n) problems.push(`${b.successes} successes and ${buyers} buyers for ${n} buyers and units`);
+  if (db.orders !== n || db.stock !== 0) problems.push(`MySQL has ${db.orders} orders, stock ${db.stock}`);
+  if (outbox !== 0) problems.push(`${outbox} reservations left in the outbox`);
+  if (b.other > 0) problems.push(`${b.other} answers were neither success, SOLD_OUT nor DUPLICATE_ORDER`);
+  if (problems.length) throw new Error(`seckill-burst-10k: ${problems.join("; ")}`);
+
+  const firstAt = IdGenerator.timeOf(BigInt(db.minId!));
+  const lastAt = IdGenerator.timeOf(BigInt(db.maxId!));
+  const totalS = (allAt - firstAt) / 1000;
+  const published = q2.published - q0.published;
+  const failed = q2.failedAttempts - q0.failedAttempts;
+  const conflicts = p2.lockConflicts.retried + p2.lockConflicts.exhausted - (p0.lockConflicts.retried + p0.lockConflicts.exhausted);
+  const unhandled = unhandledErrors(p2);
+  const all = restDelta(rest0, rest2);
+  const writerCmds = writerRedisCommands(p2);
+  if (round > 0) {
+    ctx.log(
+      `  seckill-burst-10k #${round}: ${formatInt(n)} reservations in ${((lastAt - firstAt) / 1000).toFixed(2)} s (wrk ${formatInt(m.requests)} answers, p50 ${m.p50Ms.toFixed(0)} ms), ` +
+        `first reservation → ${formatInt(n)}th row in MySQL ${totalS.toFixed(2)} s (${((allAt - lastAt) / 1000).toFixed(2)} s after the last reservation); ` +
+        `${p2.drains} drain deliveries, ${p2.orderGroups.closePublishes - p0.orderGroups.closePublishes} closes; Redis ${formatInt(all.commands)} cmds in all, ${writerCmds} writer-side; ` +
+        `QStash ${published} published / ${failed} failed attempts; lock conflicts ${conflicts}, InnoDB deadlocks ${dl2 - dl0}, unhandled errors ${unhandled}`,
+    );
+    if (p2.lastErrors.length) ctx.log(`  app errors: ${p2.lastErrors.join(" | ")}`);
+  }
+  return {
+    ...m,
+    requests: n,
+    errors: m.errors + unhandled,
+    durationS: totalS,
+    rps: n / totalS,
+    extras: {
+      "burst→MySQL s": totalS,
+      "reserve s": (lastAt - firstAt) / 1000,
+      sold: buyers,
+      oversell: Math.max(0, Math.max(b.successes, buyers, db.orders) - n),
+      "writer Redis cmds/1k orders": (writerCmds / n) * 1000,
+      "QStash msgs/1k orders": ((published + failed) / n) * 1000,
+      "lock conflicts": conflicts,
+      "InnoDB deadlocks": dl2 - dl0,
+      "unhandled errors": unhandled,
+    },
+  };
+}
+
+// ----------------------------------------------------------------------------------- lone order
+
+/** Lone orders per measured round (one at a time, each on a quiet stack). */
+const LONE = 3;
+
+const lone = defineScenario({
+  name: "seckill-lone-order",
+  group: GROUP,
+  description:
+    `one POST /api/voucher-order/seckill/{id} on a quiet stack (QStash idle), sent at a random moment of the 1 s drain window, → its row in MySQL (polled directly every 5 ms); ` +
+    `${LONE} per round, one after the other; p50/p99 = reservation → row in MySQL, rps = 1 ÷ the round's mean of that (orders/s of a lone buyer), ` +
+    `"→MySQL ms" = that mean, "notBefore wait ms" = reservation → the drain's delivery`,
+  async setup(ctx) {
+    const stack = await seckillStack(ctx);
+    const app = await startAppServer(stack);
+    const tokens = (await Bun.file(stack.tokensFile).text()).split("\n").filter(Boolean);
+    let next = 0;
+    let round = 0;
+    return {
+      kind: "run",
+      async run(opts) {
+        const count = opts.warmup ? 1 : LONE;
+        const cfg = await stack.newVoucher({ shopId: SHOPS.lone, stock: count, buckets: 1 });
+        const url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
+        assertLoopback(url);
+        const lat: number[] = [];
+        const waits: number[] = [];
+        let unhandled = 0;
+        for (let i = 0; i < count; i++) {
+          await uncountedCpu(() => qstashQuiet(stack, 15_000));
+          await app.ask<PipelineStats>({ type: "pipeline-stats", reset: true });
+          // A random phase: right after a quiet check the clock sits just past a window boundary.
+          await sleep(Math.random() * 1000);
+          const token = tokens[next++ % tokens.length]!;
+          const t0 = Date.now();
+          const res = await fetch(url, { method: "POST", headers: { authorization: token }, signal: AbortSignal.timeout(5000) });
+          const body = (await res.json()) as { success?: boolean; data?: string };
+          if (!body.success || typeof body.data !== "string") throw new Error(`seckill-lone-order: reservation failed: ${res.status} ${JSON.stringify(body)}`);
+          const id = body.data;
+          await waitUntil(
+            () => `order ${id} in MySQL`,
+            async () => ((await stack.mysql.query("SELECT 1 FROM tb_voucher_order WHERE id = ?", [id]))[0] as unknown[]).length === 1,
+            10_000,
+            5,
+          );
+          lat.push(Date.now() - t0);
+          const p = await app.ask<PipelineStats>({ type: "pipeline-stats" });
+          waits.push((p.firstDrainAt ?? Number.NaN) - t0);
+          unhandled += unhandledErrors(p);
+        }
+        const mean = lat.reduce((a, b) => a + b, 0) / lat.length;
+        const sorted = [...lat].sort((a, b) => a - b);
+        if (!opts.warmup) ctx.log(`  seckill-lone-order #${++round}: reservation → MySQL ${lat.map((x) => `${x} ms`).join(", ")} (wait for the drain ${waits.map((x) => x.toFixed(0)).join(", ")} ms)`);
+        return {
+          requests: count,
+          errors: unhandled,
+          durationS: (mean * count) / 1000,
+          rps: 1000 / mean,
+          p50Ms: sorted[Math.floor((sorted.length - 1) / 2)]!,
+          p99Ms: sorted[sorted.length - 1]!,
+          extras: { "→MySQL ms": mean, "notBefore wait ms": waits.reduce((a, b) => a + b, 0) / waits.length, "unhandled errors": unhandled },
+        };
+      },
+      teardown: app.stop,
+    };
+  },
+});
+
+export default [evalsha, endpointScenario(1), endpointScenario(8), burst, lone];

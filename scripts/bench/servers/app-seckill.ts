@@ -9,8 +9,17 @@
  *   ORDER_PAY_TIMEOUT_SECONDS=86400              the delayed close messages never fire in a run
  *   LOG_LEVEL=silent, RUN_CRON=false             no log I/O, no jobs (sweep/reconcile) in the way
  *
- * src/ is untouched; the server only counts and times the QStash deliveries it answers
- * (POST /internal/orders/write), which is the latency the writer group reports.
+ * src/ is untouched; the server only observes the app from outside:
+ *   - it times the QStash deliveries it answers on POST /internal/orders/drain (and the legacy
+ *     /internal/orders/write): count, failures, latency, when the first arrived and the last ended;
+ *   - it counts the writer side's Redis commands at the app's own client: a wrapper around the
+ *     global fetch (which @upstash/redis calls per request) looks for the SHA-1 of claim-outbox,
+ *     ack-outbox and release-stock(-many).lua in each request body (EVAL fallbacks by the
+ *     scripts' header line) and for ZADD … outbox:due (a claim handed back); the reservations'
+ *     EVALSHA, sessions and the order index do not match;
+ *   - its logger (deps.log) writes nothing but counts warn/error lines by message, so a round
+ *     can check that "unhandled error" never happened;
+ *   - deps.orderGroups.stats and .lockConflicts (the pipeline's own counters) are read over IPC.
  *
  * The same process also hosts the two in-process baselines, so that their client runs in a
  * process of its own (in the runner it would share one JS thread with the stand-ins it calls),
@@ -24,7 +33,7 @@
  *
  * Env: PORT, BENCH_STACK_ENV (JSON of the stack's settings; the runner's environment is not read).
  * IPC requests carry an `id`; the reply has the same `id` and either the result or `error`:
- *   {type:"write-stats", reset?}  → {writes, writeErrors, p50Ms, p99Ms} since the last reset
+ *   {type:"pipeline-stats", reset?} → PipelineStats (below) since the last reset
  *   {type:"evalsha-loop", …}      → {measurement, sold, saleMs}
  *   {type:"insert", …}            → {rows, ms, p50Ms, p99Ms}
  */
@@ -32,7 +41,8 @@ import { createApp } from "../../../src/app.ts";
 import { createDeps } from "../../../src/deps.ts";
 import { parseEnv } from "../../../src/env.ts";
 import { IdGenerator, idsFor } from "../../../src/redis/ids.ts";
-import { scriptsFor } from "../../../src/redis/scripts.ts";
+import { luaSources, scriptsFor } from "../../../src/redis/scripts.ts";
+import type { Logger } from "../../../src/log.ts";
 import type { SeckillConfig } from "../../../src/services/seckill/config.ts";
 import { reserveArgs, reserveKeys, serviceDay } from "../../../src/services/seckill/reserve.ts";
 import { OrderStatus, type Reservation } from "../../../src/services/seckill/types.ts";
@@ -61,28 +71,91 @@ const track = (p: Promise<unknown>) => {
   const settled = p.catch((err: unknown) => deps.log.error("background task failed", { err })).finally(() => pending.delete(settled));
   pending.add(settled);
 };
-const deps = createDeps(config, { waitUntil: track });
+// ------------------------------------------------------------------------------------ counters
+
+/** warn/error lines by message since the last reset; nothing is written. */
+let logLines = new Map<string, number>();
+let lastErrors: string[] = [];
+const countLine = (level: string) => (msg: string, fields?: Record<string, unknown>) => {
+  const k = `${level}: ${msg}`;
+  logLines.set(k, (logLines.get(k) ?? 0) + 1);
+  if (level === "error" && lastErrors.length < 5) {
+    const err = fields?.err;
+    lastErrors.push(`${msg}: ${err instanceof Error ? err.message : JSON.stringify(fields ?? {}).slice(0, 300)}`);
+  }
+};
+const countingLog: Logger = {
+  debug: () => {},
+  info: () => {},
+  warn: countLine("warn"),
+  error: countLine("error"),
+  child: () => countingLog,
+  enabled: (level) => level === "warn" || level === "error",
+};
+
+const sha1 = (src: string) => new Bun.CryptoHasher("sha1").update(src).digest("hex");
+/** Writer-side scripts: SHA-1 (EVALSHA) and a string only their source contains (EVAL on NOSCRIPT). */
+const WRITER_SCRIPTS = {
+  claims: { sha: `"${sha1(luaSources.claimOutbox)}"`, src: "claim-outbox.lua —" },
+  acks: { sha: `"${sha1(luaSources.ackOutbox)}"`, src: "ack-outbox.lua —" },
+  releases: { sha: `"${sha1(luaSources.releaseStockMany)}"`, src: "release-stock-many.lua —" },
+  releaseOne: { sha: `"${sha1(luaSources.releaseStock)}"`, src: "release-stock.lua —" },
+} as const;
+const HANDBACK = /"zadd","seckill:\{s\d+\}:outbox:due"/gi;
+type WriterRedis = { claims: number; acks: number; releases: number; handbacks: number; evalFallbacks: number };
+const zeroWriter = (): WriterRedis => ({ claims: 0, acks: 0, releases: 0, handbacks: 0, evalFallbacks: 0 });
+let writerRedis = zeroWriter();
+const occurrences = (hay: string, needle: string): number => {
+  let n = 0;
+  for (let i = hay.indexOf(needle); i !== -1; i = hay.indexOf(needle, i + needle.length)) n++;
+  return n;
+};
+const restUrl = config.UPSTASH_REDIS_REST_URL.replace(/\/$/, "");
+const realFetch = globalThis.fetch;
+const countingFetch = ((input: RequestInfo | URL, init?: RequestInit) => {
+  const body = init?.body;
+  if (typeof body === "string" && String(input instanceof Request ? input.url : input).startsWith(restUrl)) {
+    for (const [k, s] of Object.entries(WRITER_SCRIPTS)) {
+      const a = occurrences(body, s.sha);
+      const b = body.includes(s.src) ? occurrences(body, s.src) : 0;
+      const key = k === "releaseOne" ? "releases" : (k as "claims" | "acks" | "releases");
+      writerRedis[key] += a + b;
+      writerRedis.evalFallbacks += b;
+    }
+    const h = body.match(HANDBACK);
+    if (h) writerRedis.handbacks += h.length;
+  }
+  return realFetch(input, init);
+}) as typeof fetch;
+globalThis.fetch = Object.assign(countingFetch, realFetch);
+
+const deps = createDeps(config, { waitUntil: track, log: countingLog });
 const app = createApp(deps);
 const ctx = { waitUntil: track, passThroughOnException() {}, props: {} };
 
 // ----------------------------------------------------------------------- QStash delivery timing
 
-const WRITE_PATH = "/internal/orders/write";
-let writes = 0;
-let writeErrors = 0;
-let writeHist = new LatencyHistogram();
+const DRAIN_PATHS = ["/internal/orders/drain", "/internal/orders/write"];
+let drains = 0;
+let drainErrors = 0;
+let drainHist = new LatencyHistogram();
+/** Epoch ms: arrival of the first drain delivery, end of the last one, since the last reset. */
+let firstDrainAt = Number.NaN;
+let lastDrainEndAt = Number.NaN;
 
 const server = Bun.serve({
   port,
   hostname: "127.0.0.1",
   fetch: async (req, srv) => {
     const env = { clientIp: srv.requestIP(req)?.address };
-    if (!req.url.endsWith(WRITE_PATH)) return app.fetch(req, env, ctx);
+    if (!DRAIN_PATHS.some((p) => req.url.endsWith(p))) return app.fetch(req, env, ctx);
+    if (Number.isNaN(firstDrainAt)) firstDrainAt = Date.now();
     const t0 = performance.now();
     const res = await app.fetch(req, env, ctx);
-    writeHist.recordMs(performance.now() - t0);
-    writes++;
-    if (res.status >= 300) writeErrors++;
+    drainHist.recordMs(performance.now() - t0);
+    lastDrainEndAt = Date.now();
+    drains++;
+    if (res.status >= 300) drainErrors++;
     return res;
   },
 });
@@ -164,18 +237,35 @@ async function insertRows(o: InsertRun) {
 // ------------------------------------------------------------------------------------------ IPC
 
 type Request =
-  | { id: number; type: "write-stats"; reset?: boolean }
+  | { id: number; type: "pipeline-stats"; reset?: boolean }
   | ({ id: number; type: "evalsha-loop" } & EvalshaLoop)
   | ({ id: number; type: "insert" } & InsertRun);
 
 async function handle(m: Request): Promise<Record<string, unknown>> {
   switch (m.type) {
-    case "write-stats": {
-      const out = { writes, writeErrors, p50Ms: writeHist.percentileMs(0.5), p99Ms: writeHist.percentileMs(0.99) };
+    case "pipeline-stats": {
+      const out = {
+        drains,
+        drainErrors,
+        p50Ms: drainHist.percentileMs(0.5),
+        p99Ms: drainHist.percentileMs(0.99),
+        firstDrainAt: Number.isNaN(firstDrainAt) ? null : firstDrainAt,
+        lastDrainEndAt: Number.isNaN(lastDrainEndAt) ? null : lastDrainEndAt,
+        writerRedis: { ...writerRedis },
+        orderGroups: { ...deps.orderGroups.stats },
+        lockConflicts: { ...deps.orderGroups.lockConflicts },
+        log: Object.fromEntries(logLines),
+        lastErrors: [...lastErrors],
+      };
       if (m.reset) {
-        writes = 0;
-        writeErrors = 0;
-        writeHist = new LatencyHistogram();
+        drains = 0;
+        drainErrors = 0;
+        drainHist = new LatencyHistogram();
+        firstDrainAt = Number.NaN;
+        lastDrainEndAt = Number.NaN;
+        writerRedis = zeroWriter();
+        logLines = new Map();
+        lastErrors = [];
       }
       return out;
     }
