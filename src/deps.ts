@@ -13,6 +13,7 @@ import { createSms, type SmsPort } from "./sms/index.ts";
 import { type BlobStore, createBlobStore } from "./blob/index.ts";
 import { createPaymentProvider, type PaymentProvider } from "./payments/provider.ts";
 import { OrderGroups } from "./services/seckill/pipeline.ts";
+import { createIsolate, type Isolate } from "./isolate.ts";
 
 export type RedisPort = Redis;
 /** `execute` runs on a fresh session per call; `transaction` pins one session (one MySQL connection). */
@@ -42,6 +43,8 @@ export interface Deps {
    * entries waiting for their batched write, writer/closer counters (services/seckill/pipeline.ts).
    */
   orderGroups: OrderGroups;
+  /** Everything else this isolate remembers between requests (src/isolate.ts). */
+  isolate: Isolate;
   /**
    * Keeps background work (cache refresh, publishes) alive after the response. The app rebinds
    * this per request to the runtime's ExecutionContext; the value here is the fallback used
@@ -86,5 +89,5 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   const clock = overrides.clock ?? systemClock;
   const payments = overrides.payments ?? createPaymentProvider(config, log, () => clock.now(), overrides.fetch);
   const blobs = overrides.blobs ?? createBlobStore(config, overrides.fetch);
-  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, orderGroups: new OrderGroups(), waitUntil };
+  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, orderGroups: new OrderGroups(), isolate: createIsolate(config), waitUntil };
 }
