@@ -36,6 +36,8 @@ export const voucherOrder = new Hono<UserEnv>()
     const res = await reserve(deps, { voucherId: c.req.valid("param").voucherId, userId: c.get("user").id, ip: clientIp(c, deps.config.TRUST_PROXY) });
     if (res.ok) return c.json(ok(res.orderId));
     if (res.reason === "RATE_LIMITED") throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterMs / 1000 });
+    // A buyer who already holds a unit is told which order it is (`data`), e.g. after a lost reply.
+    if (res.reason === "DUPLICATE_ORDER" && res.orderId) return c.json({ ...fail(res.reason, res.message), data: res.orderId });
     return c.json(fail(res.reason, res.message));
   })
   .get("/of/me", v("query", z.object({ current: Current })), async (c) => {

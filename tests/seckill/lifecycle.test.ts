@@ -10,7 +10,7 @@ import { call, loginAs } from "../support/http.ts";
 import { qstashSignature } from "../support/qstash-sign.ts";
 import { Faults } from "../support/faults.ts";
 import { createSeckill, mysqlCounts, userIds } from "../support/seckill.ts";
-import { eventually, serveTestApp, type ServedApp } from "../support/stack.ts";
+import { createTestApp, eventually, serveTestApp, type ServedApp } from "../support/stack.ts";
 
 const ENV = { ORDER_PAY_TIMEOUT_SECONDS: "86400", SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", LOCAL_PAYMENT_DELAY_MS: "0" };
 
@@ -109,8 +109,11 @@ describe("order writer and close callbacks", () => {
       expect(await mysqlCounts(t, voucherId)).toEqual({ orders: 1, active: 0, stock: 3 });
       expect(Number(await t.deps.redis.get(keys.seckill.stock(shopId, voucherId, 0)))).toBe(3);
       expect(await t.deps.redis.sismember(keys.seckill.buyers(shopId, voucherId), String(r.userId))).toBe(0);
-      // The user may buy again after the release.
+      // The user may buy again after the release. (The clock goes back to now so the sale is
+      // open; the isolate's holder memo, which in real time expired long before any deadline —
+      // it lives at most half the payment timeout — is forgotten as the day that passed would.)
       clock.skewMs = 0;
+      t.deps.isolate.holders.clear();
       expect((await reserve(t.deps, { voucherId, userId: r.userId, ip: "10.0.0.1" })).ok).toBe(true);
     } finally {
       await t.settle();
@@ -242,10 +245,40 @@ describe("orders through the API", () => {
       const { token } = await loginAs(t.app, t.deps);
       const statuses: (string | number)[] = [];
       for (let i = 0; i < 4; i++) {
+        // Forget the isolate's holder memo so every attempt reaches Redis (the memo answers a
+        // holder's retries itself; see the test below).
+        t.deps.isolate.holders.clear();
         const r = await call(t.app, "POST", `/api/voucher-order/seckill/${a.voucherId}`, { token });
         statuses.push(r.status === 429 ? 429 : (r.body.code ?? "OK"));
       }
       expect(statuses).toEqual(["OK", "DUPLICATE_ORDER", "DUPLICATE_ORDER", 429]);
+    } finally {
+      await t.settle();
+      await t.stop();
+    }
+  });
+
+  test("a buyer who tries again learns the order they hold: from the isolate with no Redis call, or from another isolate once it is written", async () => {
+    const t = await serveTestApp(ENV);
+    try {
+      const { voucherId } = await createSeckill(t, { stock: 5 });
+      const { token } = await loginAs(t.app, t.deps);
+      const first = await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token });
+      const id = first.body.data as string;
+      expect(first.body.success).toBe(true);
+      await t.settle();
+      // The reply was lost; the buyer taps again on the same isolate.
+      const before = t.stack.rest.stats().commands;
+      const again = await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token });
+      expect(again.body).toMatchObject({ success: false, code: "DUPLICATE_ORDER", data: id });
+      await t.settle();
+      // Only the session lookup (if any) may touch Redis; the reservation script did not run.
+      expect(t.stack.rest.stats().commands - before).toBeLessThanOrEqual(2);
+      // Another isolate, once the writer has the order: Redis says duplicate, MySQL names the order.
+      await eventually("order written", async () => (await orderRow(t, id)) !== undefined);
+      const other = await createTestApp(ENV);
+      const elsewhere = await call<string>(other.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token });
+      expect(elsewhere.body).toMatchObject({ success: false, code: "DUPLICATE_ORDER", data: id });
     } finally {
       await t.settle();
       await t.stop();

@@ -12,31 +12,15 @@ import { idsFor } from "../../redis/ids.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { dayParts } from "../../util/time.ts";
 import { bucketKeysFor, type SeckillConfig } from "./config.ts";
-import type { Reservation } from "./types.ts";
+import { OrderStatus, type Reservation } from "./types.ts";
+import { holderMemoMs } from "../../isolate.ts";
 
 export type ReserveResult =
   | { ok: true; orderId: string }
-  | { ok: false; reason: "NOT_FOUND" | "NOT_STARTED" | "ENDED" | "SOLD_OUT" | "DUPLICATE_ORDER" | "LIMIT_REACHED"; message: string }
+  | { ok: false; reason: "NOT_FOUND" | "NOT_STARTED" | "ENDED" | "SOLD_OUT" | "LIMIT_REACHED"; message: string }
+  /** `orderId`: the order the buyer already holds, when known (memo, or MySQL once written). */
+  | { ok: false; reason: "DUPLICATE_ORDER"; message: string; orderId: string | null }
   | { ok: false; reason: "RATE_LIMITED"; message: string; retryAfterMs: number };
-
-/**
- * Isolate state. Sold-out memo: once Redis answered SOLD_OUT for a voucher, this isolate answers
- * SOLD_OUT without Redis for SOLD_OUT_MEMO_MS — long enough to absorb a stampede, short enough
- * that stock released by a cancelled order is sold again.
- */
-interface IsolateState {
-  soldOutUntil: Map<number, number>;
-}
-const isolates = new WeakMap<Deps["redis"], IsolateState>();
-
-function isolate(deps: Deps): IsolateState {
-  let s = isolates.get(deps.redis);
-  if (!s) {
-    s = { soldOutUntil: new Map() };
-    isolates.set(deps.redis, s);
-  }
-  return s;
-}
 
 /** yyyyMMdd of an instant in the service zone (the daily purchase limit's day). */
 export function serviceDay(ms: number, zone: string): string {
@@ -88,12 +72,20 @@ const messages = {
 } as const;
 
 export async function reserve(deps: Deps, input: { voucherId: number; userId: number; ip: string }): Promise<ReserveResult> {
-  const state = isolate(deps);
+  const { soldOut, holders } = deps.isolate;
   const now = deps.clock.now();
-  const memo = state.soldOutUntil.get(input.voucherId);
+  const holderKey = `${input.voucherId}:${input.userId}`;
+  // A buyer this isolate gave a unit moments ago (retry after a lost reply): no Redis call.
+  const held = holders.get(holderKey);
+  if (held !== undefined) {
+    if (held.untilMs > now) return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER, orderId: held.orderId };
+    holders.delete(holderKey);
+  }
+  const remember = (id: string) => holders.set(holderKey, { orderId: id, untilMs: now + holderMemoMs(deps.config) });
+  const memo = soldOut.get(input.voucherId);
   if (memo !== undefined) {
     if (memo > now) return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
-    state.soldOutUntil.delete(input.voucherId);
+    soldOut.delete(input.voucherId);
   }
   const cfg = await cachesFor(deps).seckill.get(deps, input.voucherId);
   if (!cfg) return { ok: false, reason: "NOT_FOUND", message: messages.NOT_FOUND };
@@ -111,6 +103,7 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
       // The outbox entry is written; what remains (index entry, the shop's drain for this
       // window) is batched across this isolate's buyers and never fails the reservation.
       deps.waitUntil(deps.orderGroups.add(deps, reservation));
+      remember(orderId);
       return { ok: true, orderId };
     case 1:
       return { ok: false, reason: "NOT_FOUND", message: messages.NOT_FOUND };
@@ -119,10 +112,16 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
     case 3:
       return { ok: false, reason: "ENDED", message: messages.ENDED };
     case 4:
-      if (c.SOLD_OUT_MEMO_MS > 0) state.soldOutUntil.set(input.voucherId, now + c.SOLD_OUT_MEMO_MS);
+      if (c.SOLD_OUT_MEMO_MS > 0) soldOut.set(input.voucherId, now + c.SOLD_OUT_MEMO_MS);
       return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
-    case 5:
-      return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER };
+    case 5: {
+      // Another isolate (or an earlier life of this one) gave this buyer the unit: MySQL knows the
+      // order once the writer has it (about a second after the reservation); until then the id is
+      // not known here.
+      const orderId = await heldOrderId(deps, cfg.voucherId, input.userId);
+      if (orderId) remember(orderId);
+      return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER, orderId };
+    }
     case 6:
       return { ok: false, reason: "RATE_LIMITED", message: b === 2 ? "too many attempts from this address" : "too many attempts", retryAfterMs: a };
     case 7:
@@ -132,7 +131,16 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   }
 }
 
-/** Tests/ops: forget this isolate's sold-out memo. */
-export function clearSoldOutMemo(deps: Deps): void {
-  isolate(deps).soldOutUntil.clear();
+/** The order holding a unit of `voucherId` for `userId`, from MySQL (idx_voucher_user); null while queued. */
+async function heldOrderId(deps: Deps, voucherId: number, userId: number): Promise<string | null> {
+  const row = (
+    await deps.db.execute("SELECT id FROM tb_voucher_order WHERE voucher_id = ? AND user_id = ? AND status IN (?, ?, ?) ORDER BY id DESC LIMIT 1", [
+      voucherId,
+      userId,
+      OrderStatus.unpaid,
+      OrderStatus.paid,
+      OrderStatus.used,
+    ])
+  ).rows[0] as { id: string | number } | undefined;
+  return row ? String(row.id) : null;
 }
