@@ -88,9 +88,14 @@ export async function runWrk(target: HttpTarget, opts: WrkOptions): Promise<Meas
  * `--` or their own connection count) and returns its stdout. `seconds` is the -d value: the
  * process is killed 15 s after it should have ended. The caller checks that the URL is loopback.
  */
-export async function execWrk(args: readonly string[], seconds: number): Promise<string> {
+export async function execWrk(args: readonly string[], seconds: number, stop?: AbortSignal): Promise<string> {
   const proc = Bun.spawn(["wrk", ...args], { stdout: "pipe", stderr: "pipe" });
   const killer = setTimeout(() => proc.kill("SIGKILL"), seconds * 1000 + 15_000);
+  // wrk's main thread sleeps out -d whatever its threads do; SIGINT ends the sleep early, and wrk
+  // then stops its threads and prints its report as usual.
+  const onStop = () => proc.kill("SIGINT");
+  if (stop?.aborted) onStop();
+  else stop?.addEventListener("abort", onStop, { once: true });
   try {
     const [out, err, code] = await Promise.all([
       new Response(proc.stdout).text(),
@@ -101,5 +106,6 @@ export async function execWrk(args: readonly string[], seconds: number): Promise
     return out;
   } finally {
     clearTimeout(killer);
+    stop?.removeEventListener("abort", onStop);
   }
 }
