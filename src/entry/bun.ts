@@ -5,6 +5,7 @@
 import { createApp } from "../app.ts";
 import { createDeps } from "../deps.ts";
 import { ConfigError, parseEnv } from "../env.ts";
+import type { ClientEnv } from "../http/client-ip.ts";
 import { cronJobs, runCron } from "../jobs/index.ts";
 
 let config;
@@ -27,7 +28,8 @@ const ctx = { waitUntil: track, passThroughOnException() {}, props: {} };
 const server = Bun.serve({
   port: config.PORT,
   hostname: process.env.HOST ?? "127.0.0.1",
-  fetch: (req, srv) => app.fetch(req, { clientIp: srv.requestIP(req)?.address }, ctx),
+  // The socket's peer: request headers never name the client on Bun (src/http/client-ip.ts).
+  fetch: (req, srv) => app.fetch(req, { clientIp: srv.requestIP(req)?.address } satisfies ClientEnv, ctx),
 });
 deps.log.info("listening", { url: server.url.href });
 

@@ -4,6 +4,7 @@
 import { createApp } from "../app.ts";
 import { createDeps } from "../deps.ts";
 import { ConfigError, parseEnv } from "../env.ts";
+import type { ClientEnv } from "../http/client-ip.ts";
 import { cronJobs, runCron } from "../jobs/index.ts";
 
 declare const Deno: {
@@ -31,7 +32,8 @@ const hostname = Deno.env.toObject().HOST ?? "127.0.0.1";
 
 Deno.serve(
   { port: config.PORT, hostname, onListen: ({ port }) => deps.log.info("listening", { url: `http://${hostname}:${port}/` }) },
-  (req, info) => app.fetch(req, { clientIp: info.remoteAddr.hostname }, ctx),
+  // The socket's peer: request headers never name the client on Deno (src/http/client-ip.ts).
+  (req, info) => app.fetch(req, { clientIp: info.remoteAddr.hostname } satisfies ClientEnv, ctx),
 );
 
 if (config.RUN_CRON && Deno.cron) {

@@ -7,6 +7,7 @@ import { createApp } from "../app.ts";
 import { createDeps, type Deps } from "../deps.ts";
 import { ConfigError, parseEnv } from "../env.ts";
 import { runCron } from "../jobs/index.ts";
+import type { ClientEnv } from "../http/client-ip.ts";
 import type { AppEnv } from "../types.ts";
 
 type Bindings = Record<string, unknown>;
@@ -35,7 +36,11 @@ export default {
     } catch (err) {
       return badEnvironment(err);
     }
-    return await app.fetch(request, env, ctx);
+    // The app never reads bindings per request (deps hold the config); it gets only the client
+    // address, which on Workers is `cf-connecting-ip`: Cloudflare's edge sets it and overwrites a
+    // client's own. Nowhere else is that header believed (src/http/client-ip.ts).
+    const client: ClientEnv = { clientIp: request.headers.get("cf-connecting-ip") ?? undefined };
+    return await app.fetch(request, client, ctx);
   },
   async scheduled(controller, env, ctx) {
     const { deps } = build(env);

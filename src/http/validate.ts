@@ -1,5 +1,6 @@
 /**
- * zod validators that answer malformed input with the 400 envelope (errors.ts validationHook).
+ * zod validators that answer malformed input with the 400 envelope (errors.ts validationHook), and
+ * the strict shapes of path/query numbers shared by the routes.
  */
 import { zValidator } from "@hono/zod-validator";
 import type { ValidationTargets } from "hono";
@@ -21,14 +22,57 @@ function parseFast(schema: z.ZodType, value: unknown): z.ZodSafeParseResult<unkn
   }
 }
 
+/**
+ * `v("json", …)` reads the body through `c.req.json()`: put `jsonBody(maxBytes)` (src/http/body.ts)
+ * before it, so the body is size- and depth-checked while it is read.
+ */
 export const v = <T extends z.ZodType, Target extends keyof ValidationTargets>(target: Target, schema: T) =>
   zValidator(target, schema, (result) => validationHook(result as Parameters<typeof validationHook>[0]), {
     // The option's type is conditional on the (generic) schema type; parseFast returns exactly what `schema.safeParse` does.
     validationFunction: parseFast as never,
   });
 
-/** A positive database id in a path or query (rejects "abc", "1.5", "-3", "0", > 2^53). */
-export const Id = z.coerce.number({ error: "must be a number" }).int("must be an integer").positive("must be positive").max(Number.MAX_SAFE_INTEGER);
+/**
+ * Path and query numbers are plain decimal digits: no sign, exponent, hex, leading zero, space or
+ * fraction (`z.coerce.number()` read `0x10`, `1e3`, `+1`, `01`, ` 1` and `""` as numbers). At most
+ * 16 digits, so `Number()` is exact before the range check.
+ */
+const POSITIVE_DIGITS = /^[1-9][0-9]{0,15}$/;
+const DIGITS = /^(?:0|[1-9][0-9]{0,15})$/;
+
+/** A non-negative decimal integer in a path or query, at most `max` (≤ 2^53 − 1). */
+export function queryInt(min: 0 | 1, max: number) {
+  const re = min === 1 ? POSITIVE_DIGITS : DIGITS;
+  const what = min === 1 ? "a positive decimal integer" : "a decimal integer";
+  return z
+    .string({ error: `must be ${what}` })
+    .regex(re, `must be ${what}`)
+    .transform(Number)
+    .pipe(z.number().max(max, `must be at most ${max}`));
+}
+
+/** A positive database id in a path or query: `/^[1-9][0-9]{0,15}$/` and ≤ 2^53 − 1. */
+export const Id = queryInt(1, Number.MAX_SAFE_INTEGER);
 export const IdParam = z.object({ id: Id });
 /** 1-based page number, default 1, bounded so OFFSET stays cheap. */
-export const Current = z.coerce.number().int().min(1).max(10_000).default(1);
+export const Current = queryInt(1, 10_000).default(1);
+
+/**
+ * A positive id in a JSON body: a JSON number (not `"1"`), integral, ≤ 2^53 − 1 (ids are BIGINT
+ * UNSIGNED columns; larger ones never exist because JSON numbers above 2^53 are not exact).
+ */
+export const JsonId = z.number({ error: "must be a number" }).int("must be an integer").min(1, "must be positive").max(Number.MAX_SAFE_INTEGER);
+
+/** Column bounds (src/db/migrations): MySQL answers a value outside them with an error, i.e. a 500. */
+export const INT_UNSIGNED_MAX = 4_294_967_295;
+
+/**
+ * Text for a VARCHAR(n) column: at most `n` UTF-16 units (never more characters than MySQL counts)
+ * and well-formed (a lone surrogate from a `\ud800` escape has no UTF-8 form for utf8mb4).
+ */
+export function varchar(n: number) {
+  return z.string({ error: "must be a string" }).max(n, `at most ${n} characters`).refine(isWellFormed, "not valid Unicode text");
+}
+
+/** `String.prototype.isWellFormed` (ES2024; in Bun, Deno and workerd, not yet in our TS lib). */
+const isWellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): boolean }).isWellFormed();

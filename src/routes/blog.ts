@@ -2,7 +2,8 @@ import { Hono } from "hono";
 import { z } from "zod";
 import { fail, ok } from "../errors.ts";
 import { type MaybeUserEnv, optionalUser, requireUser, type UserEnv } from "../http/auth.ts";
-import { Current, Id, IdParam, v } from "../http/validate.ts";
+import { BODY_LIMITS, jsonBody } from "../http/body.ts";
+import { Current, Id, IdParam, JsonId, queryInt, v, varchar } from "../http/validate.ts";
 import { blogsOfUser, createBlog, firstLikers, getBlog, hotBlogs, toggleLike } from "../services/blog.ts";
 import { readFeedPage } from "../services/feed.ts";
 import type { AppEnv } from "../types.ts";
@@ -13,25 +14,23 @@ import type { AppEnv } from "../types.ts";
  */
 const ImageRef = z.string().regex(/^\/(?!\/)(?!.*\.\.)[A-Za-z0-9/._-]{1,254}$/, "images must be paths on this site");
 /** Comma-separated, at most 9 (tb_blog.images). */
-const Images = z
-  .string()
-  .max(2048)
+const Images = varchar(2048)
   .default("")
   .transform((s) => s.split(",").map((x) => x.trim()).filter(Boolean))
   .pipe(z.array(ImageRef).max(9, "at most 9 images"))
   .transform((list) => list.join(","));
 
 const BlogBody = z.object({
-  shopId: Id,
-  title: z.string().trim().min(1).max(255),
-  content: z.string().trim().min(1).max(2048),
+  shopId: JsonId,
+  title: varchar(255).trim().min(1),
+  content: varchar(2048).trim().min(1),
   images: Images,
 });
 
 /** Scroll cursor: `lastId` is the smallest score already seen (epoch ms; absent = from the newest). */
 const FeedQuery = z.object({
-  lastId: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(Number.MAX_SAFE_INTEGER),
-  offset: z.coerce.number().int().min(0).max(100_000).default(0),
+  lastId: queryInt(0, Number.MAX_SAFE_INTEGER).default(Number.MAX_SAFE_INTEGER),
+  offset: queryInt(0, 100_000).default(0),
 });
 
 const publicRoutes = new Hono<MaybeUserEnv>().get("/hot", optionalUser, v("query", z.object({ current: Current })), async (c) => {
@@ -41,11 +40,11 @@ const publicRoutes = new Hono<MaybeUserEnv>().get("/hot", optionalUser, v("query
 
 const authed = new Hono<UserEnv>()
   .use(requireUser)
-  .post("/", v("json", BlogBody), async (c) => {
+  .post("/", jsonBody(BODY_LIMITS.note), v("json", BlogBody), async (c) => {
     const res = await createBlog(c.get("deps"), c.get("user").id, c.req.valid("json"));
     return res.ok ? c.json(ok(res.id)) : c.json(fail("INVALID_INPUT", "unknown shop"), 400);
   })
-  .put("/like/:id", v("param", IdParam), async (c) => {
+  .put("/like/:id", jsonBody(BODY_LIMITS.none), v("param", IdParam), async (c) => {
     const res = await toggleLike(c.get("deps"), c.req.valid("param").id, c.get("user").id);
     return c.json(res.ok ? ok() : fail("NOT_FOUND", "blog not found"));
   })

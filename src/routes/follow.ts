@@ -2,13 +2,14 @@ import { Hono } from "hono";
 import { z } from "zod";
 import { fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
+import { BODY_LIMITS, jsonBody } from "../http/body.ts";
 import { Id, IdParam, v } from "../http/validate.ts";
 import { commonFollows, isFollowing, setFollow } from "../services/follow.ts";
 
 /** Mounted at /api/follow. */
 export const follow = new Hono<UserEnv>()
   .use(requireUser)
-  .put("/:id/:isFollow", v("param", z.object({ id: Id, isFollow: z.enum(["true", "false"]) })), async (c) => {
+  .put("/:id/:isFollow", jsonBody(BODY_LIMITS.none), v("param", z.object({ id: Id, isFollow: z.enum(["true", "false"]) })), async (c) => {
     const { id, isFollow } = c.req.valid("param");
     const res = await setFollow(c.get("deps"), c.get("user").id, id, isFollow === "true");
     if (res.ok) return c.json(ok());

@@ -4,7 +4,8 @@ import { cachesFor } from "../cache/modules.ts";
 import { CacheUnavailableError } from "../cache/module.ts";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
-import { Current, Id, IdParam, v } from "../http/validate.ts";
+import { BODY_LIMITS, jsonBody } from "../http/body.ts";
+import { Current, Id, IdParam, INT_UNSIGNED_MAX, JsonId, v, varchar } from "../http/validate.ts";
 import type { Deps } from "../deps.ts";
 import {
   insertShop,
@@ -27,21 +28,36 @@ const NAME_PAGE_SIZE = 10;
 const Lon = z.coerce.number().min(-180).max(180);
 const Lat = z.coerce.number().min(-85.05112878).max(85.05112878);
 
-const ShopBody = z.object({
-  name: z.string().trim().min(1).max(128),
-  typeId: Id,
-  images: z.string().max(1024).default(""),
-  area: z.string().max(128).nullable().default(null),
-  address: z.string().trim().min(1).max(255),
+/** The writable tb_shop columns, each bounded by its column type (001_classic_schema.sql). No defaults here: see ShopBody/ShopPatch. */
+const ShopFields = {
+  name: varchar(128).trim().min(1),
+  typeId: JsonId,
+  images: varchar(1024),
+  area: varchar(128).nullable(),
+  address: varchar(255).trim().min(1),
   x: z.number().min(-180).max(180),
   y: z.number().min(-85.05112878).max(85.05112878),
-  avgPrice: z.number().int().min(0).max(1_000_000).nullable().default(null),
-  openHours: z.string().max(32).nullable().default(null),
-  sold: z.number().int().min(0).optional(),
-  comments: z.number().int().min(0).optional(),
-  score: z.number().int().min(0).max(50).optional(),
+  /** avg_price BIGINT UNSIGNED (yuan per person). */
+  avgPrice: z.number().int().min(0).max(1_000_000).nullable(),
+  openHours: varchar(32).nullable(),
+  /** sold, comments: INT UNSIGNED. */
+  sold: z.number().int().min(0).max(INT_UNSIGNED_MAX),
+  comments: z.number().int().min(0).max(INT_UNSIGNED_MAX),
+  /** 10× the star rating. */
+  score: z.number().int().min(0).max(50),
+};
+const ShopBody = z.object({
+  ...ShopFields,
+  images: ShopFields.images.default(""),
+  area: ShopFields.area.default(null),
+  avgPrice: ShopFields.avgPrice.default(null),
+  openHours: ShopFields.openHours.default(null),
+  sold: ShopFields.sold.optional(),
+  comments: ShopFields.comments.optional(),
+  score: ShopFields.score.optional(),
 });
-const ShopPatch = ShopBody.partial().extend({ id: Id });
+/** Only the fields sent are written: no defaults (zod applies a default inside `.partial()`, which blanked unsent columns). */
+const ShopPatch = z.object({ id: JsonId, ...ShopFields }).partial().required({ id: true });
 
 export async function getShopCached(deps: Deps, id: number): Promise<Shop | null> {
   try {
@@ -83,7 +99,7 @@ export const shop = new Hono<AppEnv>()
     const found = await getShopCached(c.get("deps"), c.req.valid("param").id);
     return c.json(found ? ok(found) : fail("NOT_FOUND", "shop not found"));
   })
-  .post("/", requireOperator, v("json", ShopBody), async (c) => {
+  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), v("json", ShopBody), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
     if (!(await shopTypeExists(deps, body.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);
@@ -92,7 +108,7 @@ export const shop = new Hono<AppEnv>()
     if (created) await refreshShopIndex(deps, created);
     return c.json(ok(id));
   })
-  .put("/", requireOperator, v("json", ShopPatch), async (c) => {
+  .put("/", requireOperator, jsonBody(BODY_LIMITS.operator), v("json", ShopPatch), async (c) => {
     const deps = c.get("deps");
     const { id, ...patch } = c.req.valid("json");
     if (patch.typeId !== undefined && !(await shopTypeExists(deps, patch.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);

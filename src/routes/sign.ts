@@ -1,6 +1,7 @@
 import { Hono } from "hono";
 import { ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
+import { BODY_LIMITS, jsonBody } from "../http/body.ts";
 import { signStreak, signToday } from "../services/sign.ts";
 
 /**
@@ -8,7 +9,7 @@ import { signStreak, signToday } from "../services/sign.ts";
  * guard is per route: a `use` here would also guard the public /api/user/code and /login.
  */
 export const sign = new Hono<UserEnv>()
-  .post("/sign", requireUser, async (c) => {
+  .post("/sign", requireUser, jsonBody(BODY_LIMITS.none), async (c) => {
     await signToday(c.get("deps"), c.get("user").id);
     return c.json(ok());
   })

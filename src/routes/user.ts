@@ -1,6 +1,7 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { AppError, fail, ok } from "../errors.ts";
+import { BODY_LIMITS, jsonBody } from "../http/body.ts";
 import { clientIp } from "../http/client-ip.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
 import { IdParam, v } from "../http/validate.ts";
@@ -30,14 +31,14 @@ const authed = new Hono<UserEnv>()
   });
 
 export const user = new Hono<AppEnv>()
-  .post("/code", v("query", z.object({ phone: Phone })), async (c) => {
+  .post("/code", jsonBody(BODY_LIMITS.none), v("query", z.object({ phone: Phone })), async (c) => {
     const deps = c.get("deps");
     const res = await sendLoginCode(deps, c.req.valid("query").phone, clientIp(c, deps.config.TRUST_PROXY));
     if (res.ok) return c.json(ok());
     if (res.reason === "RATE_LIMITED") throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterSeconds });
     throw new AppError("UNAVAILABLE", res.message);
   })
-  .post("/login", v("json", LoginBody), async (c) => {
+  .post("/login", jsonBody(BODY_LIMITS.login), v("json", LoginBody), async (c) => {
     const { phone, code } = c.req.valid("json");
     const res = await loginWithCode(c.get("deps"), phone, code);
     return c.json(res.ok ? ok(res.token) : fail("BAD_CODE", res.message));

@@ -5,11 +5,12 @@ import { requireOperator } from "../http/auth.ts";
 import { v } from "../http/validate.ts";
 import { isoDay, UV_MAX_RANGE_DAYS, uvReport } from "../services/uv.ts";
 import type { AppEnv } from "../types.ts";
+import { parseIsoDate } from "../util/time.ts";
 
 const IsoDate = z
-  .string()
+  .string({ error: "must be YYYY-MM-DD" })
   .regex(/^\d{4}-\d{2}-\d{2}$/, "must be YYYY-MM-DD")
-  .refine((s) => !Number.isNaN(Date.parse(`${s}T00:00:00Z`)) && new Date(`${s}T00:00:00Z`).toISOString().startsWith(s), "not a calendar date");
+  .refine((s) => parseIsoDate(s) !== null, "not a calendar date (YYYY-MM-DD, years 1000-9999)");
 
 const RangeQuery = z.object({ from: IsoDate.optional(), to: IsoDate.optional() });
 
@@ -21,7 +22,7 @@ export const uv = new Hono<AppEnv>().get("/", requireOperator, v("query", RangeQ
   const to = q.to ?? today;
   const from = q.from ?? to;
   if (from > to) return c.json(fail("INVALID_INPUT", "from must not be after to"), 400);
-  const days = (Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / 86_400_000 + 1;
+  const days = ((parseIsoDate(to) ?? 0) - (parseIsoDate(from) ?? 0)) / 86_400_000 + 1;
   if (days > UV_MAX_RANGE_DAYS) return c.json(fail("INVALID_INPUT", `at most ${UV_MAX_RANGE_DAYS} days per query`), 400);
   return c.json(ok(await uvReport(deps, from, to)));
 });

@@ -4,25 +4,28 @@ import { cachesFor } from "../cache/modules.ts";
 import { CacheUnavailableError } from "../cache/module.ts";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
-import { Id, v } from "../http/validate.ts";
+import { BODY_LIMITS, jsonBody } from "../http/body.ts";
+import { Id, JsonId, v, varchar } from "../http/validate.ts";
 import { insertVoucher, loadVouchersOfShop, shopExists } from "../services/shops.ts";
 import { createSeckillVoucher } from "../services/seckill/config.ts";
 import type { AppEnv } from "../types.ts";
 import type { Deps } from "../deps.ts";
+import { parseDateTime } from "../util/time.ts";
 
-/** Amounts are integer cents. */
-const Cents = z.number().int().min(0).max(100_000_000);
+/** Amounts are integer cents (pay_value BIGINT UNSIGNED, actual_value BIGINT; bounded far below either). */
+const Cents = z.number({ error: "must be a number" }).int("must be whole cents").min(0).max(100_000_000);
 const VoucherBody = z.object({
-  shopId: Id,
-  title: z.string().trim().min(1).max(255),
-  subTitle: z.string().max(255).nullable().default(null),
-  rules: z.string().max(1024).nullable().default(null),
+  shopId: JsonId,
+  title: varchar(255).trim().min(1),
+  subTitle: varchar(255).nullable().default(null),
+  rules: varchar(1024).nullable().default(null),
   payValue: Cents,
   actualValue: Cents,
 });
-/** Sale window as `YYYY-MM-DDTHH:mm:ss` in the service zone, or epoch milliseconds. */
-const Instant = z.union([z.number().int().positive(), z.string().min(10).max(40)]);
+/** Sale window as `YYYY-MM-DDTHH:mm:ss` in the service zone (or with a `Z`/`±HH:MM` offset), or epoch milliseconds. */
+const Instant = z.union([z.number().int().positive().max(Number.MAX_SAFE_INTEGER), z.string().min(10).max(40)], { error: "must be YYYY-MM-DDTHH:mm:ss or epoch milliseconds" });
 const SeckillBody = VoucherBody.extend({
+  /** tb_seckill_voucher.stock INT. */
   stock: z.number().int().min(1).max(10_000_000),
   beginTime: Instant,
   endTime: Instant,
@@ -32,21 +35,27 @@ const SeckillBody = VoucherBody.extend({
   shopDailyLimit: z.number().int().min(0).max(1000).default(0),
 });
 
-/** Parses a local `YYYY-MM-DDTHH:mm:ss` in `zone` (or an ISO string with offset, or epoch ms). */
-export function parseInstant(value: string | number, zone: string): number | null {
-  if (typeof value === "number") return value;
-  if (/[zZ]|[+-]\d\d:?\d\d$/.test(value)) {
-    const t = Date.parse(value);
-    return Number.isNaN(t) ? null : t;
-  }
-  const m = /^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2}))?$/.exec(value);
-  if (!m) return null;
-  const asUtc = Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3]), Number(m[4]), Number(m[5]), Number(m[6] ?? 0));
-  // Offset of `zone` at that instant: format the UTC guess in the zone and measure the difference.
-  const parts = new Intl.DateTimeFormat("en-US", { timeZone: zone, hourCycle: "h23", year: "numeric", month: "numeric", day: "numeric", hour: "numeric", minute: "numeric", second: "numeric" }).formatToParts(new Date(asUtc));
-  const get = (t: string) => Number(parts.find((p) => p.type === t)?.value);
-  const zoned = Date.UTC(get("year"), get("month") - 1, get("day"), get("hour"), get("minute"), get("second"));
-  return asUtc - (zoned - asUtc);
+/**
+ * What a sale window must be. Times are kept in whole seconds (MySQL DATETIME), so Redis and MySQL
+ * agree on them; the window lasts at least a second (tb_seckill_voucher CHECK end_time > begin_time)
+ * and at most a year, and begins within a year of now (either side: a sale may be back-dated).
+ */
+const SALE_HORIZON_MS = 366 * 86_400_000;
+const SALE_MIN_MS = 1_000;
+
+type SaleWindow = { ok: true; beginMs: number; endMs: number } | { ok: false; message: string };
+
+function saleWindow(begin: string | number, end: string | number, zone: string, now: number): SaleWindow {
+  const toMs = (t: string | number) => (typeof t === "number" ? t : parseDateTime(t, zone));
+  const b = toMs(begin);
+  const e = toMs(end);
+  if (b === null || e === null) return { ok: false, message: "beginTime/endTime must be real calendar times, YYYY-MM-DDTHH:mm:ss (or epoch ms)" };
+  const beginMs = Math.floor(b / 1000) * 1000;
+  const endMs = Math.floor(e / 1000) * 1000;
+  if (Math.abs(beginMs - now) > SALE_HORIZON_MS) return { ok: false, message: "beginTime must be within 366 days of now" };
+  if (endMs - beginMs < SALE_MIN_MS) return { ok: false, message: "endTime must be at least 1 second after beginTime" };
+  if (endMs - beginMs > SALE_HORIZON_MS) return { ok: false, message: "a sale lasts at most 366 days" };
+  return { ok: true, beginMs, endMs };
 }
 
 async function refreshVoucherList(deps: Deps, shopId: number): Promise<void> {
@@ -63,7 +72,7 @@ export const voucher = new Hono<AppEnv>()
       throw err;
     }
   })
-  .post("/", requireOperator, v("json", VoucherBody), async (c) => {
+  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), v("json", VoucherBody), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
     if (!(await shopExists(deps, body.shopId))) return c.json(fail("INVALID_INPUT", "unknown shop"), 400);
@@ -71,14 +80,12 @@ export const voucher = new Hono<AppEnv>()
     await refreshVoucherList(deps, body.shopId);
     return c.json(ok(id));
   })
-  .post("/seckill", requireOperator, v("json", SeckillBody), async (c) => {
+  .post("/seckill", requireOperator, jsonBody(BODY_LIMITS.operator), v("json", SeckillBody), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
-    const zone = deps.config.SERVICE_TIME_ZONE;
-    const beginMs = parseInstant(body.beginTime, zone);
-    const endMs = parseInstant(body.endTime, zone);
-    if (beginMs === null || endMs === null) return c.json(fail("INVALID_INPUT", "beginTime/endTime must be YYYY-MM-DDTHH:mm:ss"), 400);
-    if (endMs <= beginMs) return c.json(fail("INVALID_INPUT", "endTime must be after beginTime"), 400);
+    const window = saleWindow(body.beginTime, body.endTime, deps.config.SERVICE_TIME_ZONE, deps.clock.now());
+    if (!window.ok) return c.json(fail("INVALID_INPUT", window.message), 400);
+    const { beginMs, endMs } = window;
     if (!(await shopExists(deps, body.shopId))) return c.json(fail("INVALID_INPUT", "unknown shop"), 400);
     if (body.buckets > body.stock) return c.json(fail("INVALID_INPUT", "more buckets than stock"), 400);
     const cfg = await createSeckillVoucher(deps, { ...body, beginMs, endMs, dailyLimit: body.shopDailyLimit });

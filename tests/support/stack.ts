@@ -60,7 +60,7 @@ export async function serveTestApp(env: Record<string, string> = {}, overrides: 
   const url = `http://127.0.0.1:${port}`;
   const t = await createTestApp({ PUBLIC_URL: url, ...env }, overrides);
   const ctx = { waitUntil: (p: Promise<unknown>) => t.deps.waitUntil(p), passThroughOnException() {}, props: {} };
-  const server = Bun.serve({ port, hostname: "127.0.0.1", fetch: (req) => t.app.fetch(req, { clientIp: "127.0.0.1" }, ctx) });
+  const server = Bun.serve({ port, hostname: "127.0.0.1", fetch: (req, srv) => t.app.fetch(req, { clientIp: srv.requestIP(req)?.address }, ctx) });
   return {
     ...t,
     url,
