@@ -55,7 +55,8 @@ beforeAll(async () => {
     },
     workers: [
       // Configured like a deployment: the stack's variables stand in for wrangler [vars] + secrets.
-      { name: "edge", ...common, bindings: { ...stack.env, LOG_LEVEL: "warn" } },
+      // One login-code send per address per hour, so the client-address test sees the limit at once.
+      { name: "edge", ...common, bindings: { ...stack.env, LOG_LEVEL: "warn", LOGIN_CODE_SENDS_PER_IP_HOUR: "1" } },
       // Same bundle with a required secret not bound.
       { name: "misconfigured", ...common, bindings: { ...withoutRedisToken, LOG_LEVEL: "warn" } },
     ],
@@ -117,6 +118,21 @@ describe("Workers bundle in workerd (miniflare)", () => {
         const rid = res.headers.get("x-request-id");
         expect(rid).toBeString();
         expect(await res.json()).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "no route for GET /api/nope", requestId: rid as string });
+      }),
+    15_000,
+  );
+
+  test(
+    "the client address on Workers is cf-connecting-ip (per-IP limits follow it)",
+    () =>
+      withRuntimeLog(async () => {
+        const ip = () => `10.${Math.floor(Math.random() * 250)}.${Math.floor(Math.random() * 250)}.${1 + Math.floor(Math.random() * 250)}`;
+        const phone = () => `139${String(Math.floor(Math.random() * 1e8)).padStart(8, "0")}`;
+        const send = async (address: string) => (await mf!.dispatchFetch(`http://edge.test/api/user/code?phone=${phone()}`, { method: "POST", headers: { "cf-connecting-ip": address } })).status;
+        const a = ip();
+        expect(await send(a)).toBe(200);
+        expect(await send(a)).toBe(429);
+        expect(await send(ip())).toBe(200);
       }),
     15_000,
   );
