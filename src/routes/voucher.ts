@@ -50,12 +50,11 @@ function saleWindow(begin: string | number, end: string | number, zone: string, 
   const b = toMs(begin);
   const e = toMs(end);
   if (b === null || e === null) return { ok: false, message: "beginTime/endTime must be real calendar times, YYYY-MM-DDTHH:mm:ss (or epoch ms)" };
-  const beginMs = Math.floor(b / 1000) * 1000;
-  const endMs = Math.floor(e / 1000) * 1000;
-  if (Math.abs(beginMs - now) > SALE_HORIZON_MS) return { ok: false, message: "beginTime must be within 366 days of now" };
-  if (endMs - beginMs < SALE_MIN_MS) return { ok: false, message: "endTime must be at least 1 second after beginTime" };
-  if (endMs - beginMs > SALE_HORIZON_MS) return { ok: false, message: "a sale lasts at most 366 days" };
-  return { ok: true, beginMs, endMs };
+  if (Math.abs(b - now) > SALE_HORIZON_MS) return { ok: false, message: "beginTime must be within 366 days of now" };
+  // On the times as given: ≥ 1 s apart, they stay apart after truncation to whole seconds.
+  if (e - b < SALE_MIN_MS) return { ok: false, message: "endTime must be at least 1 second after beginTime" };
+  if (e - b > SALE_HORIZON_MS) return { ok: false, message: "a sale lasts at most 366 days" };
+  return { ok: true, beginMs: Math.floor(b / 1000) * 1000, endMs: Math.floor(e / 1000) * 1000 };
 }
 
 async function refreshVoucherList(deps: Deps, shopId: number): Promise<void> {
