@@ -62,6 +62,9 @@ export async function releaseManyInRedis(deps: Deps, orders: readonly OrderRef[]
       a.push(o.orderId, String(o.userId));
     }
     released += await scriptsFor(deps.redis).releaseStockMany.exec(k, a);
+    // This isolate no longer remembers these buyers as holders (other isolates' memos end within
+    // holderMemoMs, which is at most half the payment timeout, i.e. before any deadline close).
+    for (const o of list) deps.isolate.holders.delete(`${voucherId}:${o.userId}`);
   }
   return released;
 }
