@@ -55,6 +55,7 @@ try {
       users: Number(values.users),
       notes: 20,
       tokenTtlSeconds: 86400,
+      sessionSecret: stack.env.SESSION_SECRET,
       randomSeed: 42,
       tokensFile: join(ROOT, ".local", "tokens.txt"),
     });

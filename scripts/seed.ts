@@ -12,7 +12,7 @@ import { Redis } from "@upstash/redis";
 import { SingleBar, Presets } from "cli-progress";
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { createSession } from "../src/services/session.ts";
+import { createSession, SessionKeys } from "../src/services/session.ts";
 import { rebuildShopGeo } from "../src/services/shop-geo.ts";
 import { keys } from "../src/redis/keys.ts";
 import { createSeckillVoucher } from "../src/services/seckill/config.ts";
@@ -42,6 +42,8 @@ export interface SeedOptions {
   notes: number;
   tokensFile?: string;
   tokenTtlSeconds: number;
+  /** The app's SESSION_SECRET (tokens are signed with it); required with `tokensFile`. */
+  sessionSecret?: string;
   /** Deterministic data for a given seed value. */
   randomSeed: number;
   quiet?: boolean;
@@ -227,12 +229,14 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
 
   let tokens = 0;
   if (opts.tokensFile) {
+    if (!opts.sessionSecret) throw new Error("seed: writing tokens needs the app's SESSION_SECRET (sessionSecret)");
+    const sessionKeys = new SessionKeys(opts.sessionSecret);
     const tokBar = bar("sessions", users.length, opts.quiet);
     const lines: string[] = [];
     // Bounded concurrency: the REST client auto-pipelines each burst into one request.
     for (let start = 0; start < users.length; start += 200) {
       const chunk = users.slice(start, start + 200);
-      lines.push(...(await Promise.all(chunk.map((u) => createSession(redis, u, opts.tokenTtlSeconds)))));
+      lines.push(...(await Promise.all(chunk.map((u) => createSession(redis, u, opts.tokenTtlSeconds, sessionKeys)))));
       tokBar.increment(chunk.length);
     }
     tokBar.stop();
@@ -263,8 +267,8 @@ if (import.meta.main) {
     return n;
   };
   const env = { ...loadStackEnv(), ...process.env };
-  if (!env.DATABASE_URL || !env.UPSTASH_REDIS_REST_URL || !env.UPSTASH_REDIS_REST_TOKEN) {
-    console.error("no stack settings: start the stack (`npm run stack` or `npm run dev`) or set DATABASE_URL and UPSTASH_REDIS_REST_*");
+  if (!env.DATABASE_URL || !env.UPSTASH_REDIS_REST_URL || !env.UPSTASH_REDIS_REST_TOKEN || (values.tokens && !env.SESSION_SECRET)) {
+    console.error("no stack settings: start the stack (`npm run stack` or `npm run dev`) or set DATABASE_URL and UPSTASH_REDIS_REST_* (and SESSION_SECRET with --tokens)");
     process.exit(1);
   }
   const started = performance.now();
@@ -274,6 +278,7 @@ if (import.meta.main) {
     notes: num("notes", values.notes),
     tokensFile: values.tokens,
     tokenTtlSeconds: num("token-ttl", values["token-ttl"]),
+    sessionSecret: env.SESSION_SECRET,
     randomSeed: num("seed", values.seed),
   });
   console.log(JSON.stringify({ ...result, seconds: Math.round((performance.now() - started) / 100) / 10 }));

@@ -41,8 +41,45 @@ export const EnvSchema = z.object({
   REDIS_RETRY: bool.default(false),
   /** Bun entry only: listening port. */
   PORT: z.coerce.number().int().min(0).max(65535).default(8787),
-  /** Session idle timeout, seconds: every authenticated request renews it (api.md "Auth"). */
+  /**
+   * Session idle timeout, seconds (api.md "Auth"). Use renews it in the background, at most once
+   * per SESSION_RENEW_SECONDS per session and isolate, so a session idle for this long expires and
+   * one used within (TTL − SESSION_RENEW_SECONDS) never does.
+   */
   SESSION_TTL_SECONDS: z.coerce.number().int().min(60).default(1800),
+  /**
+   * HMAC-SHA256 key of the session tokens issued at login (src/services/session.ts). Required,
+   * with no default anywhere in src/: whoever knows it can mint a token for any user. The local
+   * and test stacks (scripts/stack) generate a random one and hand it to the app in their env.
+   */
+  SESSION_SECRET: z.string({ error: "SESSION_SECRET is required" }).min(32, "SESSION_SECRET must be at least 32 characters"),
+  /**
+   * The key SESSION_SECRET replaced (rotation): tokens it signed are still accepted; new tokens
+   * are signed with SESSION_SECRET only. Removing it ends the sessions it signed (they slide with
+   * use, so a busy one never ages out on its own): keep it as long as those should live.
+   */
+  SESSION_SECRET_PREVIOUS: z.string().min(32, "SESSION_SECRET_PREVIOUS must be at least 32 characters").optional(),
+  /**
+   * Each isolate's session upkeep runs at most this often, ms: one Redis command (lua/session-sync.lua)
+   * that reads the revocations since the last run, renews the sessions due and confirms the sessions
+   * the isolate had not seen before (src/services/session-cache.ts).
+   */
+  SESSION_SYNC_MS: z.coerce.number().int().min(100).max(60_000).default(2_000),
+  /**
+   * The trust bound, ms: an isolate answers a session from memory only while its last successful
+   * upkeep began less than this ago; otherwise the request waits for one. So a logout is honoured
+   * everywhere within this bound, and a token an isolate never saw is confirmed within it.
+   */
+  SESSION_TRUST_MS: z.coerce.number().int().min(200).max(300_000).default(5_000),
+  /** A session used in an isolate has its idle timeout renewed by that isolate at most once per this, seconds. */
+  SESSION_RENEW_SECONDS: z.coerce.number().int().min(1).default(60),
+  /** Sessions (verified tokens, and known-dead ones) one isolate remembers; least recently used go first. */
+  SESSION_CACHE_MAX: z.coerce.number().int().min(1).max(1_000_000).default(10_000),
+  /**
+   * Accept the unsigned 32-hex tokens issued before signed tokens (looked up in Redis on first use
+   * per isolate). Turn off once they have expired: then no malformed token ever costs a Redis call.
+   */
+  SESSION_LEGACY_TOKENS: bool.default(true),
   /** Login code lifetime, seconds. */
   LOGIN_CODE_TTL_SECONDS: z.coerce.number().int().min(30).default(120),
   /** Wrong attempts a login code survives; the next wrong one burns it. */
@@ -127,6 +164,12 @@ export type Config = z.infer<typeof EnvSchema>;
 
 /** Cross-field rules that a per-field schema cannot express. */
 const RefinedSchema = EnvSchema.superRefine((c, ctx) => {
+  if (c.SESSION_TRUST_MS < 2 * c.SESSION_SYNC_MS) {
+    ctx.addIssue({ code: "custom", path: ["SESSION_TRUST_MS"], message: "SESSION_TRUST_MS must be at least 2 × SESSION_SYNC_MS (upkeep runs once per SESSION_SYNC_MS)" });
+  }
+  if (c.SESSION_RENEW_SECONDS * 2 > c.SESSION_TTL_SECONDS) {
+    ctx.addIssue({ code: "custom", path: ["SESSION_RENEW_SECONDS"], message: "SESSION_RENEW_SECONDS must be at most half of SESSION_TTL_SECONDS" });
+  }
   if (c.BLOB_STORE === "s3") {
     for (const k of ["S3_ENDPOINT", "S3_BUCKET", "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY"] as const) {
       if (!c[k]) ctx.addIssue({ code: "custom", path: [k], message: `${k} is required when BLOB_STORE=s3` });

@@ -6,6 +6,7 @@
  */
 import { LRUCache } from "lru-cache";
 import type { Config } from "./env.ts";
+import { SessionCache } from "./services/session-cache.ts";
 
 export interface Isolate {
   /**
@@ -21,6 +22,13 @@ export interface Isolate {
    * closed order gives its buyer the right to buy again); at most 100,000 entries.
    */
   holders: LRUCache<string, { orderId: string; untilMs: number }>;
+  /**
+   * Sessions (services/session-cache.ts): verified tokens → user, at most SESSION_CACHE_MAX (LRU),
+   * plus the signing keys imported once. Answered from memory only while the last sync with Redis
+   * began less than SESSION_TRUST_MS ago (revocations and first-seen tokens are confirmed within
+   * that bound); one background command per SESSION_SYNC_MS renews and confirms them all.
+   */
+  sessions: SessionCache;
 }
 
 /** Upper bound of a holder memo entry, ms. */
@@ -31,10 +39,11 @@ export function holderMemoMs(config: Pick<Config, "ORDER_PAY_TIMEOUT_SECONDS">):
   return Math.min(HOLDER_MEMO_MS, (config.ORDER_PAY_TIMEOUT_SECONDS * 1000) / 2);
 }
 
-export function createIsolate(_config: Config): Isolate {
+export function createIsolate(config: Config): Isolate {
   return {
     soldOut: new LRUCache<number, number>({ max: 10_000 }),
     // Expiry is checked against deps.clock by the reader (untilMs), so the bound holds in wall time.
     holders: new LRUCache<string, { orderId: string; untilMs: number }>({ max: 100_000 }),
+    sessions: new SessionCache(config),
   };
 }

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { startStack, type Stack } from "./index.ts";
 import { pickPorts } from "./dev-ports.ts";
 import { LOCAL_DIR, STACK_ENV_FILE, writeStackEnv } from "./env-file.ts";
-import { localAdminToken, localPaymentWebhookSecret } from "./secrets.ts";
+import { localAdminToken, localPaymentWebhookSecret, localSessionSecret } from "./secrets.ts";
 
 export const DATA_DIR = join(LOCAL_DIR, "data");
 const say = (m: string) => console.error(`[stack] ${m}`);
@@ -26,6 +26,7 @@ export async function startDevStack(opts: { fresh: boolean }): Promise<{ stack: 
     ports,
     adminToken: localAdminToken(),
     paymentWebhookSecret: localPaymentWebhookSecret(),
+    sessionSecret: localSessionSecret(),
     publicUrl: `http://127.0.0.1:${ports.app}`,
     log: say,
   });

@@ -40,6 +40,11 @@ export interface StackOptions {
    * it, so the stack's env is what makes a local app start (and nothing else does).
    */
   paymentWebhookSecret?: string;
+  /**
+   * SESSION_SECRET for the app (the session-token HMAC key); default: random per start. Like the
+   * webhook secret, src/env.ts has no default for it: the stack's env is what makes a local app start.
+   */
+  sessionSecret?: string;
   /** QStash token and signing keys; default: the SDK's dev-mode values (dev discovery works). */
   qstashKeys?: { token: string; currentSigningKey: string; nextSigningKey: string };
   /** Base URL the app will listen on; becomes PUBLIC_URL (QStash callback destination). */
@@ -122,6 +127,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       ADMIN_TOKEN: opts.adminToken ?? "local-admin-token-change-me",
       PUBLIC_URL: opts.publicUrl ?? "http://127.0.0.1:8787",
       PAYMENT_WEBHOOK_SECRET: opts.paymentWebhookSecret ?? randomSecret("whsec_"),
+      SESSION_SECRET: opts.sessionSecret ?? randomSecret("sess_"),
       // Raw engine addresses, for tools (redis-cli, mariadb) and benchmarks, not read by the app.
       LOCAL_REDIS_URL: `redis://${redis.host}:${redis.port}`,
       LOCAL_MYSQL_URL: `mysql://${maria.user}@${maria.host}:${maria.port}/${database}`,

@@ -27,6 +27,11 @@ export function localAdminToken(): string {
   return persistedSecret("admin-token", "adm_");
 }
 
+/** SESSION_SECRET of the dev stack (src/env.ts has no default for it); kept so dev sessions survive restarts. */
+export function localSessionSecret(): string {
+  return persistedSecret("session-secret", "sess_");
+}
+
 /** PAYMENT_WEBHOOK_SECRET of the dev stack (src/env.ts has no default for it). */
 export function localPaymentWebhookSecret(): string {
   return persistedSecret("payment-webhook-secret", "whsec_");

@@ -1,11 +1,13 @@
 /**
- * Guards. `requireUser` resolves the session (and slides its TTL) or answers 401; `optionalUser`
- * resolves it when present (public routes that personalise, e.g. `isLike`); `requireOperator`
- * checks the configured operator secret — user tokens never pass there.
+ * Guards. `requireUser` resolves the session or answers 401; `optionalUser` resolves it when
+ * present (public routes that personalise, e.g. `isLike`); `requireOperator` checks the configured
+ * operator secret — user tokens never pass there. Sessions are resolved by the isolate's session
+ * cache (services/session-cache.ts): a warm token costs no Redis call, a forged one none either;
+ * the idle timeout slides in the background.
  */
 import { createMiddleware } from "hono/factory";
 import { AppError } from "../errors.ts";
-import { readSession, type SessionUser } from "../services/session.ts";
+import type { SessionUser } from "../services/session.ts";
 import type { AppEnv } from "../types.ts";
 import { timingSafeEqual } from "../util/compare.ts";
 
@@ -23,7 +25,7 @@ export function bearer(header: string | undefined): string | null {
 export const requireUser = createMiddleware<UserEnv>(async (c, next) => {
   const token = bearer(c.req.header("authorization"));
   const deps = c.get("deps");
-  const user = token ? await readSession(deps.redis, token, deps.config.SESSION_TTL_SECONDS) : null;
+  const user = token ? await deps.isolate.sessions.authenticate(deps, token) : null;
   if (!user || !token) throw new AppError("UNAUTHORIZED", "not logged in");
   c.set("user", user);
   c.set("token", token);
@@ -36,7 +38,7 @@ export const optionalUser = createMiddleware<MaybeUserEnv>(async (c, next) => {
   let user: SessionUser | null = null;
   if (token) {
     try {
-      user = await readSession(deps.redis, token, deps.config.SESSION_TTL_SECONDS);
+      user = await deps.isolate.sessions.authenticate(deps, token);
     } catch (err) {
       // Personalisation is optional: a Redis hiccup degrades to anonymous, never to an error.
       c.get("log").warn("optional session lookup failed", { err });

@@ -16,6 +16,8 @@ import reconcileBuyersSrc from "../../lua/reconcile-buyers.lua" with { type: "te
 import reloadSeckillSrc from "../../lua/reload-seckill.lua" with { type: "text" };
 import reserveStockSrc from "../../lua/reserve-stock.lua" with { type: "text" };
 import resetStockSrc from "../../lua/reset-stock.lua" with { type: "text" };
+import sessionRevokeSrc from "../../lua/session-revoke.lua" with { type: "text" };
+import sessionSyncSrc from "../../lua/session-sync.lua" with { type: "text" };
 import unlockSrc from "../../lua/unlock.lua" with { type: "text" };
 
 /** Sources by name; tests assert each is real Lua (not the path string Bun yields without the loader). */
@@ -33,6 +35,8 @@ export const luaSources = {
   releaseStockMany: releaseStockManySrc,
   reconcileBuyers: reconcileBuyersSrc,
   reloadSeckill: reloadSeckillSrc,
+  sessionSync: sessionSyncSrc,
+  sessionRevoke: sessionRevokeSrc,
 } as const;
 
 export type ScriptName = keyof typeof luaSources;
@@ -74,5 +78,9 @@ export function createScripts(redis: Redis) {
     reconcileBuyers: redis.createScript<[number, number, number]>(luaSources.reconcileBuyers),
     /** {loaded, stock, buyers}: see lua/reload-seckill.lua. */
     reloadSeckill: redis.createScript<[number, number, number]>(luaSources.reloadSeckill),
+    /** {cursor, truncated, oldest, sids, missing}: see lua/session-sync.lua. */
+    sessionSync: redis.createScript<[number, number, number, string[], number[]]>(luaSources.sessionSync),
+    /** The revocation's sequence number: see lua/session-revoke.lua. */
+    sessionRevoke: redis.createScript<number>(luaSources.sessionRevoke),
   };
 }

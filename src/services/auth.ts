@@ -5,7 +5,9 @@
  *   @upstash/ratelimit (its ephemeral cache answers repeat offenders without Redis);
  * - a code survives LOGIN_CODE_MAX_ATTEMPTS wrong tries, then it is burned; compared in constant
  *   time, consumed atomically (one login per code);
- * - an unknown phone registers a user (`user_` + random nickname); the session token is 128-bit.
+ * - an unknown phone registers a user (`user_` + random nickname); the session token is signed
+ *   (services/session.ts) and its record written to Redis; logout revokes it everywhere
+ *   (services/session-cache.ts).
  */
 import { Ratelimit } from "@upstash/ratelimit";
 import type { Deps, RedisPort } from "../deps.ts";
@@ -107,7 +109,11 @@ export async function loginWithCode(deps: Deps, phone: string, code: string): Pr
     return { ok: false, reason: "BAD_CODE", message: "code expired or already used" };
   }
   const { user, created } = await findOrCreateUser(deps, phone);
-  const token = await createSession(deps.redis, user, deps.config.SESSION_TTL_SECONDS);
+  const sessions = deps.isolate.sessions;
+  const token = await createSession(deps.redis, user, deps.config.SESSION_TTL_SECONDS, sessions.keys, deps.clock.now());
+  // This isolate wrote the record just now: it need not confirm it (the client's next call is warm).
+  const claims = await sessions.keys.verify(token);
+  if (claims) sessions.remember(deps, token, user, claims.sid);
   return { ok: true, token, user, created };
 }
 
@@ -121,6 +127,7 @@ async function findOrCreateUser(deps: Deps, phone: string): Promise<{ user: Sess
   return { user: { id: Number(row.id), nickName: row.nick_name, icon: row.icon }, created: ins.rowsAffected === 1 };
 }
 
+/** Ends the session everywhere: dead in this isolate now, in every other within SESSION_TRUST_MS. */
 export async function logout(deps: Deps, token: string): Promise<void> {
-  await deps.redis.del(keys.loginToken(token));
+  await deps.isolate.sessions.revoke(deps, token);
 }

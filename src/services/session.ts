@@ -1,9 +1,24 @@
 /**
- * Sessions: `login:token:{token}` hashes holding the public user fields. Tokens are 128-bit
- * random values (hex), so they are unguessable and safe to use as the lookup key itself.
+ * Sessions: signed tokens, with the record in Redis (`login:token:{token}`, a hash {id, nickName,
+ * icon} whose TTL is the idle timeout) — the classic contract, so revocation and idle expiry live
+ * where every isolate sees them.
+ *
+ * A token is a compact JWT (HS256, `hono/jwt` over Web Crypto) carrying what a request needs:
+ * `sub` (user id), `nick`, `icon`, `iat` (seconds) and a random `jti` (128 bits: tokens stay
+ * unique and unguessable, as the classic 32-hex ones were). An isolate verifies the signature
+ * itself, so a forged, truncated or garbage token is refused without a Redis call, and a verified
+ * one identifies its user without one; whether the session still *exists* is what the isolate's
+ * session cache checks against Redis, in the background (src/services/session-cache.ts).
+ *
+ * Keys: `SESSION_SECRET` signs and verifies, `SESSION_SECRET_PREVIOUS` (rotation) only verifies.
+ * Both are imported as CryptoKeys once per isolate (`SessionKeys`, held by `deps.isolate.sessions`):
+ * the import costs about as much as a verify, and hono/jwt re-imports a string key on every call.
+ * Tokens issued before signing (32 hex, unsigned) are still looked up in Redis as before.
  */
+import { sign, verify } from "hono/jwt";
 import type { RedisPort } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
+import { scriptsFor } from "../redis/scripts.ts";
 
 export interface SessionUser {
   id: number;
@@ -11,17 +26,112 @@ export interface SessionUser {
   icon: string;
 }
 
-/** 16 random bytes → 32 hex chars. */
-export function newToken(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(16));
-  let out = "";
-  for (const b of bytes) out += b.toString(16).padStart(2, "0");
-  return out;
+/** What a verified token says. `sid` names the session in the revocation stream. */
+export interface SessionClaims {
+  user: SessionUser;
+  /** `j:<jti>` for a signed token, `l:<token>` for a legacy one (never JSON, so the SDK leaves it a string). */
+  sid: string;
+  /** Issued at, epoch seconds (0 for legacy tokens). */
+  iat: number;
 }
 
-/** Stores a session; `ttlSeconds` is the idle timeout that each authenticated request renews. */
-export async function createSession(redis: RedisPort, user: SessionUser, ttlSeconds: number): Promise<string> {
-  const token = newToken();
+/**
+ * Redis keys of the revocation stream. (They belong in src/redis/keys.ts with the others; kept
+ * here until that file's owner takes them — the session hash itself is `keys.loginToken`.)
+ */
+export const sessionKeys = {
+  /** ZSET sid → revocation sequence number (lua/session-revoke.lua appends, lua/session-sync.lua reads). */
+  revoked: () => "login:revoked",
+  /** String: the last revocation sequence number handed out (INCR). */
+  revokedSeq: () => "login:revoked:seq",
+} as const;
+
+/**
+ * Revocations the stream keeps. An isolate that fell further behind (idle through a logout storm)
+ * forgets everything it trusted and re-checks each session on next use.
+ */
+export const REVOKED_KEEP = 10_000;
+
+/** Classic unsigned tokens: 16 random bytes as 32 hex chars. */
+export const LEGACY_TOKEN_RE = /^[0-9a-f]{32}$/;
+/**
+ * Shape of our tokens (checked before any crypto): three base64url parts, the last one the 32-byte
+ * HMAC (43 chars). The length cap keeps an attacker's token from costing more than one HMAC block run.
+ */
+const SIGNED_TOKEN_RE = /^[A-Za-z0-9_-]{10,64}\.[A-Za-z0-9_-]{20,1400}\.[A-Za-z0-9_-]{43}$/;
+
+const HMAC = { name: "HMAC", hash: "SHA-256" } as const;
+const VERIFY_OPTIONS = { alg: "HS256", exp: false, nbf: false, iat: false } as const;
+
+function base64url(bytes: Uint8Array): string {
+  let s = "";
+  for (const b of bytes) s += String.fromCharCode(b);
+  return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+/**
+ * The isolate's signing keys: imported from the secrets once, on first use (import is async, and
+ * isolates are built synchronously), then reused for every sign and verify.
+ */
+export class SessionKeys {
+  private imported: Promise<{ current: CryptoKey; previous: CryptoKey | null }> | undefined;
+
+  constructor(
+    private readonly secret: string,
+    private readonly previousSecret?: string,
+  ) {}
+
+  private keys(): Promise<{ current: CryptoKey; previous: CryptoKey | null }> {
+    this.imported ??= (async () => {
+      const enc = new TextEncoder();
+      const load = (s: string) => crypto.subtle.importKey("raw", enc.encode(s), HMAC, false, ["sign", "verify"]);
+      const [current, previous] = await Promise.all([load(this.secret), this.previousSecret ? load(this.previousSecret) : null]);
+      return { current, previous };
+    })();
+    return this.imported;
+  }
+
+  /** A new token for `user`, signed with the current key. */
+  async sign(user: SessionUser, nowMs: number): Promise<string> {
+    const jti = base64url(crypto.getRandomValues(new Uint8Array(16)));
+    const { current } = await this.keys();
+    return await sign({ sub: String(user.id), nick: user.nickName, icon: user.icon, iat: Math.floor(nowMs / 1000), jti }, current, "HS256");
+  }
+
+  /**
+   * The claims of a token signed with the current or the previous key, or null (wrong shape, bad
+   * signature, unexpected claims). CPU only: never touches Redis.
+   */
+  async verify(token: string): Promise<SessionClaims | null> {
+    if (!SIGNED_TOKEN_RE.test(token)) return null;
+    const { current, previous } = await this.keys();
+    let payload: Record<string, unknown> | null = null;
+    for (const key of previous ? [current, previous] : [current]) {
+      try {
+        payload = (await verify(token, key, VERIFY_OPTIONS)) as Record<string, unknown>;
+        break;
+      } catch {
+        /* bad signature for this key (or malformed): try the next */
+      }
+    }
+    if (!payload) return null;
+    const { sub, nick, icon, iat, jti } = payload;
+    if (typeof sub !== "string" || !/^[1-9]\d{0,15}$/.test(sub) || typeof nick !== "string" || typeof icon !== "string") return null;
+    if (typeof jti !== "string" || !/^[A-Za-z0-9_-]{16,64}$/.test(jti) || typeof iat !== "number") return null;
+    return { user: { id: Number(sub), nickName: nick, icon }, sid: `j:${jti}`, iat };
+  }
+}
+
+/** The session id of a legacy token in the revocation stream. */
+export const legacySid = (token: string) => `l:${token}`;
+
+/**
+ * Opens a session: signs a token for `user` and stores its record with the idle timeout
+ * `ttlSeconds`. Returns the raw token (what login hands the client). `keys` is the isolate's
+ * (`deps.isolate.sessions.keys`), or `new SessionKeys(config.SESSION_SECRET)` in a script.
+ */
+export async function createSession(redis: RedisPort, user: SessionUser, ttlSeconds: number, keys_: SessionKeys, nowMs = Date.now()): Promise<string> {
+  const token = await keys_.sign(user, nowMs);
   const key = keys.loginToken(token);
   const tx = redis.multi();
   tx.hset(key, { id: String(user.id), nickName: user.nickName, icon: user.icon });
@@ -30,21 +140,15 @@ export async function createSession(redis: RedisPort, user: SessionUser, ttlSeco
   return token;
 }
 
-export const TOKEN_RE = /^[0-9a-f]{32}$/;
-
-/**
- * Resolves a token to its user and slides the session's TTL, in one round trip: an explicit
- * pipeline, because the auto-pipelining client batches reads and writes separately (HMGET and
- * EXPIRE issued together would still cost two requests).
- */
-export async function readSession(redis: RedisPort, token: string, ttlSeconds: number): Promise<SessionUser | null> {
-  if (!TOKEN_RE.test(token)) return null;
-  const key = keys.loginToken(token);
-  const [fields, renewed] = await redis
-    .pipeline()
-    .hmget<{ id: string | number | null; nickName: string | null; icon: string | null }>(key, "id", "nickName", "icon")
-    .expire(key, ttlSeconds)
-    .exec();
-  if (!renewed || !fields || fields.id === null || fields.id === undefined) return null;
+/** The user of a legacy (unsigned) token from its Redis record, or null. One HMGET; no renewal (the cache renews). */
+export async function readLegacySession(redis: RedisPort, token: string): Promise<SessionUser | null> {
+  if (!LEGACY_TOKEN_RE.test(token)) return null;
+  const fields = await redis.hmget<{ id: string | number | null; nickName: string | null; icon: string | null }>(keys.loginToken(token), "id", "nickName", "icon");
+  if (!fields || fields.id === null || fields.id === undefined) return null;
   return { id: Number(fields.id), nickName: String(fields.nickName ?? ""), icon: String(fields.icon ?? "") };
+}
+
+/** Ends a session everywhere: deletes the record and appends `sid` to the revocation stream (one command). */
+export async function revokeSession(redis: RedisPort, token: string, sid: string): Promise<void> {
+  await scriptsFor(redis).sessionRevoke.exec([keys.loginToken(token), sessionKeys.revoked(), sessionKeys.revokedSeq()], [sid, String(REVOKED_KEEP)]);
 }

@@ -259,7 +259,7 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
       const buyers: Buyer[] = await within(
         20_000,
         "creating buyer sessions",
-        Promise.all(Array.from({ length: BUYERS }, async (_, i) => ({ userId: base + i, token: await createSession(deps.redis, { id: base + i, nickName: `c${i}`, icon: "" }, 3600) }))),
+        Promise.all(Array.from({ length: BUYERS }, async (_, i) => ({ userId: base + i, token: await createSession(deps.redis, { id: base + i, nickName: `c${i}`, icon: "" }, 3600, deps.isolate.sessions.keys) }))),
       );
 
       const outcomes: Outcome[] = new Array(BUYERS);

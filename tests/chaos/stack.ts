@@ -117,6 +117,7 @@ export async function startChaosStack(opts: ChaosStackOptions): Promise<ChaosSta
       QSTASH_NEXT_SIGNING_KEY: qkeys.nextSigningKey,
       ADMIN_TOKEN: `adm_${rand()}`,
       PAYMENT_WEBHOOK_SECRET: `pay_${rand()}`,
+      SESSION_SECRET: `sess_${rand()}`,
       PUBLIC_URL: appUrl,
       PORT: String(appPort),
       RUN_CRON: "false",

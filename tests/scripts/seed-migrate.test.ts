@@ -41,7 +41,7 @@ describe("seed", () => {
   test("demo data: every type has shops near the classic centre, vouchers, users with working tokens, notes with real likes", async () => {
     const t = await createTestApp();
     const tokensFile = join(mkdtempSync(join(tmpdir(), "seed-")), "tokens.txt");
-    const res = await seed(t.deps.db as Client, t.deps.redis, { shops: 60, users: 25, notes: 6, tokensFile, tokenTtlSeconds: 600, randomSeed: 7, quiet: true });
+    const res = await seed(t.deps.db as Client, t.deps.redis, { shops: 60, users: 25, notes: 6, tokensFile, tokenTtlSeconds: 600, sessionSecret: t.deps.config.SESSION_SECRET, randomSeed: 7, quiet: true });
     expect(res).toMatchObject({ shopTypes: SHOP_TYPES.length, shops: 60, users: 25, notes: 6, tokens: 25 });
     expect(res.geoIndexed).toBeGreaterThanOrEqual(60);
     for (let typeId = 1; typeId <= SHOP_TYPES.length; typeId++) {

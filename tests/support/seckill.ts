@@ -46,7 +46,7 @@ export function userIds(n: number): number[] {
 export async function sessionsFor(t: TestApp, ids: number[]): Promise<string[]> {
   const out: string[] = [];
   for (let i = 0; i < ids.length; i += 500) {
-    out.push(...(await Promise.all(ids.slice(i, i + 500).map((id) => createSession(t.deps.redis, { id, nickName: `u${id}`, icon: "" }, 3600)))));
+    out.push(...(await Promise.all(ids.slice(i, i + 500).map((id) => createSession(t.deps.redis, { id, nickName: `u${id}`, icon: "" }, 3600, t.deps.isolate.sessions.keys)))));
   }
   return out;
 }

@@ -1,0 +1,260 @@
+/**
+ * The isolate's session cache: what one isolate may believe about sessions without asking Redis,
+ * and the one background command per interval that keeps that belief honest.
+ *
+ * On a request, a token this isolate already holds is answered from memory (a Map lookup: no HMAC,
+ * no Redis). A signed token it has not seen is verified (CPU only) and answered from its claims,
+ * and queued to be confirmed. A legacy token it has not seen costs one HMGET. Malformed or forged
+ * tokens cost nothing but the shape check and at most two HMACs.
+ *
+ * The upkeep ("sync", lua/session-sync.lua, ONE command whatever the number of sessions) runs at
+ * most once per SESSION_SYNC_MS per isolate, started by a request when due ("flush if due", as
+ * src/cache/metrics.ts does; never a module-scope timer) and run through `deps.waitUntil`. It
+ *   - EXPIREs the sessions queued since the last run: the ones first seen here (confirming them:
+ *     a missing key means expired or revoked → remembered as dead) and the ones used whose last
+ *     renewal by this isolate is SESSION_RENEW_SECONDS old (sliding the idle timeout);
+ *   - reads the revocations recorded since its cursor (logout anywhere) and marks them dead.
+ *
+ * Trust bound (README "Sessions: what an isolate trusts"): memory is used only while the last
+ * successful sync *began* less than SESSION_TRUST_MS ago (≥ 2 × SESSION_SYNC_MS); past that, the
+ * request waits for a sync (shared by concurrent requests). Hence:
+ *   - a logout anywhere is refused by every isolate within SESSION_TRUST_MS (typically within
+ *     SESSION_SYNC_MS plus one round trip, under steady traffic);
+ *   - a token an isolate never saw is accepted on its signature until the next sync confirms it:
+ *     within SESSION_TRUST_MS of its first use there (typically SESSION_SYNC_MS);
+ *   - idle expiry is never overlooked: an entry confirmed at time c is trusted for at most the
+ *     idle timeout after c (the key cannot expire before c + TTL); used past c + RENEW it is
+ *     re-confirmed, and past c + TTL it counts as never seen;
+ *   - a key deleted behind the app's back (manual DEL, eviction — not through logout) is
+ *     noticed at that session's next renewal: within SESSION_RENEW_SECONDS of use.
+ * Memory is bounded by SESSION_CACHE_MAX entries (LRU; an evicted session is simply verified and
+ * confirmed again on next use). A Redis failure never widens the bound: past it, requests fail.
+ */
+import type { Deps } from "../deps.ts";
+import type { Config } from "../env.ts";
+import { keys } from "../redis/keys.ts";
+import { scriptsFor } from "../redis/scripts.ts";
+import { LEGACY_TOKEN_RE, legacySid, readLegacySession, revokeSession, SessionKeys, type SessionUser, sessionKeys } from "./session.ts";
+
+/** Sessions confirmed/renewed by one sync command (bounds the request body: ~260 bytes each). */
+const SYNC_BATCH = 500;
+/** Revocations read by one sync command. */
+const REVOCATIONS_PER_SYNC = 1_000;
+/** A sync loops (one command per round) while a batch or the revocation read was full, up to this. */
+const MAX_ROUNDS = 20;
+
+interface Entry {
+  /** null: known dead (revoked, expired, or a legacy token with no record) — refused from memory. */
+  user: SessionUser | null;
+  sid: string;
+  /**
+   * Start (isolate clock, ms) of the sync whose EXPIRE last found this session and renewed it,
+   * or -Infinity: never confirmed by this isolate (first seen, or forgotten).
+   */
+  confirmedAt: number;
+  /** In `pending`, waiting for the next sync. */
+  queued: boolean;
+}
+
+export interface SessionCacheStats {
+  entries: number;
+  pending: number;
+  syncs: number;
+  syncFailures: number;
+  lastSyncAt: number | null;
+}
+
+export class SessionCache {
+  /** Signing keys, imported once per isolate. */
+  readonly keys: SessionKeys;
+  /** token → entry; Map order is recency (re-inserted on use), oldest first. */
+  private readonly entries = new Map<string, Entry>();
+  /** sid → entry, to apply revocations. */
+  private readonly bySid = new Map<string, Entry>();
+  /** token → entry queued for the next sync (confirm or renew). */
+  private readonly pending = new Map<string, Entry>();
+  /** Last revocation sequence number applied; undefined until the first sync. */
+  private cursor: number | undefined;
+  /** Start of the last successful sync (isolate clock, ms). */
+  private lastSyncAt: number | undefined;
+  private syncing: Promise<void> | undefined;
+  private syncs = 0;
+  private syncFailures = 0;
+
+  private readonly ttlSeconds: number;
+  private readonly ttlMs: number;
+  private readonly renewMs: number;
+  private readonly syncMs: number;
+  private readonly trustMs: number;
+  private readonly max: number;
+  private readonly legacy: boolean;
+
+  constructor(config: Config) {
+    this.keys = new SessionKeys(config.SESSION_SECRET, config.SESSION_SECRET_PREVIOUS);
+    this.ttlSeconds = config.SESSION_TTL_SECONDS;
+    this.ttlMs = config.SESSION_TTL_SECONDS * 1000;
+    this.renewMs = config.SESSION_RENEW_SECONDS * 1000;
+    this.syncMs = config.SESSION_SYNC_MS;
+    this.trustMs = config.SESSION_TRUST_MS;
+    this.max = config.SESSION_CACHE_MAX;
+    this.legacy = config.SESSION_LEGACY_TOKENS;
+  }
+
+  /**
+   * The user a token names, or null (malformed, forged, revoked, expired). Warm: no Redis call;
+   * a sync is started in the background when due. Rejects only when Redis fails on a path that
+   * needs it (legacy lookup, or a sync the trust bound makes the request wait for).
+   */
+  async authenticate(deps: Deps, token: string): Promise<SessionUser | null> {
+    let e = this.entries.get(token);
+    if (e) {
+      this.entries.delete(token);
+      this.entries.set(token, e);
+    } else {
+      const admitted = await this.admit(deps, token);
+      if (!admitted) return null;
+      e = admitted;
+    }
+    if (!e.user) return null;
+    const now = deps.clock.now();
+    if (!e.queued && now - e.confirmedAt >= this.renewMs) this.enqueue(token, e);
+    if (this.lastSyncAt === undefined || now - this.lastSyncAt >= this.trustMs) {
+      // Memory is too old to answer from (cold isolate, or idle/failing past the bound).
+      await this.sync(deps);
+      return e.user;
+    }
+    if (!this.syncing && now - this.lastSyncAt >= this.syncMs) deps.waitUntil(this.sync(deps));
+    return e.user;
+  }
+
+  /**
+   * A session this isolate just opened (login): known good without a confirming round trip, once
+   * the isolate follows the revocation stream (before its first sync it is confirmed like any other).
+   */
+  remember(deps: Deps, token: string, user: SessionUser, sid: string): void {
+    const e: Entry = { user, sid, confirmedAt: this.cursor === undefined ? -Infinity : deps.clock.now(), queued: false };
+    this.insert(token, e);
+    if (e.confirmedAt === -Infinity) this.enqueue(token, e);
+  }
+
+  /** Logout: dead here at once, deleted in Redis and announced to the other isolates (one command). */
+  async revoke(deps: Deps, token: string): Promise<void> {
+    const e = this.entries.get(token);
+    const sid = e?.sid ?? (await this.keys.verify(token))?.sid ?? (LEGACY_TOKEN_RE.test(token) ? legacySid(token) : null);
+    if (!sid) return;
+    await revokeSession(deps.redis, token, sid);
+    this.markDead(e);
+  }
+
+  /** Runs the upkeep now (or joins the running one). Tests and the trust bound use it; requests use the "if due" path. */
+  async sync(deps: Deps): Promise<void> {
+    this.syncing ??= this.runSync(deps).finally(() => {
+      this.syncing = undefined;
+    });
+    return await this.syncing;
+  }
+
+  stats(): SessionCacheStats {
+    return { entries: this.entries.size, pending: this.pending.size, syncs: this.syncs, syncFailures: this.syncFailures, lastSyncAt: this.lastSyncAt ?? null };
+  }
+
+  private async admit(deps: Deps, token: string): Promise<Entry | null> {
+    const claims = await this.keys.verify(token);
+    let e: Entry;
+    if (claims) {
+      e = { user: claims.user, sid: claims.sid, confirmedAt: -Infinity, queued: false };
+    } else if (this.legacy && LEGACY_TOKEN_RE.test(token)) {
+      // Unsigned: only Redis knows the user. A missing record is remembered as dead, so a repeated
+      // unknown 32-hex token costs one command per isolate, not one per request.
+      const user = await readLegacySession(deps.redis, token);
+      e = { user, sid: legacySid(token), confirmedAt: -Infinity, queued: false };
+    } else {
+      // Not cached: caching refusals would let garbage evict real sessions; refusing costs only CPU.
+      return null;
+    }
+    // A concurrent request may have admitted the same token meanwhile: keep one entry.
+    const raced = this.entries.get(token);
+    if (raced) return raced;
+    this.insert(token, e);
+    if (e.user) this.enqueue(token, e);
+    return e;
+  }
+
+  private insert(token: string, e: Entry): void {
+    const old = this.entries.get(token);
+    if (old) this.forget(token, old);
+    this.entries.set(token, e);
+    this.bySid.set(e.sid, e);
+    while (this.entries.size > this.max) {
+      const oldest = this.entries.keys().next().value as string;
+      this.forget(oldest, this.entries.get(oldest) as Entry);
+    }
+  }
+
+  private forget(token: string, e: Entry): void {
+    this.entries.delete(token);
+    if (this.bySid.get(e.sid) === e) this.bySid.delete(e.sid);
+    this.pending.delete(token);
+    e.queued = false;
+  }
+
+  private enqueue(token: string, e: Entry): void {
+    e.queued = true;
+    this.pending.set(token, e);
+  }
+
+  private markDead(e: Entry | undefined): void {
+    if (!e) return;
+    e.user = null;
+    e.queued = false;
+  }
+
+  private async runSync(deps: Deps): Promise<void> {
+    const script = scriptsFor(deps.redis).sessionSync;
+    for (let round = 0; round < MAX_ROUNDS; round++) {
+      const startedAt = deps.clock.now();
+      const batch: [string, Entry][] = [];
+      // Taken entries stay `queued` while in flight, so a use meanwhile does not queue them twice.
+      for (const [token, e] of this.pending) {
+        this.pending.delete(token);
+        if (e.user) batch.push([token, e]);
+        else e.queued = false;
+        if (batch.length >= SYNC_BATCH) break;
+      }
+      let res: [number, number, number, string[], number[]];
+      try {
+        res = await script.exec(
+          [sessionKeys.revoked(), sessionKeys.revokedSeq(), ...batch.map(([token]) => keys.loginToken(token))],
+          [String(this.cursor ?? -1), String(this.ttlSeconds), String(REVOCATIONS_PER_SYNC)],
+        );
+      } catch (err) {
+        this.syncFailures++;
+        // Nothing was learnt: the batch goes back to the queue, and the bound keeps counting from the last success.
+        for (const [token, e] of batch) {
+          if (this.entries.get(token) === e && e.user) this.enqueue(token, e);
+          else e.queued = false;
+        }
+        throw err;
+      }
+      this.syncs++;
+      const [cursor, truncated, oldest, sids, missing] = res;
+      const gone = new Set((missing ?? []).map(Number));
+      batch.forEach(([, e], i) => {
+        e.queued = false;
+        if (gone.has(i + 1)) this.markDead(e);
+        else e.confirmedAt = startedAt;
+      });
+      if (this.cursor !== undefined && Number(oldest) > this.cursor + 1) {
+        // The stream was trimmed past our cursor: revocations were missed. Forget everything; each
+        // session is verified and confirmed again on its next use.
+        for (const [token, e] of [...this.entries]) this.forget(token, e);
+      } else {
+        for (const sid of sids ?? []) this.markDead(this.bySid.get(String(sid)));
+      }
+      this.cursor = Number(cursor);
+      this.lastSyncAt = startedAt;
+      if (!truncated && batch.length < SYNC_BATCH) return;
+    }
+  }
+}
+

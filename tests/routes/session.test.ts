@@ -1,0 +1,328 @@
+import { describe, expect, test } from "bun:test";
+import type { Clock, Deps, RedisPort } from "../../src/deps.ts";
+import { parseEnv } from "../../src/env.ts";
+import { keys } from "../../src/redis/keys.ts";
+import { scriptsFor } from "../../src/redis/scripts.ts";
+import { createSession, SessionKeys, sessionKeys } from "../../src/services/session.ts";
+import { call, loginAs } from "../support/http.ts";
+import { createTestApp, getStack, type TestApp } from "../support/stack.ts";
+
+/** A clock the test moves: background upkeep becomes due exactly when the test says so. */
+function manualClock(start = Date.now()): Clock & { advance(ms: number): void } {
+  let t = start;
+  return { now: () => t, advance: (ms) => void (t += ms) };
+}
+
+/**
+ * Counts the commands an app sends through its Redis client (scripts included: the SDK's Script
+ * calls back into the client it was created from). `session` counts those touching session keys
+ * (login:token:*, login:revoked*), so UV and metrics flushes of the same app do not blur the figure.
+ */
+function countingRedis(redis: RedisPort): { redis: RedisPort; all: () => number; session: () => number } {
+  let all = 0;
+  let session = 0;
+  const proxy: RedisPort = new Proxy(redis, {
+    get(target, prop, _receiver) {
+      const v = Reflect.get(target, prop, target) as unknown;
+      if (typeof v !== "function") return v;
+      return (...args: unknown[]) => {
+        if (prop !== "createScript") {
+          all++;
+          if (/login:(token|revoked)/.test(JSON.stringify(args))) session++;
+        }
+        return (v as (...a: unknown[]) => unknown).apply(prop === "createScript" ? proxy : target, args);
+      };
+    },
+  });
+  return { redis: proxy, all: () => all, session: () => session };
+}
+
+async function counted(env: Record<string, string> = {}, clock = manualClock()): Promise<TestApp & { clock: ReturnType<typeof manualClock>; count: ReturnType<typeof countingRedis> }> {
+  let count!: ReturnType<typeof countingRedis>;
+  const t = await createTestApp(env, {
+    clock,
+    wrap: (deps: Deps) => {
+      count = countingRedis(deps.redis);
+      return { ...deps, redis: count.redis };
+    },
+  });
+  return { ...t, clock, count };
+}
+
+const me = (t: TestApp, token: string) => call<{ id: number; nickName: string }>(t.app, "GET", "/api/user/me", { token });
+let nextId = 8_000_000 + Math.floor(Math.random() * 1_000_000) * 100;
+const user = () => {
+  const id = nextId++;
+  return { id, nickName: `s${id}`, icon: "/imgs/icons/a.png" };
+};
+
+describe("session tokens", () => {
+  test("forged, truncated, garbage and wrong-key tokens are 401 with no Redis command", async () => {
+    const t = await counted({ SESSION_LEGACY_TOKENS: "false" });
+    const u = user();
+    const good = await createSession(t.deps.redis, u, 600, t.deps.isolate.sessions.keys);
+    const [h, p, s] = good.split(".") as [string, string, string];
+    const claims = JSON.parse(atob(p.replace(/-/g, "+").replace(/_/g, "/"))) as Record<string, unknown>;
+    const b64 = (o: unknown) => btoa(JSON.stringify(o)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+    const otherKey = new SessionKeys(`other_${"x".repeat(40)}`);
+    const bad = [
+      `${h}.${b64({ ...claims, sub: String(u.id + 1) })}.${s}`, // claims changed, old signature
+      `${b64({ alg: "none", typ: "JWT" })}.${p}.`, // alg none
+      `${b64({ alg: "HS512", typ: "JWT" })}.${p}.${s}`,
+      good.slice(0, -1),
+      good.slice(0, good.length - 10),
+      `${h}.${p}`,
+      "nope",
+      "a.b.c",
+      "0123456789abcdef0123456789abcdef", // legacy shape, legacy tokens off
+      "x".repeat(5000),
+      await otherKey.sign(u, Date.now()),
+    ];
+    const before = { session: t.count.session(), atStandIn: t.stack.rest.stats().commands };
+    for (const token of bad) {
+      const r = await me(t, token);
+      expect(r.status, token.slice(0, 40)).toBe(401);
+      expect(r.body.code).toBe("UNAUTHORIZED");
+    }
+    // Counted at the app's client and at the Upstash-REST stand-in (everything this process sent).
+    expect(t.count.session() - before.session).toBe(0);
+    expect(t.stack.rest.stats().commands - before.atStandIn).toBe(0);
+  });
+
+  test("a token signed with the previous key still works, new tokens use the current key, and dropping the previous key ends it", async () => {
+    const oldSecret = `old_${crypto.randomUUID()}`;
+    const newSecret = `new_${crypto.randomUUID()}`;
+    const rotated = await counted({ SESSION_SECRET: newSecret, SESSION_SECRET_PREVIOUS: oldSecret });
+    const u = user();
+    const oldToken = await createSession(rotated.deps.redis, u, 600, new SessionKeys(oldSecret));
+    expect((await me(rotated, oldToken)).body).toMatchObject({ success: true, data: { id: u.id, nickName: u.nickName } });
+    const { token: fresh } = await loginAs(rotated.app, rotated.deps);
+    expect(await new SessionKeys(newSecret).verify(fresh)).not.toBeNull();
+    expect(await new SessionKeys(oldSecret).verify(fresh)).toBeNull();
+    const after = await counted({ SESSION_SECRET: newSecret });
+    expect((await me(after, oldToken)).status).toBe(401);
+    expect((await me(after, fresh)).status).toBe(200);
+  });
+
+  test("login returns the raw token, its record is the classic hash at login:token:{token}, and Bearer works too", async () => {
+    const t = await counted();
+    const { token } = await loginAs(t.app, t.deps);
+    const rec = await t.deps.redis.hgetall<Record<string, string | number>>(keys.loginToken(token));
+    const who = (await me(t, `Bearer ${token}`)).body.data as { id: number; nickName: string };
+    expect(Number(rec?.id)).toBe(who.id);
+    expect(rec?.nickName).toBe(who.nickName);
+    expect(await t.deps.redis.ttl(keys.loginToken(token))).toBeGreaterThan(1700);
+  });
+
+  test("an env without SESSION_SECRET, or with a short one, is rejected by parseEnv (a Worker answers BAD_ENVIRONMENT)", async () => {
+    const { SESSION_SECRET: secret, ...rest } = (await getStack()).env;
+    expect(() => parseEnv(rest)).toThrow(/SESSION_SECRET is required/);
+    expect(() => parseEnv({ ...rest, SESSION_SECRET: "short-secret" })).toThrow(/SESSION_SECRET must be at least 32/);
+    expect(() => parseEnv({ ...rest, SESSION_SECRET: secret, SESSION_SYNC_MS: "3000", SESSION_TRUST_MS: "5000" })).toThrow(/SESSION_TRUST_MS/);
+    expect(parseEnv({ ...rest, SESSION_SECRET: secret }).SESSION_SECRET).toBe(secret as string);
+  });
+});
+
+describe("the isolate's session cache", () => {
+  test("warm GET /api/user/me makes no Redis command, and upkeep over 500 requests from 100 sessions stays ≤ 0.05 per request", async () => {
+    const t = await counted();
+    const tokens = await Promise.all(Array.from({ length: 100 }, () => createSession(t.deps.redis, user(), 600, t.deps.isolate.sessions.keys)));
+    // Cold isolate: its first authenticated request waits for one sync (the trust bound).
+    expect((await me(t, tokens[0] as string)).status).toBe(200);
+    await t.settle();
+
+    // Phase 1: the clock stands still, so no upkeep is due: every request is answered from memory.
+    const before = { all: t.count.all(), session: t.count.session() };
+    for (let i = 0; i < 500; i++) expect((await me(t, tokens[i % 100] as string)).status).toBe(200);
+    const frozen = { all: t.count.all() - before.all, session: t.count.session() - before.session };
+    expect(frozen.session).toBe(0);
+    await t.settle();
+
+    // Phase 2: 500 requests over 10 s of isolate time (upkeep due every 2 s): background only.
+    const mid = t.count.session();
+    for (let i = 0; i < 500; i++) {
+      t.clock.advance(20);
+      expect((await me(t, tokens[(i * 7) % 100] as string)).status).toBe(200);
+    }
+    await t.settle();
+    const upkeep = t.count.session() - mid;
+    const syncs = t.deps.isolate.sessions.stats().syncs;
+    console.log(`session commands: 500 warm (clock still) ${frozen.session} (all commands ${frozen.all}); 500 over 10 s: ${upkeep} (${(upkeep / 500).toFixed(3)}/request, ${syncs} syncs in all)`);
+    expect(upkeep).toBeGreaterThanOrEqual(1);
+    expect(upkeep / 500).toBeLessThanOrEqual(0.05);
+  });
+
+  test("a due upkeep runs in the background: the request that starts it does not wait for Redis", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let held = 0;
+    const clock = manualClock();
+    const t = await createTestApp(
+      {},
+      {
+        clock,
+        wrap: (deps) => {
+          const redis = new Proxy(deps.redis, {
+            get(target, prop) {
+              const v = Reflect.get(target, prop, target) as unknown;
+              if (prop === "evalsha") {
+                return async (...args: unknown[]) => {
+                  if (held >= 0) {
+                    held++;
+                    await gate;
+                  }
+                  return await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+                };
+              }
+              if (typeof v !== "function") return v;
+              return (...args: unknown[]) => (v as (...a: unknown[]) => unknown).apply(prop === "createScript" ? redis : target, args);
+            },
+          });
+          return { ...deps, redis };
+        },
+      },
+    );
+    const token = await createSession(t.deps.redis, user(), 600, t.deps.isolate.sessions.keys);
+    held = -1; // let the cold sync through
+    expect((await me(t, token)).status).toBe(200);
+    held = 0;
+    clock.advance(2_500);
+    expect((await me(t, token)).status).toBe(200);
+    expect(held).toBe(1); // the sync's EVALSHA is parked, and the response came anyway
+    release();
+    await t.settle();
+  });
+
+  test("logout revokes: this isolate refuses at once, another isolate within the trust bound", async () => {
+    const a = await counted();
+    const b = await counted();
+    const { token } = await loginAs(a.app, a.deps);
+    expect((await me(a, token)).status).toBe(200);
+    // Warm the revoke script on this Redis (its first EVALSHA answers NOSCRIPT, then EVAL).
+    const spare = await loginAs(a.app, a.deps);
+    await call(a.app, "POST", "/api/user/logout", { token: spare.token });
+    expect((await me(b, token)).status).toBe(200);
+    const c = await counted();
+    expect((await me(c, token)).status).toBe(200);
+
+    const before = a.count.session();
+    expect((await call(a.app, "POST", "/api/user/logout", { token })).body).toEqual({ success: true });
+    expect(a.count.session() - before).toBe(1); // one EVALSHA: DEL + append to the revocation stream
+    expect(await a.deps.redis.exists(keys.loginToken(token))).toBe(0);
+    expect((await me(a, token)).status).toBe(401);
+
+    // B: within the bound, before its next upkeep, it still answers from memory (documented) …
+    expect((await me(b, token)).status).toBe(200);
+    // … its next upkeep (due after SESSION_SYNC_MS) carries the revocation: refused from then on.
+    b.clock.advance(2_000);
+    await me(b, token);
+    await b.settle();
+    expect((await me(b, token)).status).toBe(401);
+
+    // C stays idle past SESSION_TRUST_MS: its next request waits for a sync and is refused outright.
+    c.clock.advance(5_001);
+    expect((await me(c, token)).status).toBe(401);
+  });
+
+  test("the idle TTL in Redis slides after use, in the background, at most once per renew interval", async () => {
+    const t = await counted({ SESSION_TTL_SECONDS: "600", SESSION_RENEW_SECONDS: "60" });
+    const token = await createSession(t.deps.redis, user(), 600, t.deps.isolate.sessions.keys);
+    await t.deps.redis.expire(keys.loginToken(token), 100);
+    // First use in this isolate: confirmed (and renewed) by the sync the cold isolate waits for.
+    expect((await me(t, token)).status).toBe(200);
+    expect(await t.deps.redis.ttl(keys.loginToken(token))).toBeGreaterThan(590);
+    await t.deps.redis.expire(keys.loginToken(token), 100);
+    // Used again 30 s later: not due for renewal yet (the upkeep runs, but renews nothing).
+    t.clock.advance(30_000);
+    await me(t, token);
+    await t.settle();
+    expect(await t.deps.redis.ttl(keys.loginToken(token))).toBeLessThanOrEqual(100);
+    // 61 s after the renewal: this use queues it; the next upkeep renews.
+    t.clock.advance(31_000);
+    await me(t, token);
+    await t.settle();
+    expect(await t.deps.redis.ttl(keys.loginToken(token))).toBeGreaterThan(590);
+  });
+
+  test("an expired session is refused within the bound: unseen ones after the next upkeep, known ones at their next renewal", async () => {
+    const t = await counted({ SESSION_TTL_SECONDS: "600", SESSION_RENEW_SECONDS: "60" });
+    const warm = await createSession(t.deps.redis, user(), 600, t.deps.isolate.sessions.keys);
+    expect((await me(t, warm)).status).toBe(200);
+
+    // Never seen here, record already gone: accepted on its signature until the next upkeep.
+    const gone = await createSession(t.deps.redis, user(), 600, t.deps.isolate.sessions.keys);
+    await t.deps.redis.del(keys.loginToken(gone));
+    t.clock.advance(2_000);
+    await me(t, gone);
+    await t.settle();
+    expect((await me(t, gone)).status).toBe(401);
+
+    // Known and confirmed, then deleted behind the app's back: noticed at its next renewal.
+    await t.deps.redis.del(keys.loginToken(warm));
+    t.clock.advance(60_000);
+    await me(t, warm);
+    await t.settle();
+    expect((await me(t, warm)).status).toBe(401);
+  });
+
+  test("a legacy 32-hex token still works: one lookup per isolate, then warm; logout revokes it", async () => {
+    const t = await counted();
+    const u = user();
+    const token = [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("");
+    await t.deps.redis.hset(keys.loginToken(token), { id: String(u.id), nickName: u.nickName, icon: u.icon });
+    await t.deps.redis.expire(keys.loginToken(token), 600);
+    const first = t.count.session();
+    expect((await me(t, token)).body).toMatchObject({ success: true, data: { id: u.id, nickName: u.nickName } });
+    await t.settle();
+    expect(t.count.session() - first).toBe(2); // HMGET + the cold isolate's sync
+    const warm = t.count.session();
+    expect((await me(t, token)).status).toBe(200);
+    expect(t.count.session() - warm).toBe(0);
+    // An unknown 32-hex token costs one lookup, once: then it is known dead.
+    const unknown = "f".repeat(32);
+    const u0 = t.count.session();
+    expect((await me(t, unknown)).status).toBe(401);
+    expect((await me(t, unknown)).status).toBe(401);
+    expect(t.count.session() - u0).toBe(1);
+
+    const other = await counted();
+    expect((await me(other, token)).status).toBe(200);
+    expect((await call(t.app, "POST", "/api/user/logout", { token })).body).toEqual({ success: true });
+    expect((await me(t, token)).status).toBe(401);
+    other.clock.advance(5_001);
+    expect((await me(other, token)).status).toBe(401);
+  });
+});
+
+describe("lua/session-sync.lua and session-revoke.lua", () => {
+  test("renew the sessions given, report the missing ones, stream revocations from a cursor, flag a trimmed stream", async () => {
+    const t = await createTestApp();
+    const s = scriptsFor(t.deps.redis);
+    const tag = crypto.randomUUID();
+    const k1 = keys.loginToken(`t1-${tag}`);
+    const k2 = keys.loginToken(`t2-${tag}`);
+    await t.deps.redis.hset(k1, { id: "1" });
+    await t.deps.redis.expire(k1, 10);
+    const sys = [sessionKeys.revoked(), sessionKeys.revokedSeq()];
+    const [cursor0, , , sids0, missing0] = await s.sessionSync.exec([...sys, k1, k2], ["-1", "300", "1000"]);
+    expect(sids0).toEqual([]);
+    expect(missing0.map(Number)).toEqual([2]);
+    expect(await t.deps.redis.ttl(k1)).toBeGreaterThan(290);
+
+    await s.sessionRevoke.exec([k1, ...sys], [`j:${tag}-a`, "10000"]);
+    await s.sessionRevoke.exec([k2, ...sys], [`j:${tag}-b`, "10000"]);
+    expect(await t.deps.redis.exists(k1)).toBe(0);
+    const [cursor1, truncated1, , sids1] = await s.sessionSync.exec(sys, [String(cursor0), "300", "1"]);
+    expect(truncated1).toBe(1);
+    expect(sids1).toEqual([`j:${tag}-a`]);
+    const [cursor2, truncated2, , sids2] = await s.sessionSync.exec(sys, [String(cursor1), "300", "1000"]);
+    expect(truncated2).toBe(0);
+    expect(sids2).toContain(`j:${tag}-b`);
+    expect(Number(cursor2)).toBeGreaterThan(Number(cursor1));
+
+    // Keep only the newest revocation: a cursor from before is now behind the trimmed stream.
+    await s.sessionRevoke.exec([k2, ...sys], [`j:${tag}-c`, "1"]);
+    const [, , oldest] = await s.sessionSync.exec(sys, [String(cursor0), "300", "1000"]);
+    expect(Number(oldest)).toBeGreaterThan(Number(cursor0) + 1);
+  });
+});
