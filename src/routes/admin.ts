@@ -8,14 +8,14 @@ import { keys } from "../redis/keys.ts";
 import { withLock } from "../redis/lock.ts";
 import { requireOperator } from "../http/auth.ts";
 import type { AppEnv } from "../types.ts";
-import { v } from "../http/validate.ts";
+import { queryInt, v } from "../http/validate.ts";
 import { listRefunds } from "../services/seckill/payments.ts";
 import { formatInZone } from "../util/time.ts";
 
 const RefundsQuery = z.object({
   state: z.enum(["requested", "failed", "succeeded", "open"]).optional(),
   orderId: z.string().regex(/^[1-9]\d{0,18}$/, "not an order id").refine((s) => /^\d+$/.test(s) && BigInt(s) <= 9_223_372_036_854_775_807n, "not an order id").optional(),
-  limit: z.coerce.number().int().min(1).max(200).default(50),
+  limit: queryInt(1, 200).default(50),
 });
 
 export const admin = new Hono<AppEnv>()
