@@ -2,12 +2,9 @@
  * The app factory: one Hono app for every runtime. Entries build `Deps` once per isolate/process
  * and call `createApp(deps)`; nothing here reads the environment or a runtime global.
  */
-import { Hono, type MiddlewareHandler } from "hono";
+import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import { cors } from "hono/cors";
-import { requestId } from "hono/request-id";
 import { TrieRouter } from "hono/router/trie-router";
-import { secureHeaders } from "hono/secure-headers";
 import type { Deps } from "./deps.ts";
 import { AppError, fail, handleError } from "./errors.ts";
 import { health } from "./routes/health.ts";
@@ -22,22 +19,14 @@ import { follow } from "./routes/follow.ts";
 import { sign } from "./routes/sign.ts";
 import { imgs, upload, UPLOAD_PATH } from "./routes/upload.ts";
 import { uv } from "./routes/uv.ts";
-import { uvTracker } from "./http/uv.ts";
-import { cachesFor } from "./cache/modules.ts";
+import { createEdge } from "./http/edge.ts";
 import type { AppEnv } from "./types.ts";
 
-/**
- * The paths browsers call cross-origin (the front-end's API calls and its <img>/fetch of uploads).
- * /health, /internal (QStash, payment webhooks) and /admin (operator tools) get no CORS headers.
- */
-const CORS_PATHS = ["/api/*", "/imgs/*"] as const;
 /**
  * Methods whose bodies the global limit guards. GET/HEAD requests cannot carry one in the Fetch API
  * (Bun and Workers hand the app a null body), and no other method has a route, so no body of theirs is read.
  */
 const BODY_METHODS = ["POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
-
-const noop = async () => {};
 
 export function createApp(deps: Deps): Hono<AppEnv> {
   // TrieRouter directly rather than the default SmartRouter: SmartRouter first tries RegExpRouter,
@@ -46,67 +35,9 @@ export function createApp(deps: Deps): Hono<AppEnv> {
   // paid a failed RegExpRouter build on its first request and then used TrieRouter anyway.
   // LinearRouter/PatternRouter match this route table 2–10× slower than TrieRouter.
   const app = new Hono<AppEnv>({ router: new TrieRouter() });
-  const origins = deps.config.CORS_ORIGINS.split(",").map((s) => s.trim()).filter(Boolean);
-  // The per-request debug line costs an object, two clock reads and a log call: only when it is written.
-  const logRequests = deps.log.enabled("debug");
-
-  app.use(
-    requestId({
-      headerName: "x-request-id",
-      // Accept a caller's id only when it is short and plain (it ends up in logs and headers).
-      generator: () => crypto.randomUUID(),
-    }),
-  );
-  app.use(async (c, next) => {
-    const rid = c.get("requestId");
-    // Cheap: the child only records its fields until a line is written (src/log.ts).
-    const log = deps.log.child({ requestId: rid });
-    // Background work must be tied to this request's ExecutionContext on Workers (and the Bun
-    // shim): rebinding here keeps services runtime-agnostic. `executionCtx` throws when the
-    // runtime passed none (app.request in tests): then the process-level fallback is used.
-    let waitUntil = deps.waitUntil;
-    try {
-      const ctx = c.executionCtx;
-      waitUntil = (p) => ctx.waitUntil(p.catch((err: unknown) => log.error("background task failed", { err })));
-    } catch {
-      /* no ExecutionContext: keep the fallback */
-    }
-    const reqDeps = waitUntil === deps.waitUntil ? deps : { ...deps, waitUntil };
-    c.set("deps", reqDeps);
-    c.set("log", log);
-    const started = logRequests ? performance.now() : 0;
-    await next();
-    // Cache counters reach Redis in the background, at most every few seconds per isolate.
-    cachesFor(deps).metrics.maybeFlush(reqDeps);
-    if (!logRequests) return;
-    log.debug("request", {
-      method: c.req.method,
-      path: c.req.path,
-      status: c.res.status,
-      ms: Math.round((performance.now() - started) * 100) / 100,
-    });
-  });
-  // Daily unique visitors (HyperLogLog), recorded in the background after each /api response.
-  app.use("/api/*", uvTracker());
-  // No X-Powered-By is ever set (not by Hono, the app or the runtimes' Response), so the
-  // middleware's per-response delete of it is skipped.
-  app.use(secureHeaders({ crossOriginResourcePolicy: "cross-origin", removePoweredBy: false }));
-  const corsHeaders = cors({
-    origin: origins.includes("*") ? "*" : origins,
-    allowHeaders: ["authorization", "content-type", "x-request-id"],
-    exposeHeaders: ["x-request-id", "retry-after"],
-    maxAge: 600,
-  });
-  // Preflights are answered by hono's cors as usual. For other requests it only adds headers, but
-  // it adds them to `c.res` *before* the handler runs, which makes Hono build a placeholder
-  // Response and then copy it into the handler's (a second Response + header copies per request).
-  // Running it after the handler writes the same headers straight onto the final response.
-  const corsMw: MiddlewareHandler<AppEnv> = async (c, next) => {
-    if (c.req.method === "OPTIONS") return await corsHeaders(c, next);
-    await next();
-    await corsHeaders(c, noop);
-  };
-  for (const path of CORS_PATHS) app.use(path, corsMw);
+  // Request id, per-request deps and logger, security headers, CORS, UV and cache metrics, fused
+  // into one middleware: measured per step in src/http/edge.ts (the L1 read path's budget).
+  app.use(createEdge(deps));
   // Image uploads have their own, larger limit (UPLOAD_MAX_BYTES, src/routes/upload.ts). A plain
   // path check rather than hono/combine's `except`, which allocates an Error on every request.
   const limitBody = bodyLimit({

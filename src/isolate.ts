@@ -7,6 +7,7 @@
 import { LRUCache } from "lru-cache";
 import type { Config } from "./env.ts";
 import { SessionCache } from "./services/session-cache.ts";
+import { UvBatcher } from "./services/uv.ts";
 
 export interface Isolate {
   /**
@@ -29,6 +30,11 @@ export interface Isolate {
    * that bound); one background command per SESSION_SYNC_MS renews and confirms them all.
    */
   sessions: SessionCache;
+  /**
+   * UV counting (services/uv.ts UvBatcher): visitors already counted today (LRU, 50,000) and those
+   * waiting for the next flush (≤ 20,000), sent as one PFADD per day key every 2 s at most.
+   */
+  uv: UvBatcher;
 }
 
 /** Upper bound of a holder memo entry, ms. */
@@ -45,5 +51,6 @@ export function createIsolate(config: Config): Isolate {
     // Expiry is checked against deps.clock by the reader (untilMs), so the bound holds in wall time.
     holders: new LRUCache<string, { orderId: string; untilMs: number }>({ max: 100_000 }),
     sessions: new SessionCache(config),
+    uv: new UvBatcher(),
   };
 }

@@ -62,12 +62,18 @@ export const defaultPolicy: CachePolicy = {
   retainSeconds: 7 * 24 * 3600,
 };
 
-export interface CacheModuleDef<K extends string | number, V> {
+export interface CacheModuleDef<K extends string | number, V, P = never> {
   /** Module name; L2 keys are `cache:{name}:{key}` (the classic `cache:shop:{id}`). */
   name: string;
   policy: Partial<CachePolicy>;
   /** Origin read. `null` = the key does not exist (cached as null). Throws on origin failure. */
   load(deps: Deps, key: K): Promise<V | null>;
+  /**
+   * What a GET serves for a value (`null` included), built once when the value enters L1 — so
+   * every L1 hit of `serve` returns the same prepared response (body bytes + ETag, prepared.ts),
+   * and a write (`set`) replaces it together with the value. Modules without it have no `serve`.
+   */
+  prepare?(value: V | null): P;
 }
 
 export interface CacheCounters {
@@ -81,10 +87,12 @@ export interface CacheCounters {
 
 export const emptyCounters = (): CacheCounters => ({ l1Hits: 0, l2Hits: 0, staleServes: 0, originLoads: 0, nullHits: 0, errors: 0 });
 
-interface L1Entry<V> {
+interface L1Entry<V, P> {
   value: V | null;
   /** Until when this isolate may serve it without asking L2, epoch ms (L1 clock). */
   freshUntil: number;
+  /** def.prepare(value), computed when the entry was stored. */
+  prepared: P | undefined;
 }
 
 interface L2Entry<V> {
@@ -104,25 +112,25 @@ export class CacheUnavailableError extends Error {
 }
 
 /** One module's runtime in one isolate. Build with `createCacheModule` once per isolate. */
-export class CacheModule<K extends string | number, V> {
+export class CacheModule<K extends string | number, V, P = never> {
   readonly name: string;
   readonly policy: CachePolicy;
   /** Counters since this isolate started (metrics.ts flushes deltas to Redis). */
   readonly counters: CacheCounters = emptyCounters();
-  private readonly l1: LRUCache<string, L1Entry<V>>;
+  private readonly l1: LRUCache<string, L1Entry<V, P>>;
   private readonly inflight = new Map<string, Promise<V | null>>();
   /** logical: keys whose background rebuild this isolate already started. */
   private readonly rebuilding = new Set<string>();
 
   constructor(
-    private readonly def: CacheModuleDef<K, V>,
+    private readonly def: CacheModuleDef<K, V, P>,
     private readonly now: () => number,
   ) {
     this.name = def.name;
     this.policy = { ...defaultPolicy, ...def.policy };
     // L1 keeps entries past their freshness (ttl = 10× plus a floor) so a MySQL outage can still
     // be answered with the last value this isolate saw; `freshUntil` decides what is fresh.
-    this.l1 = new LRUCache<string, L1Entry<V>>({ max: this.policy.l1Max, ttl: Math.max(this.policy.l1TtlMs * 10, 60_000), ttlAutopurge: false });
+    this.l1 = new LRUCache<string, L1Entry<V, P>>({ max: this.policy.l1Max, ttl: Math.max(this.policy.l1TtlMs * 10, 60_000), ttlAutopurge: false });
   }
 
   l2Key(key: K): string {
@@ -145,6 +153,31 @@ export class CacheModule<K extends string | number, V> {
     return await p;
   }
 
+  /**
+   * The prepared response for `key` (def.prepare). A fresh L1 hit returns it synchronously — no
+   * promise, no serialization: it was prepared when the value entered L1. Anything else takes
+   * `get`'s path and returns the entry it stored (or, for a stale serve that did not enter L1,
+   * prepares one on the spot).
+   */
+  serve(deps: Deps, key: K): P | Promise<P> {
+    const cached = this.l1.get(String(key));
+    if (cached && cached.prepared !== undefined && cached.freshUntil > this.now()) {
+      this.counters.l1Hits++;
+      if (cached.value === null) this.counters.nullHits++;
+      return cached.prepared;
+    }
+    return this.serveSlow(deps, key);
+  }
+
+  private async serveSlow(deps: Deps, key: K): Promise<P> {
+    const prepare = this.def.prepare;
+    if (!prepare) throw new Error(`cache module ${this.name} has no prepare()`);
+    const value = await this.get(deps, key);
+    const entry = this.l1.peek(String(key));
+    if (entry && entry.value === value && entry.prepared !== undefined) return entry.prepared;
+    return prepare(value);
+  }
+
   /** Write path: the caller wrote MySQL first; this overwrites (not deletes) L2 and L1. */
   async set(deps: Deps, key: K, value: V | null): Promise<void> {
     await this.writeL2(deps.redis, key, value);
@@ -164,7 +197,7 @@ export class CacheModule<K extends string | number, V> {
 
   private remember(id: string, value: V | null): void {
     const ttl = value === null ? Math.min(this.policy.l1TtlMs, this.policy.nullTtlSeconds * 1000) : this.policy.l1TtlMs;
-    this.l1.set(id, { value, freshUntil: this.now() + ttl });
+    this.l1.set(id, { value, freshUntil: this.now() + ttl, prepared: this.def.prepare?.(value) });
   }
 
   private jittered(seconds: number): number {
@@ -191,7 +224,7 @@ export class CacheModule<K extends string | number, V> {
     }
   }
 
-  private async fetchL2(deps: Deps, key: K, staleL1: L1Entry<V> | undefined): Promise<V | null> {
+  private async fetchL2(deps: Deps, key: K, staleL1: L1Entry<V, P> | undefined): Promise<V | null> {
     const id = String(key);
     let entry: L2Entry<V> | undefined;
     try {
@@ -327,6 +360,6 @@ export class CacheModule<K extends string | number, V> {
   }
 }
 
-export function createCacheModule<K extends string | number, V>(def: CacheModuleDef<K, V>, now: () => number = Date.now): CacheModule<K, V> {
+export function createCacheModule<K extends string | number, V, P = never>(def: CacheModuleDef<K, V, P>, now: () => number = Date.now): CacheModule<K, V, P> {
   return new CacheModule(def, now);
 }

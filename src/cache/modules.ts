@@ -18,24 +18,30 @@ import { loadShop, loadShopTypes, loadVouchersOfShop, type Shop, type ShopType, 
 import { getUserCard } from "../services/users.ts";
 import type { SessionUser } from "../services/session.ts";
 import { loadSeckillConfig, type SeckillConfig } from "../services/seckill/config.ts";
+import { fail, ok } from "../errors.ts";
 import { CacheMetrics } from "./metrics.ts";
 import { type CacheModule, createCacheModule } from "./module.ts";
+import { type PreparedResponse, prepareJson } from "./prepared.ts";
 
 export function createCaches(overrides: Partial<Record<"shop" | "shopTypes" | "vouchers" | "userCard" | "seckill", Partial<import("./module.ts").CachePolicy>>> = {}) {
-  const shop = createCacheModule<number, Shop>({
+  // The three modules served as-is by a GET prepare their envelope once per cached value.
+  const shop = createCacheModule<number, Shop, PreparedResponse>({
     name: "shop",
     policy: { strategy: "logical", l2TtlSeconds: 30 * 60, l1TtlMs: 2_000, nullTtlSeconds: 120, ...overrides.shop },
     load: (deps, id) => loadShop(deps, id),
+    prepare: (found) => prepareJson(found ? ok(found) : fail("NOT_FOUND", "shop not found")),
   });
-  const shopTypes = createCacheModule<string, ShopType[]>({
+  const shopTypes = createCacheModule<string, ShopType[], PreparedResponse>({
     name: "shop-type",
     policy: { strategy: "plain", l2TtlSeconds: 24 * 3600, l1TtlMs: 60_000, ...overrides.shopTypes },
     load: (deps) => loadShopTypes(deps),
+    prepare: (types) => prepareJson(ok(types ?? [])),
   });
-  const vouchers = createCacheModule<number, Voucher[]>({
+  const vouchers = createCacheModule<number, Voucher[], PreparedResponse>({
     name: "voucher-list",
     policy: { strategy: "mutex", l2TtlSeconds: 60, l1TtlMs: 1_000, ...overrides.vouchers },
     load: (deps, shopId) => loadVouchersOfShop(deps, shopId),
+    prepare: (list) => prepareJson(ok(list ?? [])),
   });
   const userCard = createCacheModule<number, SessionUser>({
     name: "user",

@@ -19,6 +19,8 @@ import {
   type Shop,
 } from "../services/shops.ts";
 import type { AppEnv } from "../types.ts";
+import { servePrepared } from "../http/edge.ts";
+import { parseParams } from "../http/params.ts";
 
 /** Nearby search radius, metres (api.md: within 5 km). */
 const NEARBY_RADIUS_M = 5_000;
@@ -95,10 +97,7 @@ export const shop = new Hono<AppEnv>()
     const { name, current } = c.req.valid("query");
     return c.json(ok(await shopsByName(c.get("deps"), name, current, NAME_PAGE_SIZE)));
   })
-  .get("/:id", v("param", IdParam), async (c) => {
-    const found = await getShopCached(c.get("deps"), c.req.valid("param").id);
-    return c.json(found ? ok(found) : fail("NOT_FOUND", "shop not found"));
-  })
+  .get("/:id", (c) => servePrepared(c, cachesFor(c.get("deps")).shop, parseParams(IdParam, c.req.param()).id, "shop data"))
   .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), v("json", ShopBody), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
@@ -119,12 +118,4 @@ export const shop = new Hono<AppEnv>()
     return c.json(ok());
   });
 
-export const shopType = new Hono<AppEnv>().get("/list", async (c) => {
-  const deps = c.get("deps");
-  try {
-    return c.json(ok((await cachesFor(deps).shopTypes.get(deps, "all")) ?? []));
-  } catch (err) {
-    if (err instanceof CacheUnavailableError) throw new AppError("UNAVAILABLE", "shop types temporarily unavailable", { cause: err });
-    throw err;
-  }
-});
+export const shopType = new Hono<AppEnv>().get("/list", (c) => servePrepared(c, cachesFor(c.get("deps")).shopTypes, "all", "shop types"));

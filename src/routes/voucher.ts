@@ -9,6 +9,8 @@ import { Id, JsonId, v, varchar } from "../http/validate.ts";
 import { insertVoucher, loadVouchersOfShop, shopExists } from "../services/shops.ts";
 import { createSeckillVoucher } from "../services/seckill/config.ts";
 import type { AppEnv } from "../types.ts";
+import { servePrepared } from "../http/edge.ts";
+import { parseParams } from "../http/params.ts";
 import type { Deps } from "../deps.ts";
 import { parseDateTime } from "../util/time.ts";
 
@@ -57,20 +59,14 @@ function saleWindow(begin: string | number, end: string | number, zone: string, 
   return { ok: true, beginMs: Math.floor(b / 1000) * 1000, endMs: Math.floor(e / 1000) * 1000 };
 }
 
+const ShopIdParam = z.object({ shopId: Id });
+
 async function refreshVoucherList(deps: Deps, shopId: number): Promise<void> {
   await cachesFor(deps).vouchers.set(deps, shopId, await loadVouchersOfShop(deps, shopId));
 }
 
 export const voucher = new Hono<AppEnv>()
-  .get("/list/:shopId", v("param", z.object({ shopId: Id })), async (c) => {
-    const deps = c.get("deps");
-    try {
-      return c.json(ok((await cachesFor(deps).vouchers.get(deps, c.req.valid("param").shopId)) ?? []));
-    } catch (err) {
-      if (err instanceof CacheUnavailableError) throw new AppError("UNAVAILABLE", "vouchers temporarily unavailable", { cause: err });
-      throw err;
-    }
-  })
+  .get("/list/:shopId", (c) => servePrepared(c, cachesFor(c.get("deps")).vouchers, parseParams(ShopIdParam, c.req.param()).shopId, "vouchers"))
   .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), v("json", VoucherBody), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");

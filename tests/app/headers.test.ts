@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test";
+import { createShop, createShopType } from "../support/fixtures.ts";
 import { createTestApp } from "../support/stack.ts";
 
 /** What hono's secureHeaders sends with our options (CORP cross-origin: images are embedded elsewhere). */
@@ -88,5 +89,46 @@ describe("response headers", () => {
     expect(other.headers.get("access-control-allow-origin")).toBeNull();
     expect(other.headers.get("vary")).toContain("Origin");
     expectSecurityHeaders(other);
+  });
+  test("cached GETs carry a strong ETag; a matching If-None-Match is a 304 with no body and every promised header", async () => {
+    const t = await createTestApp();
+    const shopId = await createShop(t, await createShopType(t));
+    for (const path of [`/api/shop/${shopId}`, "/api/shop-type/list", `/api/voucher/list/${shopId}`, "/api/shop/987654321"]) {
+      const first = await t.app.request(path, { headers: { origin: "https://front.example" } }, { clientIp: "10.9.9.8" });
+      expect([path, first.status]).toEqual([path, 200]);
+      const etag = first.headers.get("etag") as string;
+      expect(etag).toMatch(/^"[0-9a-z]+-[0-9a-z]+"$/);
+      expect(first.headers.get("content-type")).toBe("application/json");
+      const body = await first.text();
+      expect(JSON.parse(body)).toHaveProperty("success");
+      // The same prepared bytes and tag on every L1 hit.
+      const again = await t.app.request(path, {}, { clientIp: "10.9.9.8" });
+      expect(again.headers.get("etag")).toBe(etag);
+      expect(await again.text()).toBe(body);
+
+      for (const inm of [etag, `W/${etag}`, `"nope", ${etag}`, "*"]) {
+        const res = await t.app.request(path, { headers: { origin: "https://front.example", "if-none-match": inm } }, { clientIp: "10.9.9.8" });
+        expect([path, inm, res.status]).toEqual([path, inm, 304]);
+        expect(await res.text()).toBe("");
+        expect(res.headers.get("etag")).toBe(etag);
+        expect(res.headers.get("x-request-id")).toMatch(UUID);
+        expectSecurityHeaders(res);
+        expect(res.headers.get("access-control-allow-origin")).toBe("*");
+        expect(res.headers.get("access-control-expose-headers")).toBe("x-request-id,retry-after");
+      }
+      const stale = await t.app.request(path, { headers: { "if-none-match": '"0-0"' } }, { clientIp: "10.9.9.8" });
+      expect(stale.status).toBe(200);
+      expect(await stale.text()).toBe(body);
+    }
+  });
+
+  test("HEAD of a cached GET has the ETag and headers but no body", async () => {
+    const t = await createTestApp();
+    const res = await t.app.request("/api/shop-type/list", { method: "HEAD" });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("etag")).toBeString();
+    expect(res.headers.get("x-request-id")).toMatch(UUID);
+    expectSecurityHeaders(res);
+    expect(await res.text()).toBe("");
   });
 });

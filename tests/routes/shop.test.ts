@@ -141,6 +141,25 @@ describe("shops", () => {
     const bad = await call(t.app, "POST", "/api/shop", { token: operator(t), body: "{", headers: { "content-type": "application/json" } });
     expect(bad.status).toBe(400);
   });
+  test("a shop write replaces the prepared response: new body and ETag at once in the writing isolate, the old ETag no longer 304s", async () => {
+    const t = await createTestApp();
+    const typeId = await createShopType(t);
+    const id = await createShop(t, typeId, HANGZHOU, "before-write");
+    const first = await t.app.request(`/api/shop/${id}`);
+    const etag = first.headers.get("etag") as string;
+    expect(((await first.json()) as { data: ShopOut }).data.name).toBe("before-write");
+    expect((await t.app.request(`/api/shop/${id}`, { headers: { "if-none-match": etag } })).status).toBe(304);
+
+    expect((await call(t.app, "PUT", "/api/shop", { token: operator(t), json: { id, name: "after-write" } })).body.success).toBe(true);
+    const after = await t.app.request(`/api/shop/${id}`, { headers: { "if-none-match": etag } });
+    expect(after.status).toBe(200);
+    expect(after.headers.get("etag")).not.toBe(etag);
+    expect(((await after.json()) as { data: ShopOut }).data.name).toBe("after-write");
+    // The L2 entry was overwritten too: another isolate serves the new body with the same new ETag.
+    const other = await createTestApp();
+    const elsewhere = await other.app.request(`/api/shop/${id}`);
+    expect(elsewhere.headers.get("etag")).toBe(after.headers.get("etag"));
+  });
 });
 
 describe("shop types and vouchers", () => {
