@@ -112,7 +112,7 @@ export const EnvSchema = z.object({
   /** QStash retries for order messages. */
   ORDER_MESSAGE_RETRIES: z.coerce.number().int().min(0).max(10).default(5),
   /** Reservations per writer group: one claim, one INSERT per voucher, one ack, one close message. */
-  ORDER_GROUP_MAX: z.coerce.number().int().min(1).max(2000).default(500),
+  ORDER_GROUP_MAX: z.coerce.number().int().min(1).max(2000).default(1000),
   /** One drain delivery stops starting groups after this and hands the rest on, ms. */
   ORDER_DRAIN_BUDGET_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
   /** A claimed group is not handed to another writer for this long, ms (a crashed writer's group is re-claimed after it). */

@@ -7,8 +7,8 @@
  * tokens round robin from USERS (20,000) sessions (wrk/seckill-swarm.lua), so the first 20,000
  * requests of a round come from distinct users. Every round (and the warm-up) sells a fresh
  * voucher of STOCK units — far less than the demand — so each round has two phases:
- *   sale       until the stock is gone: session read + reserve-stock.lua + QStash publish;
- *   sold out   the rest of the window: the session read still goes to Redis, then the isolate's
+ *   sale       until the stock is gone: session check + reserve-stock.lua (+ the batched drain announcement);
+ *   sold out   the rest of the window: the session check, then the isolate's
  *              sold-out memo answers (one EVALSHA per SOLD_OUT_MEMO_MS, default 1 s).
  * rps/p50/p99 are wrk's, over the whole window (both phases). "orders/s" is the sale phase alone:
  * (units − 1) ÷ the time between the first and the last sold unit, from the order ids wrk saw
@@ -25,17 +25,15 @@
  * after the sell-out (no memo, no session).
  *
  * Cost model (what the counters confirm; batched pipeline, see src/services/seckill/pipeline.ts
- * and writer.ts): a sold unit costs 3 Redis commands in 3 round trips on the request path — the
- * session's HMGET and EXPIRE (requireUser issues them together, but @upstash/redis's auto-pipeline
- * keeps separate read and write pipelines, so they travel apart) and the EVALSHA of
- * reserve-stock.lua, which also writes the outbox entry — plus the isolate's share of one order-index
- * HSET per 10 ms flush. Nothing per order goes to QStash: the isolate announces one drain per shop
+ * and writer.ts): a sold unit costs the EVALSHA of reserve-stock.lua on the request path (it also
+ * writes the outbox entry), the session check (src/services/session*.ts: answered from the
+ * isolate's session cache once warm, plus one sync command per SESSION_SYNC_MS) and the isolate's
+ * share of one order-index HSET per 10 ms flush. Nothing per order goes to QStash: the isolate announces one drain per shop
  * per one-second window (deduplicated, delivered at the window's end); the writer claims groups of
  * up to ORDER_GROUP_MAX from the outbox (one command), writes each in one MySQL transaction, acks
  * it (one command), publishes one delayed close per group and one follow-up drain per delivery
- * that found work. A request after the sell-out costs the 2 session commands (the memo spares the
- * EVALSHA). The UV middleware adds PFADD + EXPIRE on a buyer's first request of the day per
- * isolate; the warm-up reaches the buyers every round starts with, so measured rounds see repeat
+ * that found work. After the sell-out the isolate's sold-out memo spares the EVALSHA. The warm-up
+ * reaches the buyers every round starts with, so measured rounds see warm sessions and repeat
  * visitors.
  *
  * Extra columns (from the stand-ins' counters and the app's, read around the round; the round
@@ -189,9 +187,9 @@ function endpointScenario(buckets: 1 | 8): Scenario {
       `POST /api/voucher-order/seckill/{id} on the app (own bun process), ${SWARM} wrk connections, ${USERS.toLocaleString("en-US")} buyers' sessions round robin, ` +
       `a fresh voucher of ${STOCK.toLocaleString("en-US")} units per round${buckets > 1 ? ` split over ${buckets} Redis stock buckets` : " (one stock key)"}; ` +
       "rps/p50/p99 over the whole window (sale, then sold out); orders/s = sale phase only; the batched writer drains concurrently (one drain per shop per 1 s window through QStash) and MySQL is checked after each round. " +
-      "Cost per order on the request path: 3 Redis commands in 3 round trips (session HMGET, session EXPIRE — the SDK pipelines reads and writes apart — and EVALSHA, which writes the outbox entry) " +
-      "plus a share of one order-index HSET per 10 ms flush; writer: one claim + one ack per group of up to 500 (+ one empty claim per drain), one delayed close per group, one drain per window — " +
-      "a few Redis commands and QStash messages per 1,000 orders, no per-order message; each request after the sell-out adds the 2 session commands (+ UV PFADD + EXPIRE on a buyer's first request of the day per isolate)",
+      "Cost per order on the request path: the EVALSHA of reserve-stock.lua (which writes the outbox entry), the session check (answered from the isolate's session cache once warm, " +
+      "plus its periodic sync command) and a share of one order-index HSET per 10 ms flush; writer: one claim + one ack per group of up to ORDER_GROUP_MAX (+ one empty claim per drain), " +
+      "one delayed close per group, one drain per shop per window — a few Redis commands and QStash messages per 1,000 orders, no per-order message; after the sell-out the isolate's sold-out memo answers",
     async setup(ctx) {
       const stack = await seckillStack(ctx);
       const app = await startAppServer(stack);

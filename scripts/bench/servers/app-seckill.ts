@@ -111,10 +111,39 @@ const occurrences = (hay: string, needle: string): number => {
   return n;
 };
 const restUrl = config.UPSTASH_REDIS_REST_URL.replace(/\/$/, "");
+const dbUrl = new URL(config.DATABASE_URL).host;
+const qstashUrl = config.QSTASH_URL.replace(/\/$/, "");
+/**
+ * Outgoing requests by kind — count and ms until the response headers — for profiling the writer
+ * from outside (a drain delivery is sequential, so these add up to its I/O waits).
+ */
+let io = new Map<string, { n: number; ms: number }>();
+function ioKind(url: string, body: string | undefined): string {
+  if (url.startsWith(restUrl)) {
+    if (body?.includes(WRITER_SCRIPTS.claims.sha)) return "redis claim";
+    if (body?.includes(WRITER_SCRIPTS.acks.sha)) return "redis ack";
+    return "redis other";
+  }
+  if (url.startsWith(qstashUrl)) return "qstash publish";
+  if (url.includes(dbUrl)) {
+    const m = body ? /"query":"\s*(\w+)/.exec(body) : null;
+    return `mysql ${m?.[1]?.toUpperCase() ?? "?"}`;
+  }
+  return "other";
+}
 const realFetch = globalThis.fetch;
 const countingFetch = ((input: RequestInfo | URL, init?: RequestInit) => {
   const body = init?.body;
-  if (typeof body === "string" && String(input instanceof Request ? input.url : input).startsWith(restUrl)) {
+  const url = String(input instanceof Request ? input.url : input);
+  const kind = ioKind(url, typeof body === "string" ? body : undefined);
+  const t0 = performance.now();
+  const done = () => {
+    const e = io.get(kind) ?? { n: 0, ms: 0 };
+    e.n++;
+    e.ms += performance.now() - t0;
+    io.set(kind, e);
+  };
+  if (typeof body === "string" && url.startsWith(restUrl)) {
     for (const [k, s] of Object.entries(WRITER_SCRIPTS)) {
       const a = occurrences(body, s.sha);
       const b = body.includes(s.src) ? occurrences(body, s.src) : 0;
@@ -125,7 +154,9 @@ const countingFetch = ((input: RequestInfo | URL, init?: RequestInit) => {
     const h = body.match(HANDBACK);
     if (h) writerRedis.handbacks += h.length;
   }
-  return realFetch(input, init);
+  const p = realFetch(input, init);
+  p.then(done, done);
+  return p;
 }) as typeof fetch;
 globalThis.fetch = Object.assign(countingFetch, realFetch);
 
@@ -256,6 +287,7 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
         lockConflicts: { ...deps.orderGroups.lockConflicts },
         log: Object.fromEntries(logLines),
         lastErrors: [...lastErrors],
+        io: Object.fromEntries([...io].map(([k, v]) => [k, { n: v.n, ms: Math.round(v.ms) }])),
       };
       if (m.reset) {
         drains = 0;
@@ -266,6 +298,7 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
         writerRedis = zeroWriter();
         logLines = new Map();
         lastErrors = [];
+        io = new Map();
       }
       return out;
     }
