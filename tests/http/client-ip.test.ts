@@ -97,10 +97,13 @@ describe("UV", () => {
       expect(res.status).toBe(200);
     }
     await t.settle();
+    // Visitors are sent in batches (deps.isolate.uv): send this isolate's batch now.
+    await t.deps.isolate.uv.flush(t.deps);
     expect(await t.deps.redis.pfcount(keys.uv("20430307"))).toBe(1);
     // A different socket address is a different visitor.
     await call(t.app, "GET", "/api/shop-type/list", { ip: freshIp(), headers: { "user-agent": "uv-spoof-agent" } });
     await t.settle();
+    await t.deps.isolate.uv.flush(t.deps);
     expect(await t.deps.redis.pfcount(keys.uv("20430307"))).toBe(2);
   });
 });
