@@ -184,7 +184,7 @@ async function drainRound(ctx: BenchContext, stack: SeckillStack, app: AppServer
   const queued = Number(await stack.raw.send("HLEN", [outboxKey]));
   if (queued !== n) throw new Error(`${n} reservations made, the outbox holds ${queued}`);
   // Nothing of an earlier round may still be on its way.
-  await uncountedCpu(() => qstashQuiet(stack, 10_000));
+  await uncountedCpu(() => qstashQuiet(stack, app, 10_000));
 
   const p0 = await app.ask<PipelineStats>({ type: "pipeline-stats", reset: true });
   const dl0 = await innodbDeadlocks(stack);
@@ -213,7 +213,7 @@ async function drainRound(ctx: BenchContext, stack: SeckillStack, app: AppServer
   const announceToLastS = (performance.now() - t0) / 1000;
   const psTrips = stack.planetscale().requests - ps0;
   // The follow-up drain comes one window later and ends the chain; its claim belongs to the round.
-  await uncountedCpu(() => qstashQuiet(stack, 15_000));
+  await uncountedCpu(() => qstashQuiet(stack, app, 15_000));
   const p1 = await app.ask<PipelineStats>({ type: "pipeline-stats" });
   const dl1 = await innodbDeadlocks(stack);
   const q1 = stack.qstash();
