@@ -89,5 +89,5 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   const clock = overrides.clock ?? systemClock;
   const payments = overrides.payments ?? createPaymentProvider(config, log, () => clock.now(), overrides.fetch);
   const blobs = overrides.blobs ?? createBlobStore(config, overrides.fetch);
-  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, orderGroups: new OrderGroups(), isolate: createIsolate(config), waitUntil };
+  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, orderGroups: new OrderGroups(), isolate: createIsolate(config, { redis, clock }), waitUntil };
 }

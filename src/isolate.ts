@@ -5,11 +5,27 @@
  * long, and how big it may grow (each field documents its bound).
  */
 import { LRUCache } from "lru-cache";
+import { createCaches, type Caches } from "./cache/modules.ts";
+import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
+import { IsolateIds } from "./redis/ids.ts";
+import { createLoginLimiters, type LoginLimiters } from "./services/auth.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
 
 export interface Isolate {
+  /**
+   * The two-level cache modules' L1s, in-flight loads and counters (cache/modules.ts): each L1 is a
+   * bounded LRU with its module's TTL (seconds to minutes, see the README table).
+   */
+  caches: Caches;
+  /**
+   * Order-id generator (redis/ids.ts): a worker-id lease in Redis proven at most one TTL ago (it
+   * never issues under a lease it cannot prove), its last timestamp and sequence.
+   */
+  ids: IsolateIds;
+  /** Login-code rate limiters (@upstash/ratelimit) with their ephemeral block caches. */
+  loginLimiters: LoginLimiters;
   /**
    * Seckill sold-out memo: voucherId → epoch ms until which this isolate answers SOLD_OUT without
    * Redis (SOLD_OUT_MEMO_MS after Redis said so — long enough to absorb a stampede, short enough
@@ -45,8 +61,17 @@ export function holderMemoMs(config: Pick<Config, "ORDER_PAY_TIMEOUT_SECONDS">):
   return Math.min(HOLDER_MEMO_MS, (config.ORDER_PAY_TIMEOUT_SECONDS * 1000) / 2);
 }
 
-export function createIsolate(config: Config): Isolate {
+/** The clients an isolate's memory is bound to (the same ones Deps carries). */
+export interface IsolatePorts {
+  redis: RedisPort;
+  clock: Clock;
+}
+
+export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
   return {
+    caches: createCaches(),
+    ids: new IsolateIds(ports.redis, () => ports.clock.now()),
+    loginLimiters: createLoginLimiters(config, ports.redis),
     soldOut: new LRUCache<number, number>({ max: 10_000 }),
     // Expiry is checked against deps.clock by the reader (untilMs), so the bound holds in wall time.
     holders: new LRUCache<string, { orderId: string; untilMs: number }>({ max: 100_000 }),

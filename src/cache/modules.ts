@@ -13,7 +13,7 @@
  * - seckill config: plain with a long L1 — immutable after creation and read on every
  *   reservation, so an L1 hit keeps the reservation at exactly one Redis round trip.
  */
-import type { Deps, RedisPort } from "../deps.ts";
+import type { Deps } from "../deps.ts";
 import { loadShop, loadShopTypes, loadVouchersOfShop, type Shop, type ShopType, type Voucher } from "../services/shops.ts";
 import { getUserCard } from "../services/users.ts";
 import type { SessionUser } from "../services/session.ts";
@@ -59,19 +59,12 @@ export function createCaches(overrides: Partial<Record<"shop" | "shopTypes" | "v
 
 export type Caches = ReturnType<typeof createCaches>;
 
-const perIsolate = new WeakMap<RedisPort, Caches>();
-
-/** The isolate's caches (keyed by its Redis client, which deps build once per isolate). */
-export function cachesFor(deps: Pick<Deps, "redis">): Caches {
-  let c = perIsolate.get(deps.redis);
-  if (!c) {
-    c = createCaches();
-    perIsolate.set(deps.redis, c);
-  }
-  return c;
+/** The isolate's caches (built once per isolate: deps.isolate.caches). */
+export function cachesFor(deps: Pick<Deps, "isolate">): Caches {
+  return deps.isolate.caches;
 }
 
-/** Tests: install caches with custom policies for a deps instance. */
-export function installCaches(deps: Pick<Deps, "redis">, caches: Caches): void {
-  perIsolate.set(deps.redis, caches);
+/** Tests and benches: install caches with custom policies for a deps instance (its isolate). */
+export function installCaches(deps: Pick<Deps, "isolate">, caches: Caches): void {
+  deps.isolate.caches = caches;
 }

@@ -243,14 +243,7 @@ export class IsolateIds {
   }
 }
 
-const perIsolate = new WeakMap<RedisPort, IsolateIds>();
-
-/** The isolate's id generator (one worker-id lease per Redis client, i.e. per isolate). */
-export function idsFor(deps: { redis: RedisPort; clock: { now(): number } }): IsolateIds {
-  let ids = perIsolate.get(deps.redis);
-  if (!ids) {
-    ids = new IsolateIds(deps.redis, () => deps.clock.now());
-    perIsolate.set(deps.redis, ids);
-  }
-  return ids;
+/** The isolate's id generator (one worker-id lease per isolate: deps.isolate.ids). */
+export function idsFor(deps: { isolate: { ids: IsolateIds } }): IsolateIds {
+  return deps.isolate.ids;
 }

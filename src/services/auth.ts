@@ -22,25 +22,28 @@ export const CODE_RE = /^\d{6}$/;
 export type SendCodeResult = { ok: true } | { ok: false; reason: "RATE_LIMITED"; retryAfterSeconds: number; message: string } | { ok: false; reason: "UNAVAILABLE"; message: string };
 export type LoginResult = { ok: true; token: string; user: SessionUser; created: boolean } | { ok: false; reason: "BAD_CODE"; message: string };
 
-interface Limiters {
+export interface LoginLimiters {
   perPhoneMinute: Ratelimit;
   perPhoneHour: Ratelimit;
   perIpHour: Ratelimit;
 }
-const limitersByClient = new WeakMap<RedisPort, Limiters>();
 
-function limiters(deps: Deps): Limiters {
-  let l = limitersByClient.get(deps.redis);
-  if (!l) {
-    const base = { redis: deps.redis, analytics: false, ephemeralCache: new Map<string, number>() };
-    l = {
-      perPhoneMinute: new Ratelimit({ ...base, limiter: Ratelimit.fixedWindow(1, `${deps.config.LOGIN_CODE_PHONE_INTERVAL_SECONDS} s`), prefix: "rl:code:phone:gap" }),
-      perPhoneHour: new Ratelimit({ ...base, limiter: Ratelimit.slidingWindow(5, "1 h"), prefix: "rl:code:phone:1h" }),
-      perIpHour: new Ratelimit({ ...base, limiter: Ratelimit.slidingWindow(deps.config.LOGIN_CODE_SENDS_PER_IP_HOUR, "1 h"), prefix: "rl:code:ip:1h" }),
-    };
-    limitersByClient.set(deps.redis, l);
-  }
-  return l;
+/**
+ * The login-code limiters, built once per isolate (deps.isolate.loginLimiters). Each keeps an
+ * ephemeral cache of callers it has seen blocked, so a blocked caller is refused without Redis
+ * until its window ends (@upstash/ratelimit's ephemeralCache; bounded by the callers it blocks).
+ */
+export function createLoginLimiters(config: Pick<Deps["config"], "LOGIN_CODE_PHONE_INTERVAL_SECONDS" | "LOGIN_CODE_SENDS_PER_IP_HOUR">, redis: RedisPort): LoginLimiters {
+  const base = { redis, analytics: false, ephemeralCache: new Map<string, number>() };
+  return {
+    perPhoneMinute: new Ratelimit({ ...base, limiter: Ratelimit.fixedWindow(1, `${config.LOGIN_CODE_PHONE_INTERVAL_SECONDS} s`), prefix: "rl:code:phone:gap" }),
+    perPhoneHour: new Ratelimit({ ...base, limiter: Ratelimit.slidingWindow(5, "1 h"), prefix: "rl:code:phone:1h" }),
+    perIpHour: new Ratelimit({ ...base, limiter: Ratelimit.slidingWindow(config.LOGIN_CODE_SENDS_PER_IP_HOUR, "1 h"), prefix: "rl:code:ip:1h" }),
+  };
+}
+
+function limiters(deps: Deps): LoginLimiters {
+  return deps.isolate.loginLimiters;
 }
 
 function randomCode(): string {
