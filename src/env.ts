@@ -73,8 +73,13 @@ export const EnvSchema = z.object({
   SESSION_TRUST_MS: z.coerce.number().int().min(200).max(300_000).default(5_000),
   /** A session used in an isolate has its idle timeout renewed by that isolate at most once per this, seconds. */
   SESSION_RENEW_SECONDS: z.coerce.number().int().min(1).default(60),
-  /** Sessions (verified tokens, and known-dead ones) one isolate remembers; least recently used go first. */
-  SESSION_CACHE_MAX: z.coerce.number().int().min(1).max(1_000_000).default(10_000),
+  /**
+   * Sessions (verified tokens, and known-dead ones) one isolate remembers; least recently used go
+   * first. A sale's crowd must fit: a buyer pushed out costs a signature check (~10 µs) and a slot in
+   * the next background sync again. ~0.5 KB per entry (token, user, session id), so the default
+   * holds ~25 MB at most — within a Worker isolate's 128 MB.
+   */
+  SESSION_CACHE_MAX: z.coerce.number().int().min(1).max(1_000_000).default(50_000),
   /**
    * Accept the unsigned 32-hex tokens issued before signed tokens (looked up in Redis on first use
    * per isolate). Turn off once they have expired: then no malformed token ever costs a Redis call.
