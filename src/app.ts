@@ -21,6 +21,7 @@ import { imgs, upload, UPLOAD_PATH } from "./routes/upload.ts";
 import { uv } from "./routes/uv.ts";
 import { createEdge } from "./http/edge.ts";
 import type { AppEnv } from "./types.ts";
+import { createFastLane } from "./http/fast-lane.ts";
 
 /**
  * Methods whose bodies the global limit guards. GET/HEAD requests cannot carry one in the Fetch API
@@ -66,5 +67,12 @@ export function createApp(deps: Deps): Hono<AppEnv> {
 
   app.notFound((c) => c.json(fail("NOT_FOUND", `no route for ${c.req.method} ${c.req.path}`, c.get("requestId")), 404));
   app.onError(handleError);
+  // Requests answerable from the isolate's memory skip routing (http/fast-lane.ts). `app.request`
+  // (tests) goes through `fetch` too, so tests see exactly what a runtime sees.
+  const lane = createFastLane(deps);
+  if (lane) {
+    const routed = app.fetch;
+    app.fetch = (req, env, ctx) => lane(req, env, ctx) ?? routed(req, env, ctx);
+  }
   return app;
 }

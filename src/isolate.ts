@@ -26,6 +26,8 @@ export interface Isolate {
   ids: IsolateIds;
   /** Login-code rate limiters (@upstash/ratelimit) with their ephemeral block caches. */
   loginLimiters: LoginLimiters;
+  /** Requests answered by the fast lane (http/fast-lane.ts) before routing, by kind. */
+  fastLane: { prepared: number; me: number; seckill: number };
   /**
    * Seckill sold-out memo: voucherId → epoch ms until which this isolate answers SOLD_OUT without
    * Redis (SOLD_OUT_MEMO_MS after Redis said so — long enough to absorb a stampede, short enough
@@ -72,6 +74,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     caches: createCaches(),
     ids: new IsolateIds(ports.redis, () => ports.clock.now()),
     loginLimiters: createLoginLimiters(config, ports.redis),
+    fastLane: { prepared: 0, me: 0, seckill: 0 },
     soldOut: new LRUCache<number, number>({ max: 10_000 }),
     // Expiry is checked against deps.clock by the reader (untilMs), so the bound holds in wall time.
     holders: new LRUCache<string, { orderId: string; untilMs: number }>({ max: 100_000 }),

@@ -169,6 +169,15 @@ export class CacheModule<K extends string | number, V, P = never> {
     return this.serveSlow(deps, key);
   }
 
+  /** A fresh L1 hit's prepared response (counted as a hit), or undefined: no load is started. */
+  peekFresh(key: K): P | undefined {
+    const cached = this.l1.get(String(key));
+    if (!cached || cached.prepared === undefined || cached.freshUntil <= this.now()) return undefined;
+    this.counters.l1Hits++;
+    if (cached.value === null) this.counters.nullHits++;
+    return cached.prepared;
+  }
+
   private async serveSlow(deps: Deps, key: K): Promise<P> {
     const prepare = this.def.prepare;
     if (!prepare) throw new Error(`cache module ${this.name} has no prepare()`);

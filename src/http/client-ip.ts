@@ -20,14 +20,19 @@ const IP_CHARS = /^[0-9A-Fa-f:.]+$/;
  * not append to one the client sent. A hop that is not an address falls back to the runtime's.
  */
 export function clientIp(c: Context, trustProxy: boolean): string {
+  return clientIpOf(c.req.raw.headers, c.env as ClientEnv | undefined, trustProxy);
+}
+
+/** The same rule from the raw parts (the fast lane answers before Hono builds a Context). */
+export function clientIpOf(headers: Headers, env: ClientEnv | undefined, trustProxy: boolean): string {
   if (trustProxy) {
-    const xff = c.req.raw.headers.get("x-forwarded-for");
+    const xff = headers.get("x-forwarded-for");
     if (xff) {
       const comma = xff.indexOf(",");
       const first = (comma < 0 ? xff : xff.slice(0, comma)).trim();
       if (first.length > 0 && first.length <= MAX_IP_LENGTH && IP_CHARS.test(first)) return first;
     }
   }
-  const ip = (c.env as ClientEnv | undefined)?.clientIp;
+  const ip = env?.clientIp;
   return typeof ip === "string" && ip.length > 0 ? ip : "unknown";
 }

@@ -12,20 +12,25 @@ import type { Deps } from "../deps.ts";
 import type { SessionUser } from "../services/session.ts";
 import type { AppEnv } from "../types.ts";
 import { hash53 } from "../util/hash.ts";
-import { clientIp } from "./client-ip.ts";
+import { type ClientEnv, clientIpOf } from "./client-ip.ts";
 
 /** Counts the request's visitor for today (queued; flushed in the background when due). */
 export function trackVisit(c: Context<AppEnv>, deps: Deps): void {
-  const uv = deps.isolate.uv;
-  const day = uv.dayOf(deps.clock.now(), deps.config.SERVICE_TIME_ZONE);
   // `c.get`, not `c.var`: the latter copies every variable into a fresh object on each access.
   const user = (c as unknown as Context<{ Variables: { user?: SessionUser | null } }>).get("user");
+  trackVisitOf(deps, user ?? null, c.req.raw.headers, c.env as ClientEnv | undefined);
+}
+
+/** The same from the raw parts (the fast lane answers before Hono builds a Context). */
+export function trackVisitOf(deps: Deps, user: SessionUser | null, headers: Headers, env: ClientEnv | undefined): void {
+  const uv = deps.isolate.uv;
+  const day = uv.dayOf(deps.clock.now(), deps.config.SERVICE_TIME_ZONE);
   if (user) {
     // User ids and address hashes live in one seen set: a user's key is negative, an address's positive.
     uv.add(deps, day, -user.id, { userId: user.id });
   } else {
-    const ip = clientIp(c, deps.config.TRUST_PROXY);
-    const userAgent = (c.req.raw.headers.get("user-agent") ?? "").slice(0, 512);
+    const ip = clientIpOf(headers, env, deps.config.TRUST_PROXY);
+    const userAgent = (headers.get("user-agent") ?? "").slice(0, 512);
     uv.add(deps, day, hash53(`${ip}\n${userAgent}`) + 1, { ip, userAgent });
   }
   uv.maybeFlush(deps);

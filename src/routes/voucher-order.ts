@@ -1,12 +1,12 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { AppError, fail, ok } from "../errors.ts";
+import { AppError, type Envelope, fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
 import { clientIp } from "../http/client-ip.ts";
 import { Current, Id, v } from "../http/validate.ts";
 import { findReservation, getOrderRow, listOrdersOfUser, type OrderRow } from "../services/seckill/orders.ts";
 import { startPayment } from "../services/seckill/payments.ts";
-import { reserve } from "../services/seckill/reserve.ts";
+import { reserve, type ReserveResult } from "../services/seckill/reserve.ts";
 import { statusName } from "../services/seckill/types.ts";
 import { formatInZone } from "../util/time.ts";
 
@@ -29,16 +29,21 @@ function present(o: OrderRow, zone: string) {
   };
 }
 
+/** The 200 envelope of a reservation outcome (RATE_LIMITED is a 429 instead; see the handler). */
+export function seckillEnvelope(res: Exclude<ReserveResult, { reason: "RATE_LIMITED" }>): Envelope<string> {
+  if (res.ok) return ok(res.orderId);
+  // A buyer who already holds a unit is told which order it is (`data`), e.g. after a lost reply.
+  if (res.reason === "DUPLICATE_ORDER" && res.orderId) return { ...fail(res.reason, res.message), data: res.orderId };
+  return fail(res.reason, res.message);
+}
+
 export const voucherOrder = new Hono<UserEnv>()
   .use(requireUser)
   .post("/seckill/:voucherId", v("param", z.object({ voucherId: Id })), async (c) => {
     const deps = c.get("deps");
     const res = await reserve(deps, { voucherId: c.req.valid("param").voucherId, userId: c.get("user").id, ip: clientIp(c, deps.config.TRUST_PROXY) });
-    if (res.ok) return c.json(ok(res.orderId));
-    if (res.reason === "RATE_LIMITED") throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterMs / 1000 });
-    // A buyer who already holds a unit is told which order it is (`data`), e.g. after a lost reply.
-    if (res.reason === "DUPLICATE_ORDER" && res.orderId) return c.json({ ...fail(res.reason, res.message), data: res.orderId });
-    return c.json(fail(res.reason, res.message));
+    if (res.ok || res.reason !== "RATE_LIMITED") return c.json(seckillEnvelope(res));
+    throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterMs / 1000 });
   })
   .get("/of/me", v("query", z.object({ current: Current })), async (c) => {
     const deps = c.get("deps");

@@ -128,6 +128,24 @@ export class SessionCache {
   }
 
   /**
+   * The warm path of `authenticate`, synchronously: the user of a token this isolate already
+   * trusts (known, alive, last sync within the trust bound), with the same upkeep side effects
+   * (renewal queued when due, background sync started when due). `undefined` means "not answerable
+   * from memory right now" — the caller takes `authenticate`'s full path — never "refused".
+   */
+  peek(deps: Deps, token: string): SessionUser | undefined {
+    const e = this.entries.get(token);
+    if (!e || !e.user) return undefined;
+    const now = deps.clock.now();
+    if (this.lastSyncAt === undefined || now - this.lastSyncAt >= this.trustMs) return undefined;
+    this.entries.delete(token);
+    this.entries.set(token, e);
+    if (!e.queued && now - e.confirmedAt >= this.renewMs) this.enqueue(token, e);
+    if (!this.syncing && now - this.lastSyncAt >= this.syncMs) deps.waitUntil(this.sync(deps));
+    return e.user;
+  }
+
+  /**
    * A session this isolate just opened (login): known good without a confirming round trip, once
    * the isolate follows the revocation stream (before its first sync it is confirmed like any other).
    */

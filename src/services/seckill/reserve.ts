@@ -71,22 +71,35 @@ const messages = {
   LIMIT_REACHED: "daily purchase limit reached for this shop",
 } as const;
 
-export async function reserve(deps: Deps, input: { voucherId: number; userId: number; ip: string }): Promise<ReserveResult> {
+/**
+ * What this isolate can answer without Redis, synchronously (reserve's first step, and the fast
+ * lane's): a buyer it gave a unit moments ago (a retry after a lost reply) learns their order; a
+ * voucher Redis called sold out within SOLD_OUT_MEMO_MS is sold out. Undefined: ask Redis.
+ */
+export function answerFromMemory(deps: Pick<Deps, "isolate" | "clock">, voucherId: number, userId: number): ReserveResult | undefined {
   const { soldOut, holders } = deps.isolate;
   const now = deps.clock.now();
-  const holderKey = `${input.voucherId}:${input.userId}`;
-  // A buyer this isolate gave a unit moments ago (retry after a lost reply): no Redis call.
+  const holderKey = `${voucherId}:${userId}`;
   const held = holders.get(holderKey);
   if (held !== undefined) {
     if (held.untilMs > now) return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER, orderId: held.orderId };
     holders.delete(holderKey);
   }
-  const remember = (id: string) => holders.set(holderKey, { orderId: id, untilMs: now + holderMemoMs(deps.config) });
-  const memo = soldOut.get(input.voucherId);
+  const memo = soldOut.get(voucherId);
   if (memo !== undefined) {
     if (memo > now) return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
-    soldOut.delete(input.voucherId);
+    soldOut.delete(voucherId);
   }
+  return undefined;
+}
+
+export async function reserve(deps: Deps, input: { voucherId: number; userId: number; ip: string }): Promise<ReserveResult> {
+  const fromMemory = answerFromMemory(deps, input.voucherId, input.userId);
+  if (fromMemory) return fromMemory;
+  const { soldOut, holders } = deps.isolate;
+  const now = deps.clock.now();
+  const holderKey = `${input.voucherId}:${input.userId}`;
+  const remember = (id: string) => holders.set(holderKey, { orderId: id, untilMs: now + holderMemoMs(deps.config) });
   const cfg = await cachesFor(deps).seckill.get(deps, input.voucherId);
   if (!cfg) return { ok: false, reason: "NOT_FOUND", message: messages.NOT_FOUND };
   // Window checks the isolate can answer from the cached config, without Redis.
