@@ -43,6 +43,12 @@ export type ScriptName = keyof typeof luaSources;
 
 export type Scripts = ReturnType<typeof createScripts>;
 
+/**
+ * Script handles per Redis client. Not isolate memory in the sense of deps.isolate (no state a
+ * request could observe: a handle holds its source and SHA-1): they are keyed by the client they
+ * run on because a handle is bound to one client — and a test's fault-injection wrapper around the
+ * client must see the EVALSHA its handles send.
+ */
 const perClient = new WeakMap<Redis, Scripts>();
 
 /** Script handles for a client, built once per client (createScript caches the SHA-1). */
