@@ -158,8 +158,9 @@ function select(all: Scenario[], only: string[] | null): Scenario[] {
   if (unknown.length) throw new UsageError(`--only: unknown scenario or group ${unknown.join(", ")}; try --list`);
   const picked = all.filter((s) => only.includes(s.name) || only.includes(s.group));
   const groups = new Set(picked.map((s) => s.group));
-  // A ratio needs its baseline measured in the same rounds.
-  return all.filter((s) => picked.includes(s) || (s.baseline && groups.has(s.group)));
+  const also = new Set(picked.flatMap((s) => (s.ratioTo ?? []).map((t) => t.scenario)));
+  // A ratio needs its baseline (and any ratioTo scenario) measured in the same rounds.
+  return all.filter((s) => picked.includes(s) || (s.baseline && groups.has(s.group)) || also.has(s.name));
 }
 
 // --------------------------------------------------------------------------------- machine info
@@ -342,7 +343,7 @@ async function main(): Promise<void> {
   progress.stop();
   await cleanup();
 
-  const results = live.map((l) => toResult(l, live.find((b) => b.scenario.group === l.scenario.group && b.scenario.baseline)));
+  const results = live.map((l) => toResult(l, live.find((b) => b.scenario.group === l.scenario.group && b.scenario.baseline), live));
   const info: RunInfo = {
     date,
     command,
@@ -362,19 +363,28 @@ async function main(): Promise<void> {
   if (results.some((r) => r.status === "failed")) process.exitCode = 1;
 }
 
-function toResult(l: Live, base: Live | undefined): ScenarioResult {
+/** Paired ratios: round r of `l` against round r of `base`, adjacent in time; their median. */
+function pairedRatio(l: Live, base: Live | undefined): number {
+  const ratios: number[] = [];
+  for (let r = 0; r < l.rounds.length; r++) {
+    const a = l.rounds[r];
+    const b = base?.rounds[r];
+    if (a && b && b.rps > 0) ratios.push(a.rps / b.rps);
+  }
+  return median(ratios);
+}
+
+function toResult(l: Live, base: Live | undefined, all: readonly Live[]): ScenarioResult {
   const s = l.scenario;
   const ok = l.rounds.filter((m): m is Measurement => m !== null);
   const failed = l.error !== null || ok.length === 0;
   const rpss = ok.map((m) => m.rps);
   const mid = ok[medianIndex(rpss)];
   const med = median(rpss);
-  // Paired ratios: round r of this scenario against round r of the baseline, adjacent in time.
-  const ratios: number[] = [];
-  for (let r = 0; r < l.rounds.length; r++) {
-    const a = l.rounds[r];
-    const b = base?.rounds[r];
-    if (a && b && b.rps > 0) ratios.push(a.rps / b.rps);
+  const extraRatios: Record<string, number> = {};
+  for (const t of s.ratioTo ?? []) {
+    const other = all.find((x) => x.scenario.name === t.scenario && x.scenario.group === s.group);
+    extraRatios[t.column] = other ? pairedRatio(l, other) : Number.NaN;
   }
   return {
     name: s.name,
@@ -390,8 +400,8 @@ function toResult(l: Live, base: Live | undefined): ScenarioResult {
     // Median over rounds on its own: it is steadier than rps, no need to tie it to the median round.
     cpuUsPerOp: median(ok.flatMap((m) => (m.cpuUsPerOp === undefined ? [] : [m.cpuUsPerOp]))),
     errors: ok.reduce((n, m) => n + m.errors, 0),
-    extras: mid?.extras ?? {},
-    ratio: s.baseline ? 1 : median(ratios),
+    extras: { ...(mid?.extras ?? {}), ...extraRatios },
+    ratio: s.baseline ? 1 : pairedRatio(l, base),
     spread: rpss.length > 1 ? (Math.max(...rpss) - Math.min(...rpss)) / med : 0,
   };
 }

@@ -69,6 +69,10 @@ export interface HttpTarget {
    * When given, `method`/`headers`/`body` are ignored: the script owns the request.
    */
   luaScript?: string;
+  /** Arguments for `luaScript` (wrk passes what follows `--` to the script's init(args)). */
+  luaArgs?: string[];
+  /** wrk -c for this target, whatever --connections says (e.g. the seckill crowd of 200). */
+  connections?: number;
   /** Runs before each measured window (not warm-up), e.g. to reset server-side counters. */
   beforeRound?(): Promise<void>;
   /** Runs after each measured window; the numbers become extra table columns. */
@@ -102,6 +106,12 @@ export interface Scenario {
   group: string;
   /** Exactly one scenario per group is the baseline (ratio 1.00). */
   baseline?: boolean;
+  /**
+   * Further same-round ratios, each a table column: the median over rounds of this scenario's rps
+   * ÷ the named scenario's rps in the same round (same group, so measured interleaved), e.g.
+   * `{ scenario: "seckill-hello", column: "÷ hello" }` for a row whose group baseline is something else.
+   */
+  ratioTo?: Array<{ scenario: string; column: string }>;
   /** One line for the report: what is measured. */
   description: string;
   /** Starts what the scenario needs (servers, data) and says how to load it. */

@@ -76,10 +76,11 @@ export function parseWrkOutput(out: string): Measurement {
 export async function runWrk(target: HttpTarget, opts: WrkOptions): Promise<Measurement> {
   assertLoopback(target.url);
   const seconds = Math.max(1, Math.round(opts.durationMs / 1000));
-  const args = [`-t${opts.threads}`, `-c${opts.connections}`, `-d${seconds}s`, "--latency"];
+  const args = [`-t${opts.threads}`, `-c${target.connections ?? opts.connections}`, `-d${seconds}s`, "--latency"];
   const script = requestScript(target, opts.tmpDir);
   if (script) args.push("-s", script);
   args.push(target.url);
+  if (target.luaScript && target.luaArgs?.length) args.push("--", ...target.luaArgs);
   return parseWrkOutput(await execWrk(args, seconds));
 }
 

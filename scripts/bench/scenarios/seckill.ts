@@ -78,11 +78,18 @@ import {
   USERS,
   waitUntil,
   writerRedisCommands,
+  redisDiff,
+  redisSummary,
+  redisTotal,
+  RESERVE,
+  WRITER_KINDS,
+  warmTokensFile,
   type AppServer,
   type PipelineStats,
   type SeckillStack,
 } from "../fixtures/seckill-stack.ts";
 import { uncountedCpu } from "../lib/cpu.ts";
+import { spawnBunServer } from "../lib/proc.ts";
 import { assertLoopback, formatInt, sleep } from "../lib/util.ts";
 import { execWrk, parseWrkOutput } from "../lib/wrk.ts";
 import { defineScenario, type BenchContext, type Extras, type Measurement, type RunOptions, type Scenario } from "../types.ts";
@@ -104,7 +111,7 @@ const SWARM_LUA = join(import.meta.dir, "../wrk/seckill-swarm.lua");
 /** Longest wait for the writer after a window (the runner allows a window + 30 s per round). */
 const DRAIN_TIMEOUT_MS = 25_000;
 /** Each row sells from its own shop: own hash tag, own outbox, so a round only sees its own orders. */
-const SHOPS = { evalsha: 101, b1: 102, b8: 103, burst: 107, lone: 108 } as const;
+const SHOPS = { evalsha: 101, b1: 102, b8: 103, burst: 107, lone: 108, sale: 109, soldOut: 110 } as const;
 /** Fake voucher ids of the baseline (Redis only, never in MySQL; far above auto-increment ids). */
 let baselineVoucher = 900_000_000;
 
@@ -137,7 +144,7 @@ async function stockLeft(stack: SeckillStack, stockKeys: string[]): Promise<numb
 }
 
 /** Polls the stock directly in redis-server every ~2 ms; remembers when it first fell and hit 0. */
-function stockPoller(stack: SeckillStack, stockKeys: string[], initial: number, app: AppServer) {
+function stockPoller(stack: SeckillStack, stockKeys: string[], initial: number, app: AppServer, onSoldOut?: () => void) {
   const t0 = performance.now();
   const state = {
     firstSaleMs: Number.NaN,
@@ -154,6 +161,7 @@ function stockPoller(stack: SeckillStack, stockKeys: string[], initial: number, 
         const t = performance.now() - t0;
         if (left < initial && Number.isNaN(state.firstSaleMs)) state.firstSaleMs = t;
         if (left <= 0) {
+          onSoldOut?.();
           state.soldOutMs = t;
           state.atSoldOut = stack.rest();
           // The writer's commands so far (it may drain during the sale): kept out of the sale's count.
@@ -234,10 +242,10 @@ async function swarmRound(
   ctx: BenchContext,
   stack: SeckillStack,
   app: AppServer,
-  row: { name: string; shopId: number; buckets: number; round: number },
+  row: { name: string; shopId: number; buckets: number; round: number; stock?: number; stopAtSoldOut?: boolean },
   opts: RunOptions,
 ): Promise<Measurement> {
-  const stock = opts.warmup ? WARM_STOCK : STOCK;
+  const stock = row.stock ?? (opts.warmup ? WARM_STOCK : STOCK);
   const cfg = await stack.newVoucher({ shopId: row.shopId, stock, buckets: row.buckets });
   const stockKeys = Array.from({ length: row.buckets }, (_, i) => keys.seckill.stock(row.shopId, cfg.voucherId, i));
   const url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
@@ -253,11 +261,18 @@ async function swarmRound(
   const dl0 = await innodbDeadlocks(stack);
   const rest0 = stack.rest();
   const q0 = stack.qstash();
-  const poller = stockPoller(stack, stockKeys, stock, app);
+  // The on-sale row stops wrk (SIGINT: it reports as usual) the moment the poller sees stock 0.
+  const stopWrk = new AbortController();
+  const poller = stockPoller(stack, stockKeys, stock, app, row.stopAtSoldOut ? () => stopWrk.abort() : undefined);
   let out: string;
   try {
-    out = await execWrk([`-t${ctx.threads}`, `-c${SWARM}`, `-d${seconds}s`, "--latency", "--timeout", "5s", "-s", SWARM_LUA, url, "--", stack.tokensFile], seconds);
+    out = await execWrk(
+      [`-t${ctx.threads}`, `-c${SWARM}`, `-d${seconds}s`, "--latency", "--timeout", "5s", "-s", SWARM_LUA, url, "--", stack.tokensFile],
+      seconds,
+      stopWrk.signal,
+    );
   } finally {
+    stopWrk.abort();
     await poller.stop();
   }
   const rest1 = stack.rest();
@@ -320,7 +335,27 @@ async function swarmRound(
   const unhandled = unhandledErrors(p2);
   const saleMs = saleMsFromIds(swarm.minId, swarm.maxId);
 
+  // Per phase, at the app's own Redis client (servers/app-seckill.ts counts every command it
+  // sends, background upkeep included): the sale = round start → the poller's sold-out snapshot,
+  // plus every writer-side command of the round (the drains of the sale's orders, also those
+  // after the window); sold out = the snapshot → the window's end, writer commands excluded.
+  const atSoldOut = sale.appAtSoldOut;
+  const soldOutRedis = atSoldOut ? redisDiff(atSoldOut.redis, pW.redis) : {};
+  for (const k of WRITER_KINDS) delete soldOutRedis[k];
+  const soldOutCmds = redisTotal(soldOutRedis);
+  const roundCmds = redisTotal(p2.redis);
+  const saleAttempts = atSoldOut ? atSoldOut.served : pW.served;
+  const soldOutAttempts = atSoldOut ? pW.served - atSoldOut.served : 0;
+  // Commands caused by the round but sent after the window: the writer's (and nothing else: no requests then).
+  const saleRedis = redisDiff(soldOutRedis, p2.redis);
+  const saleCmds2 = roundCmds - soldOutCmds;
+  const reserveCalls = saleRedis[RESERVE] ?? 0;
+
   if (!opts.warmup) {
+    ctx.log(
+      `  ${row.name} #${row.round}: app-client Redis, sale phase (${formatInt(saleAttempts)} attempts): ${redisSummary(saleRedis)}; ` +
+        `sold-out phase (${formatInt(soldOutAttempts)} attempts): ${redisSummary(soldOutRedis)}`,
+    );
     const soldOut = Number.isNaN(sale.soldOutMs) ? "not sold out in the window" : `sold out ${sale.soldOutMs.toFixed(0)} ms into the window (poller; first sale at ${sale.firstSaleMs.toFixed(0)} ms)`;
     ctx.log(
       `  ${row.name} #${row.round}: ${formatInt(sold)}/${formatInt(stock)} sold, ${saleMs.toFixed(0)} ms first→last order id, ${soldOut}; ` +
@@ -340,6 +375,11 @@ async function swarmRound(
     "orders/s": perSecond(swarm.successes, saleMs),
     "REST trips/req": swarmTrips / m.requests,
     "Redis cmds/req": swarmCmds / m.requests,
+    "p99÷p50": m.p99Ms / m.p50Ms,
+    "sale: Redis cmds/attempt": saleAttempts > 0 ? saleCmds2 / saleAttempts : Number.NaN,
+    "sale: reserve EVALSHA/attempt": saleAttempts > 0 ? reserveCalls / saleAttempts : Number.NaN,
+    "sale: other cmds/attempt": saleAttempts > 0 ? (saleCmds2 - reserveCalls) / saleAttempts : Number.NaN,
+    ...(soldOutAttempts > 0 ? { "sold out: Redis cmds/attempt": soldOutCmds / soldOutAttempts } : {}),
     "Redis cmds/1k orders": sold > 0 ? (saleCmds / sold) * 1000 : Number.NaN,
     "writer Redis cmds/1k orders": sold > 0 ? (writerCmds / sold) * 1000 : Number.NaN,
     "QStash msgs/1k orders": sold > 0 ? ((published + failed) / sold) * 1000 : Number.NaN,
@@ -641,4 +681,146 @@ const lone = defineScenario({
   },
 });
 
-export default [evalsha, endpointScenario(1), endpointScenario(8), burst, lone];
+// ------------------------------------------------------------------------------------ phases
+
+/**
+ * seckill-sale: the on-sale phase alone. A fresh voucher of SALE_STOCK (= USERS) units per round,
+ * so every attempt of the window is a first-time buyer with stock left (the swarm's tokens round
+ * robin from the start of the list); wrk is stopped the moment the stock is gone, should it be
+ * gone before the window ends, so only the few requests in flight then see SOLD_OUT.
+ */
+const SALE_STOCK = USERS;
+
+const sale = defineScenario({
+  name: "seckill-sale",
+  group: GROUP,
+  description:
+    `the on-sale phase alone: POST /api/voucher-order/seckill/{id} on the app (own bun process), ${SWARM} wrk connections, ${USERS.toLocaleString("en-US")} buyers' sessions round robin ` +
+    `(more than SESSION_CACHE_MAX 10,000: sessions are verified by signature and confirmed in batches), a fresh voucher of ${SALE_STOCK.toLocaleString("en-US")} units per round ` +
+    "so every attempt is a first-time buyer with stock left, wrk stopped at the sell-out; the writer drains concurrently and MySQL is checked after each round. " +
+    "\"sale: Redis cmds/attempt\" = every command the app's own Redis client sent for the round (session sync, UV, cache metrics, id lease, order index, " +
+    "the reservations, and the writer's claims/acks until QStash is quiet) ÷ attempts the app served; \"reserve EVALSHA/attempt\" = the response path's reserve-stock.lua, \"other\" the rest",
+  async setup(ctx) {
+    const stack = await seckillStack(ctx);
+    const app = await startAppServer(stack);
+    try {
+      await smokeTest(stack, app, SHOPS.sale, 1);
+    } catch (e) {
+      await app.stop();
+      throw e;
+    }
+    let round = 0;
+    return {
+      kind: "run",
+      run: (opts) =>
+        swarmRound(ctx, stack, app, { name: "seckill-sale", shopId: SHOPS.sale, buckets: 1, round: opts.warmup ? 0 : ++round, stock: SALE_STOCK, stopAtSoldOut: true }, opts),
+      teardown: app.stop,
+    };
+  },
+});
+
+/** Warm sessions of the sold-out and hello rows (within SESSION_CACHE_MAX). */
+const WARM_TOKENS = 2_000;
+const TOKENS_LUA = join(import.meta.dir, "../wrk/rotate-tokens.lua");
+
+/** One wrk window of SWARM connections with rotate-tokens.lua (POST, WARM_TOKENS sessions). */
+async function tokensWindow(ctx: BenchContext, url: string, tokensFile: string, durationMs: number): Promise<Measurement> {
+  assertLoopback(url);
+  const seconds = Math.max(1, Math.round(durationMs / 1000));
+  const out = await execWrk([`-t${ctx.threads}`, `-c${SWARM}`, `-d${seconds}s`, "--latency", "--timeout", "5s", "-s", TOKENS_LUA, url, "--", tokensFile, "POST"], seconds);
+  return parseWrkOutput(out);
+}
+
+const soldOut = defineScenario({
+  name: "seckill-sold-out",
+  group: GROUP,
+  ratioTo: [{ scenario: "seckill-hello", column: "÷ hello" }],
+  description:
+    `the sold-out phase alone: POST /api/voucher-order/seckill/{id} on the app (own bun process), ${SWARM} wrk connections, ${WARM_TOKENS.toLocaleString("en-US")} warm sessions round robin ` +
+    "(wrk/rotate-tokens.lua), a voucher sold out before the first window (its one unit bought in setup); every answer is SOLD_OUT from the isolate's sold-out memo " +
+    "(one EVALSHA per SOLD_OUT_MEMO_MS). \"sold out: Redis cmds/attempt\" = every command the app's Redis client sent in the window (memo refresh, session sync, UV, metrics) ÷ attempts served; " +
+    "\"÷ hello\" = rps ÷ seckill-hello's in the same round",
+  async setup(ctx) {
+    const stack = await seckillStack(ctx);
+    const app = await startAppServer(stack);
+    let url: string;
+    let voucherId: number;
+    let tokensFile: string;
+    try {
+      tokensFile = await warmTokensFile(stack, WARM_TOKENS);
+      const cfg = await stack.newVoucher({ shopId: SHOPS.soldOut, stock: 1, buckets: 1 });
+      voucherId = cfg.voucherId;
+      url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
+      // The one unit goes to a buyer outside the warm set; then a warm buyer must see SOLD_OUT.
+      const all = (await Bun.file(stack.tokensFile).text()).split("\n").filter(Boolean);
+      const bodies: string[] = [];
+      for (const token of [all[all.length - 1]!, all[0]!]) {
+        const res = await fetch(url, { method: "POST", headers: { authorization: token }, signal: AbortSignal.timeout(5000) });
+        bodies.push(`${res.status} ${await res.text()}`);
+      }
+      if (!bodies[0]!.startsWith('200 {"success":true') || !bodies[1]!.startsWith("200 ") || !bodies[1]!.includes('"SOLD_OUT"')) {
+        throw new Error(`seckill-sold-out setup: expected a success then SOLD_OUT, got\n${bodies.join("\n")}`);
+      }
+      await waitUntil(() => "the sold-out voucher's one order in MySQL", async () => (await stack.mysqlCounts(voucherId).then((c) => c.orders)) === 1, 10_000, 50);
+      await qstashQuiet(stack, app, 15_000);
+    } catch (e) {
+      await app.stop();
+      throw e;
+    }
+    const buyersKey = keys.seckill.buyers(SHOPS.soldOut, voucherId);
+    let round = 0;
+    return {
+      kind: "run",
+      async run(opts) {
+        const p0 = await app.ask<PipelineStats>({ type: "pipeline-stats", reset: true });
+        const m = await tokensWindow(ctx, url, tokensFile, opts.durationMs);
+        const p1 = await app.ask<PipelineStats>({ type: "pipeline-stats" });
+        const buyers = Number(await stack.raw.send("SCARD", [buyersKey]));
+        if (buyers !== 1) throw new Error(`seckill-sold-out: ${buyers} buyers of a voucher that had 1 unit`);
+        const cmds = redisTotal(p1.redis);
+        const unhandled = unhandledErrors(p1);
+        void p0;
+        if (!opts.warmup) {
+          ctx.log(
+            `  seckill-sold-out #${++round}: ${formatInt(p1.served)} attempts served (wrk ${formatInt(m.requests)}), app-client Redis ${formatInt(cmds)} cmds: ${redisSummary(p1.redis)}; ` +
+              `unhandled errors ${unhandled}`,
+          );
+        }
+        return {
+          ...m,
+          errors: m.errors + unhandled,
+          extras: {
+            "p99÷p50": m.p99Ms / m.p50Ms,
+            "sold out: Redis cmds/attempt": p1.served > 0 ? cmds / p1.served : Number.NaN,
+            "unhandled errors": unhandled,
+          },
+        };
+      },
+      teardown: app.stop,
+    };
+  },
+});
+
+const hello = defineScenario({
+  name: "seckill-hello",
+  group: GROUP,
+  description:
+    `POST / on a Hono hello-world (servers/hono-hello.ts, own bun process), ${SWARM} wrk connections, the same wrk script and tokens as seckill-sold-out: ` +
+    "the denominator of its \"÷ hello\" column (its own ratio is against the raw EVALSHA, not meaningful)",
+  async setup(ctx) {
+    const stack = await seckillStack(ctx);
+    const tokensFile = await warmTokensFile(stack, WARM_TOKENS);
+    const server = await spawnBunServer({ script: join(import.meta.dir, "../servers/hono-hello.ts"), env: { HELLO_METHODS: "GET,POST" } });
+    try {
+      const res = await fetch(`${server.url}/`, { method: "POST", signal: AbortSignal.timeout(5000) });
+      const text = await res.text();
+      if (res.status !== 200 || text !== "Hello, World!") throw new Error(`hono-hello answered POST / with ${res.status} ${text.slice(0, 200)}`);
+    } catch (e) {
+      await server.stop();
+      throw e;
+    }
+    return { kind: "run", run: (opts) => tokensWindow(ctx, `${server.url}/`, tokensFile, opts.durationMs), teardown: server.stop };
+  },
+});
+
+export default [evalsha, endpointScenario(1), endpointScenario(8), burst, lone, sale, soldOut, hello];

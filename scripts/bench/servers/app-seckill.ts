@@ -19,6 +19,9 @@
  *     EVALSHA, sessions and the order index do not match;
  *   - its logger (deps.log) writes nothing but counts warn/error lines by message, so a round
  *     can check that "unhandled error" never happened;
+ *   - it counts every Redis command the app's client sends, by command and (for EVALSHA) by
+ *     script, background work included, and the requests it serves other than QStash deliveries
+ *     ("served"): the "Redis cmds/attempt" columns of the seckill and session rows;
  *   - deps.orderGroups.stats and .lockConflicts (the pipeline's own counters) are read over IPC.
  *
  * The same process also hosts the two in-process baselines, so that their client runs in a
@@ -131,6 +134,25 @@ function ioKind(url: string, body: string | undefined): string {
   }
   return "other";
 }
+/**
+ * Every Redis command the app's client sends, by kind: the command name, and for EVALSHA the
+ * script (`evalsha reserveStock`, `evalsha sessionSync`, …; EVAL fallbacks as `eval`). Counted
+ * from the @upstash/redis request bodies (a JSON array per command; /pipeline and /multi-exec
+ * send an array of them): in JSON text an unescaped `["` opens an array whose first element is a
+ * string — a command — since a quote inside a string argument is always escaped. This is the
+ * app's own client, so background work (session sync, UV and cache-metric flushes, the id lease,
+ * the order-index flush, the writer) is included.
+ */
+const SCRIPT_BY_SHA = new Map(Object.entries(luaSources).map(([name, src]) => [sha1(src), name]));
+const COMMAND = /\["([A-Za-z]+)"(?:,"([0-9a-f]{40})")?/g;
+let redisCmds = new Map<string, number>();
+function countRedisCommands(body: string): void {
+  for (const m of body.matchAll(COMMAND)) {
+    const name = m[1]!.toLowerCase();
+    const kind = name === "evalsha" ? `evalsha ${SCRIPT_BY_SHA.get(m[2] ?? "") ?? "?"}` : name;
+    redisCmds.set(kind, (redisCmds.get(kind) ?? 0) + 1);
+  }
+}
 const realFetch = globalThis.fetch;
 const countingFetch = ((input: RequestInfo | URL, init?: RequestInit) => {
   const body = init?.body;
@@ -144,6 +166,7 @@ const countingFetch = ((input: RequestInfo | URL, init?: RequestInit) => {
     io.set(kind, e);
   };
   if (typeof body === "string" && url.startsWith(restUrl)) {
+    countRedisCommands(body);
     for (const [k, s] of Object.entries(WRITER_SCRIPTS)) {
       const a = occurrences(body, s.sha);
       const b = body.includes(s.src) ? occurrences(body, s.src) : 0;
@@ -173,13 +196,18 @@ let drainHist = new LatencyHistogram();
 /** Epoch ms: arrival of the first drain delivery, end of the last one, since the last reset. */
 let firstDrainAt = Number.NaN;
 let lastDrainEndAt = Number.NaN;
+/** Requests served other than QStash deliveries (the swarm's attempts), since the last reset. */
+let served = 0;
 
 const server = Bun.serve({
   port,
   hostname: "127.0.0.1",
   fetch: async (req, srv) => {
     const env = { clientIp: srv.requestIP(req)?.address };
-    if (!DRAIN_PATHS.some((p) => req.url.endsWith(p))) return app.fetch(req, env, ctx);
+    if (!DRAIN_PATHS.some((p) => req.url.endsWith(p))) {
+      served++;
+      return app.fetch(req, env, ctx);
+    }
     if (Number.isNaN(firstDrainAt)) firstDrainAt = Date.now();
     const t0 = performance.now();
     const res = await app.fetch(req, env, ctx);
@@ -288,6 +316,8 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
         log: Object.fromEntries(logLines),
         lastErrors: [...lastErrors],
         io: Object.fromEntries([...io].map(([k, v]) => [k, { n: v.n, ms: Math.round(v.ms) }])),
+        served,
+        redis: Object.fromEntries(redisCmds),
       };
       if (m.reset) {
         drains = 0;
@@ -299,6 +329,8 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
         logLines = new Map();
         lastErrors = [];
         io = new Map();
+        served = 0;
+        redisCmds = new Map();
       }
       return out;
     }

@@ -1,11 +1,13 @@
 /**
  * Bench server: Hono hello-world on Bun.serve — what the framework costs over bare Bun.serve.
  * Same body and content type as bun-hello.ts so only the routing/context layer differs.
+ * Env HELLO_METHODS (default GET): the methods GET / … answers, comma-separated.
  */
 import { Hono } from "hono";
 
 const app = new Hono();
-app.get("/", (c) => c.text("Hello, World!"));
+// HELLO_METHODS=GET,POST also answers POST / (the baseline of the seckill sold-out row, which POSTs).
+for (const method of (process.env.HELLO_METHODS ?? "GET").split(",")) app.on(method.trim().toUpperCase(), "/", (c) => c.text("Hello, World!"));
 
 const server = Bun.serve({
   port: Number(process.env.PORT ?? 0),
