@@ -17,6 +17,7 @@
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os";
 import { join, relative, resolve } from "node:path";
+import { figuresMarkdown, issueFigures } from "./figures.ts";
 import { cpuMsSince, cpuSnapshot } from "./lib/cpu.ts";
 import { Progress } from "./lib/progress.ts";
 import { chartSvg, jsonReport, markdownReport, markdownTable, renderPng, type RunInfo, type ScenarioResult } from "./lib/report.ts";
@@ -142,6 +143,11 @@ async function discover(): Promise<Scenario[]> {
   for (const s of all) {
     if (names.has(s.name)) throw new Error(`duplicate scenario name "${s.name}"`);
     names.add(s.name);
+  }
+  for (const s of all) {
+    for (const t of s.ratioTo ?? []) {
+      if (!all.some((x) => x.name === t.scenario && x.group === s.group)) throw new Error(`${s.name}: ratioTo names "${t.scenario}", not a scenario of group "${s.group}"`);
+    }
   }
   for (const g of new Set(all.map((s) => s.group))) {
     const bases = all.filter((s) => s.group === g && s.baseline);
@@ -352,13 +358,15 @@ async function main(): Promise<void> {
     elapsedS: (performance.now() - t0) / 1000,
   };
 
+  const figures = issueFigures(results);
   console.log(markdownTable(results));
+  if (figures.length) console.log(`\n${figuresMarkdown(figures)}`);
   for (const r of results) if (r.status === "failed") console.log(`\n${r.name} failed: ${r.error ?? ""}`);
   const out = resolve(opts.out);
   mkdirSync(out, { recursive: true });
-  writeFileSync(join(out, "latest.md"), markdownReport(results, info));
-  writeFileSync(join(out, "latest.json"), jsonReport(results, info));
-  writeFileSync(join(out, "latest.png"), renderPng(chartSvg(results, info)));
+  writeFileSync(join(out, "latest.md"), markdownReport(results, info, figures));
+  writeFileSync(join(out, "latest.json"), jsonReport(results, info, figures));
+  writeFileSync(join(out, "latest.png"), renderPng(chartSvg(results, info, figures)));
   process.stderr.write(`bench: wrote ${relative(process.cwd(), out) || "."}/latest.{md,json,png} in ${info.elapsedS.toFixed(0)} s\n`);
   if (results.some((r) => r.status === "failed")) process.exitCode = 1;
 }

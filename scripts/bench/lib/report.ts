@@ -5,6 +5,7 @@
  */
 import { Resvg } from "@resvg/resvg-js";
 import { existsSync } from "node:fs";
+import { figureLines, figuresMarkdown, type Figure } from "../figures.ts";
 import type { Extras, Measurement } from "../types.ts";
 import { formatInt, formatNum } from "./util.ts";
 
@@ -70,7 +71,7 @@ export function markdownTable(results: readonly ScenarioResult[]): string {
   return [head, align, ...rows].map((cells) => `| ${cells.join(" | ")} |`).join("\n");
 }
 
-export function markdownReport(results: readonly ScenarioResult[], info: RunInfo): string {
+export function markdownReport(results: readonly ScenarioResult[], info: RunInfo, figures: readonly Figure[] = []): string {
   const o = info.options;
   const lines = [
     "# CityHub Edge — bench results",
@@ -79,6 +80,9 @@ export function markdownReport(results: readonly ScenarioResult[], info: RunInfo
     `Command: \`${info.command}\`  `,
     `Run time: ${info.elapsedS.toFixed(0)} s`,
     "",
+    ...(figures.length
+      ? ["## Issue 9 figures", "", "Read from the rows below (scripts/bench/figures.ts); every ratio is against a row measured in the same rounds.", "", figuresMarkdown(figures), "", "## All rows", ""]
+      : []),
     markdownTable(results),
     "",
     ...results
@@ -110,8 +114,8 @@ export function markdownReport(results: readonly ScenarioResult[], info: RunInfo
   return lines.join("\n");
 }
 
-export function jsonReport(results: readonly ScenarioResult[], info: RunInfo): string {
-  return JSON.stringify({ ...info, results }, null, 2) + "\n";
+export function jsonReport(results: readonly ScenarioResult[], info: RunInfo, figures: readonly Figure[] = []): string {
+  return JSON.stringify({ ...info, figures, results }, null, 2) + "\n";
 }
 
 // ------------------------------------------------------------------------------------------ chart
@@ -149,7 +153,7 @@ function barColour(r: ScenarioResult): string {
   return "#5b7bd5";
 }
 
-export function chartSvg(results: readonly ScenarioResult[], info: RunInfo): string {
+export function chartSvg(results: readonly ScenarioResult[], info: RunInfo, figures: readonly Figure[] = []): string {
   const groups = [...new Set(results.map((r) => r.group))];
   const o = info.options;
   const parts: string[] = [];
@@ -166,6 +170,16 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo): str
     `<text x="${W / 2}" y="${y}" text-anchor="middle" class="sub">bars: median rps, scaled per group · ratio: median over rounds of rps ÷ the group baseline's rps in the same round</text>`,
   );
   y += 24;
+  if (figures.length) {
+    y += 12;
+    parts.push(`<text x="20" y="${y}" class="group">issue 9 figures (green: target met, red: not met)</text>`);
+    y += 8;
+    for (const f of figureLines(figures)) {
+      y += 19;
+      parts.push(`<text x="40" y="${y}" class="figure" fill="${f.met ? "#2b8a3e" : "#c92a2a"}">${esc(`${f.met ? "✓" : "✗"} ${f.text}`)}</text>`);
+    }
+    y += 10;
+  }
 
   for (const g of groups) {
     const rows = results.filter((r) => r.group === g);
@@ -222,6 +236,7 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo): str
   .value { font-size: 14px; font-weight: bold; }
   .ratio { font-size: 17px; font-weight: bold; }
   .detail { font-size: 12px; fill: #495057; }
+  .figure { font-size: 14px; }
   .fail { font-size: 14px; fill: #c92a2a; }
   .warn { fill: #c92a2a; }
   .foot { font-size: 12px; fill: #868e96; font-family: 'DejaVu Sans Mono', monospace; }

@@ -194,6 +194,8 @@ const hello = defineScenario({
 /** Hostile connections beside the L1 read load (wrk/hostile-bodies.lua). */
 const HOSTILE_CONNECTIONS = 50;
 const HOSTILE_LUA = join(import.meta.dir, "../wrk/hostile-bodies.lua");
+/** Which hostile bodies (wrk/hostile-bodies.lua KINDS): all by default; BENCH_HOSTILE_KINDS=cl|chunked|small to isolate one. */
+const HOSTILE_KINDS = process.env.BENCH_HOSTILE_KINDS ?? "all";
 
 /**
  * shop-l1-hostile: per round, the L1 read alone (quiet, --connections wrk connections), then the
@@ -236,7 +238,7 @@ const hostile = defineScenario({
         const seconds = Math.max(1, Math.round(opts.durationMs / 1000));
         assertLoopback(login);
         // The hostile side starts first and runs one second longer, so the whole read window is under attack.
-        const attack = execWrk([`-t${ctx.threads}`, `-c${HOSTILE_CONNECTIONS}`, `-d${seconds + 1}s`, "--latency", "--timeout", "5s", "-s", HOSTILE_LUA, login], seconds + 1);
+        const attack = execWrk([`-t${ctx.threads}`, `-c${HOSTILE_CONNECTIONS}`, `-d${seconds + 1}s`, "--latency", "--timeout", "5s", "-s", HOSTILE_LUA, login, "--", HOSTILE_KINDS], seconds + 1);
         await sleep(300);
         const loaded = await runWrk(read, wrkOpts(opts.durationMs));
         const h = parseWrkOutput(await attack);

@@ -1,0 +1,96 @@
+/**
+ * The headline figures of issue 9 ("one Redis command per flash-sale request"), read from a run's
+ * results: each is one row's ratio or extra column, against the issue's target. run.ts prints
+ * them after the table and puts them at the top of latest.md, latest.json and the chart. A figure
+ * whose row was not run (--only) is left out.
+ */
+import type { ScenarioResult } from "./lib/report.ts";
+
+export interface Figure {
+  figure: string;
+  value: number;
+  /** The issue's target: value op bound. */
+  op: "≥" | "≤" | "=";
+  bound: number;
+  met: boolean;
+  /** Where the number comes from: row and column. */
+  source: string;
+  detail?: string;
+}
+
+interface Spec {
+  figure: string;
+  row: string;
+  /** "ratio" or an extras column. */
+  column: string;
+  op: Figure["op"];
+  bound: number;
+  detail?: (r: ScenarioResult) => string;
+}
+
+const f2 = (n: number | undefined): string => (n === undefined || !Number.isFinite(n) ? "—" : n < 10 ? n.toFixed(2) : n.toFixed(0));
+
+const SPECS: Spec[] = [
+  { figure: "seckill rps ÷ raw EVALSHA, on sale", row: "seckill-sale", column: "ratio", op: "≥", bound: 0.6 },
+  { figure: "seckill rps ÷ raw EVALSHA, sold out", row: "seckill-sold-out", column: "ratio", op: "≥", bound: 0.6 },
+  { figure: "seckill rps ÷ raw EVALSHA, whole window (500 units, then sold out)", row: "seckill-endpoint", column: "ratio", op: "≥", bound: 0.6 },
+  {
+    figure: "Redis cmds per attempt while stock lasts (app client, background + writer incl.)",
+    row: "seckill-sale",
+    column: "sale: Redis cmds/attempt",
+    op: "≤",
+    bound: 1.2,
+    detail: (r) => `reserve EVALSHA ${f2(r.extras["sale: reserve EVALSHA/attempt"])} + other ${r.extras["sale: other cmds/attempt"]?.toFixed(3) ?? "—"} per attempt`,
+  },
+  { figure: "… of which on the response path (reserve-stock EVALSHA)", row: "seckill-sale", column: "sale: reserve EVALSHA/attempt", op: "=", bound: 1 },
+  { figure: "Redis cmds per attempt after sell-out", row: "seckill-sold-out", column: "sold out: Redis cmds/attempt", op: "≤", bound: 0.05 },
+  { figure: "… sold-out phase of seckill-endpoint", row: "seckill-endpoint", column: "sold out: Redis cmds/attempt", op: "≤", bound: 0.05 },
+  { figure: "Redis cmds per warm GET /api/user/me", row: "user-me", column: "Redis cmds/req", op: "≤", bound: 0.05 },
+  { figure: "sold-out phase rps ÷ Hono hello-world (200 connections)", row: "seckill-sold-out", column: "÷ hello", op: "≥", bound: 0.7 },
+  {
+    figure: "L1-hit GET /api/shop/{id} rps ÷ Hono hello-world",
+    row: "shop-l1",
+    column: "ratio",
+    op: "≥",
+    bound: 0.8,
+    detail: (r) => `CPU ${f2(r.cpuUsPerOp)} µs/op`,
+  },
+  { figure: "warm GET /api/user/me rps ÷ Hono hello-world", row: "user-me", column: "ratio", op: "≥", bound: 0.7, detail: (r) => `CPU ${f2(r.cpuUsPerOp)} µs/op` },
+  { figure: "seckill p99 ÷ p50 at 200 connections, on sale", row: "seckill-sale", column: "p99÷p50", op: "≤", bound: 3, detail: (r) => `p50 ${f2(r.p50Ms)} ms, p99 ${f2(r.p99Ms)} ms` },
+  { figure: "seckill p99 ÷ p50 at 200 connections, sold out", row: "seckill-sold-out", column: "p99÷p50", op: "≤", bound: 3, detail: (r) => `p50 ${f2(r.p50Ms)} ms, p99 ${f2(r.p99Ms)} ms` },
+  { figure: "seckill p99 ÷ p50 at 200 connections, whole window", row: "seckill-endpoint", column: "p99÷p50", op: "≤", bound: 3, detail: (r) => `p50 ${f2(r.p50Ms)} ms, p99 ${f2(r.p99Ms)} ms` },
+  {
+    figure: "L1 read p50 beside hostile bodies ÷ its quiet p50 (same round)",
+    row: "shop-l1-hostile",
+    column: "p50 ÷ quiet",
+    op: "≤",
+    bound: 2,
+    detail: (r) => `quiet ${f2(r.extras["quiet p50 ms"])} ms, beside hostile bodies ${f2(r.p50Ms)} ms`,
+  },
+];
+
+export function issueFigures(results: readonly ScenarioResult[]): Figure[] {
+  const out: Figure[] = [];
+  for (const s of SPECS) {
+    const r = results.find((x) => x.name === s.row && x.status === "ok");
+    if (!r) continue;
+    const value = s.column === "ratio" ? r.ratio : r.extras[s.column];
+    if (value === undefined || !Number.isFinite(value)) continue;
+    const met = s.op === "≥" ? value >= s.bound : s.op === "≤" ? value <= s.bound : Math.abs(value - s.bound) < 0.005;
+    out.push({ figure: s.figure, value, op: s.op, bound: s.bound, met, source: `${s.row} · ${s.column}`, ...(s.detail ? { detail: s.detail(r) } : {}) });
+  }
+  return out;
+}
+
+const fmt = (n: number): string => (n !== 0 && Math.abs(n) < 0.001 ? n.toPrecision(2) : Math.abs(n) < 0.1 && n !== 0 ? n.toFixed(3) : n.toFixed(2));
+
+export function figuresMarkdown(figs: readonly Figure[]): string {
+  if (figs.length === 0) return "";
+  const rows = figs.map((f) => `| ${f.figure} | **${fmt(f.value)}** | ${f.op} ${f.bound} | ${f.met ? "yes" : "**no**"} | ${f.source}${f.detail ? ` (${f.detail})` : ""} |`);
+  return ["| issue 9 figure | this run | target | met | row · column |", "|---|--:|---|---|---|", ...rows].join("\n");
+}
+
+/** One line per figure for the chart. */
+export function figureLines(figs: readonly Figure[]): Array<{ text: string; met: boolean }> {
+  return figs.map((f) => ({ text: `${f.figure}: ${fmt(f.value)} (target ${f.op} ${f.bound})`, met: f.met }));
+}
