@@ -9,7 +9,7 @@ import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { runMigrations } from "./migrate.ts";
-import { seed } from "./seed.ts";
+import { seed, seedBlobStore } from "./seed.ts";
 import { printStack, startDevStack, untilSignal } from "./stack/cli.ts";
 import { ROOT } from "./stack/env-file.ts";
 
@@ -58,6 +58,8 @@ try {
       sessionSecret: stack.env.SESSION_SECRET,
       randomSeed: 42,
       tokensFile: join(ROOT, ".local", "tokens.txt"),
+      // Where the app (spawned below with this env, in ROOT) reads uploads: /imgs serves the demo pictures.
+      blobs: seedBlobStore({ ...process.env, ...stack.env }),
     });
     say(`seeded ${JSON.stringify(res)} (session tokens of the demo users: .local/tokens.txt)`);
   } else {

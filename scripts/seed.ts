@@ -3,23 +3,33 @@
  *
  * Demo data against the running stack (settings from .local/stack.env, or the environment), written
  * through the production clients: shop types, shops scattered around the classic front-end's fixed
- * point in Hangzhou (120.149993, 30.334229) so "nearby" has results for every type, vouchers (one
- * seckill per type), demo users with profiles, a few notes, and the GEO index. With --tokens, opens
- * a session per seeded user and writes the tokens one per line (the file JMeter plans read).
+ * point in Hangzhou (120.149993, 30.334229) so "nearby" has results for every type, with names,
+ * prices and opening hours that fit their type, vouchers (a normal one and a seckill on sale on the
+ * first shop of each type), demo users with profiles, a few notes, and the GEO index. Pictures of
+ * shops, avatars and notes are placeholders rendered into the app's blob store
+ * (scripts/demo/images.ts), so every image URL written here is served by the app at /imgs. With
+ * --tokens, opens a session per seeded user and writes the tokens one per line (the file JMeter
+ * plans read).
  */
 import { Client } from "@planetscale/database";
 import { Redis } from "@upstash/redis";
 import { SingleBar, Presets } from "cli-progress";
 import { writeFileSync } from "node:fs";
+import { resolve } from "node:path";
 import { parseArgs } from "node:util";
+import { type BlobStore, createBlobStore } from "../src/blob/index.ts";
+import { LocalFolderBlobStore } from "../src/blob/local.ts";
+import { EnvSchema, parseEnv } from "../src/env.ts";
 import { createSession, SessionKeys } from "../src/services/session.ts";
 import { rebuildShopGeo } from "../src/services/shop-geo.ts";
 import { keys } from "../src/redis/keys.ts";
 import { createSeckillVoucher } from "../src/services/seckill/config.ts";
-import { loadStackEnv } from "./stack/env-file.ts";
+import { demoImages, storeDemoImages } from "./demo/images.ts";
+import { loadStackEnv, ROOT } from "./stack/env-file.ts";
 
 export const CITY_CENTRE = { x: 120.149993, y: 30.334229 } as const;
 
+/** Shop types (ids 1..10, in this order). Icons are the classic front-end's own assets (`/imgs/types/…` there), kept as it expects them. */
 export const SHOP_TYPES = [
   ["美食", "/types/ms.png"],
   ["KTV", "/types/KTV.png"],
@@ -34,7 +44,25 @@ export const SHOP_TYPES = [
 ] as const;
 
 const AREAS = ["大关", "拱宸桥", "北部新城", "运河上街", "远洋乐堤港", "武林广场", "湖滨", "西溪", "文二路", "小河直街"];
-const WORDS = ["老街", "小馆", "茶餐厅", "烤肉", "火锅", "面馆", "咖啡", "花园", "工坊", "会所", "小厨", "酒家"];
+const BRANDS = ["老街", "半山", "拾味", "青柠", "花间", "禾木", "森屿", "一品", "星光", "南北", "小城", "悦享", "知味", "运河", "橙子", "白塔"];
+
+/**
+ * What a shop of each type (index = type id − 1) is called, costs per person (yuan, [min, max)),
+ * when it is open, and the face value of its vouchers (yuan): names read like a listing
+ * ("半山火锅(大关店)"), not "shop 17".
+ */
+const TYPE_PROFILES: readonly { words: readonly string[]; price: readonly [number, number]; hours: string; voucher: number }[] = [
+  { words: ["火锅", "面馆", "茶餐厅", "烤肉", "小馆", "酒家", "私房菜", "小厨"], price: [40, 160], hours: "10:00-22:00", voucher: 100 },
+  { words: ["量贩KTV", "音乐会所", "欢唱KTV", "声宴KTV"], price: [80, 200], hours: "12:00-02:00", voucher: 200 },
+  { words: ["造型", "美发沙龙", "发艺", "形象设计"], price: [60, 300], hours: "10:00-21:30", voucher: 100 },
+  { words: ["健身", "瑜伽馆", "搏击馆", "游泳健身", "攀岩馆"], price: [50, 150], hours: "06:30-22:30", voucher: 100 },
+  { words: ["足道", "推拿馆", "养生馆", "足浴"], price: [100, 260], hours: "11:00-01:00", voucher: 150 },
+  { words: ["美容SPA", "皮肤管理", "SPA会所"], price: [200, 600], hours: "10:00-22:00", voucher: 300 },
+  { words: ["亲子乐园", "儿童乐园", "萌宠乐园", "亲子手工坊"], price: [60, 180], hours: "09:30-20:30", voucher: 100 },
+  { words: ["精酿酒吧", "清吧", "威士忌吧", "LiveHouse"], price: [80, 220], hours: "19:00-02:00", voucher: 150 },
+  { words: ["轰趴馆", "桌游轰趴", "别墅轰趴"], price: [100, 300], hours: "全天", voucher: 300 },
+  { words: ["美甲", "美睫工作室", "美甲美睫"], price: [80, 260], hours: "10:00-21:00", voucher: 100 },
+];
 
 export interface SeedOptions {
   shops: number;
@@ -47,6 +75,11 @@ export interface SeedOptions {
   /** Deterministic data for a given seed value. */
   randomSeed: number;
   quiet?: boolean;
+  /**
+   * The app's blob store (what /imgs serves): the demo pictures are rendered into it. Without it
+   * the rows still name the pictures but nothing is stored (benchmarks, which never fetch them).
+   */
+  blobs?: BlobStore;
 }
 
 export interface SeedResult {
@@ -57,6 +90,18 @@ export interface SeedResult {
   notes: number;
   geoIndexed: number;
   tokens: number;
+  /** Demo pictures written to the blob store (0 without `blobs`). */
+  images: number;
+}
+
+/**
+ * The blob store the app reads under `env`, for the seed to write to: the configured S3 store with
+ * BLOB_STORE=s3 (then the whole app env must parse), else the local folder UPLOAD_DIR resolved
+ * against `cwd` — the app's working directory (`npm run dev` runs it in the repository root).
+ */
+export function seedBlobStore(env: Record<string, string | undefined>, cwd = ROOT): BlobStore {
+  if (env.BLOB_STORE === "s3") return createBlobStore(parseEnv(env));
+  return new LocalFolderBlobStore(resolve(cwd, env.UPLOAD_DIR || EnvSchema.shape.UPLOAD_DIR.parse(undefined)));
 }
 
 /** mulberry32: small, fast, seedable PRNG (Math.random cannot be seeded). */
@@ -90,6 +135,8 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
   const rand = prng(opts.randomSeed);
   const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)] as T;
   const batchSize = 1000;
+  const images = demoImages(SHOP_TYPES.length);
+  const stored = opts.blobs ? await storeDemoImages(opts.blobs, images) : 0;
 
   // Shop types: fixed ids 1..10 so the classic front-end's type links work; re-runs are no-ops.
   await db.execute(
@@ -109,19 +156,25 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
       const far = rand() < 0.2;
       const p = offset(far ? 5000 + rand() * 10_000 : Math.sqrt(rand()) * 4900, rand() * 2 * Math.PI);
       const area = pick(AREAS);
+      const profile = TYPE_PROFILES[typeId - 1] ?? TYPE_PROFILES[0];
+      if (!profile) throw new Error("seed: no shop type profiles");
+      // All pictures of the type, starting at a different one per shop (the list shows the first).
+      const pictures = images.shops[typeId - 1] ?? [];
+      const shopImages = pictures.map((_, j) => pictures[(k + j) % pictures.length]?.url).join(",");
+      const [lo, hi] = profile.price;
       values.push(
-        `${area}${pick(WORDS)}${k + 1}号店`,
+        `${pick(BRANDS)}${pick(profile.words)}(${area}店)`,
         typeId,
-        `/imgs/shops/${(k % 20) + 1}.jpg`,
+        shopImages,
         area,
         `${area}路${1 + Math.floor(rand() * 999)}号`,
         p.x,
         p.y,
-        20 + Math.floor(rand() * 180),
+        lo + Math.floor(rand() * (hi - lo)),
         Math.floor(rand() * 5000),
         Math.floor(rand() * 3000),
-        30 + Math.floor(rand() * 21),
-        "10:00-22:00",
+        35 + Math.floor(rand() * 16),
+        profile.hours,
       );
     }
     await db.execute(
@@ -132,7 +185,9 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
   }
   shopsBar.stop();
 
-  // Vouchers for the first shop of each type: a normal one, and a seckill one on sale now for 7 days.
+  // Vouchers for the first shop of each type: a normal one at 5 % off, and a seckill one at about
+  // 40 % of its value, on sale from an hour ago for 30 days (dev data persists across runs; a
+  // week-long sale left a week-old checkout with nothing to buy). Amounts are in cents.
   const firstShops = (await db.execute(
     "SELECT MIN(id) AS id, type_id FROM tb_shop GROUP BY type_id ORDER BY type_id",
   )).rows as { id: string | number; type_id: number }[];
@@ -140,23 +195,24 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
   const now = Date.now();
   for (const s of firstShops) {
     const shopId = Number(s.id);
+    const value = TYPE_PROFILES[Number(s.type_id) - 1]?.voucher ?? 100;
     await db.execute(
       "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) VALUES (?, ?, ?, ?, ?, ?, 0, 1)",
-      [shopId, "50元代金券", "周一至周日均可使用", "全场通用\\n无需预约\\n可无限叠加", 4750, 5000],
+      [shopId, `${value}元代金券`, "周一至周日均可使用", "全场通用\\n无需预约\\n可叠加使用", value * 95, value * 100],
     );
     // Through the service, so the voucher is purchasable: config row, Redis stock and window.
     await createSeckillVoucher(
       { db, redis },
       {
         shopId,
-        title: "100元秒杀券",
-        subTitle: "限时抢购",
-        rules: "每人限购一张",
-        payValue: 8000,
-        actualValue: 10000,
+        title: `${value}元代金券 限时秒杀`,
+        subTitle: "周一至周日均可使用",
+        rules: "每人限购一张\\n不可与其他优惠同享\\n购买后30天内有效",
+        payValue: Math.round(value * 0.4) * 100 - 10,
+        actualValue: value * 100,
         stock: 100,
         beginMs: now - 3600_000,
-        endMs: now + 7 * 86400_000,
+        endMs: now + 30 * 86400_000,
         buckets: 1,
         dailyLimit: 0,
       },
@@ -173,7 +229,7 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
     for (let i = 0; i < n; i++) {
       const phone = String(13800000000 + start + i);
       phones.push(phone);
-      values.push(phone, `user_${(start + i).toString(36).padStart(6, "0")}`, `/imgs/icons/${((start + i) % 12) + 1}.jpg`);
+      values.push(phone, `user_${(start + i).toString(36).padStart(6, "0")}`, images.avatars[(start + i) % images.avatars.length]?.url ?? "");
     }
     await db.execute(`INSERT IGNORE INTO tb_user (phone, nick_name, icon) VALUES ${Array.from({ length: n }, () => "(?, ?, ?)").join(", ")}`, values);
     await db.execute(
@@ -209,7 +265,7 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
         Number(s.id),
         u.id,
         `探店笔记 #${i + 1}`,
-        `/imgs/blogs/demo-${(i % 6) + 1}.jpg`,
+        images.notes[i % images.notes.length]?.url ?? "",
         "环境不错，服务热情，值得再来。",
         likers.length,
       ]);
@@ -243,7 +299,7 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
     writeFileSync(opts.tokensFile, `${lines.join("\n")}\n`);
     tokens = lines.length;
   }
-  return { shopTypes: SHOP_TYPES.length, shops: opts.shops, vouchers, users: users.length, notes, geoIndexed, tokens };
+  return { shopTypes: SHOP_TYPES.length, shops: opts.shops, vouchers, users: users.length, notes, geoIndexed, tokens, images: stored };
 }
 
 if (import.meta.main) {
@@ -280,6 +336,7 @@ if (import.meta.main) {
     tokenTtlSeconds: num("token-ttl", values["token-ttl"]),
     sessionSecret: env.SESSION_SECRET,
     randomSeed: num("seed", values.seed),
+    blobs: seedBlobStore(env),
   });
   console.log(JSON.stringify({ ...result, seconds: Math.round((performance.now() - started) / 100) / 10 }));
 }

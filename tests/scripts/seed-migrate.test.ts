@@ -59,4 +59,44 @@ describe("seed", () => {
     const bought = await call<string>(t.app, "POST", `/api/voucher-order/seckill/${seckill.voucher_id}`, { token: tokens[0] });
     expect(bought.body.success).toBe(true);
   });
+
+  test("every image URL the seed writes is served by the app, and each type's first shop has a seckill voucher on sale", async () => {
+    const t = await createTestApp({ UPLOAD_DIR: mkdtempSync(join(tmpdir(), "seed-uploads-")) });
+    const before = Number(((await t.deps.db.execute("SELECT COALESCE(MAX(id), 0) AS n FROM tb_shop")).rows[0] as { n: string }).n);
+    const blogsBefore = Number(((await t.deps.db.execute("SELECT COALESCE(MAX(id), 0) AS n FROM tb_blog")).rows[0] as { n: string }).n);
+    const res = await seed(t.deps.db as Client, t.deps.redis, { shops: 40, users: 15, notes: 6, tokenTtlSeconds: 600, randomSeed: 11, quiet: true, blobs: t.deps.blobs });
+    expect(res.images).toBeGreaterThan(0);
+
+    const shops = (await t.deps.db.execute("SELECT name, images, avg_price FROM tb_shop WHERE id > ?", [before])).rows as { name: string; images: string; avg_price: number }[];
+    const users = (await t.deps.db.execute("SELECT icon FROM tb_user WHERE phone BETWEEN '13800000000' AND '13800000014'")).rows as { icon: string }[];
+    const notes = (await t.deps.db.execute("SELECT images FROM tb_blog WHERE id > ?", [blogsBefore])).rows as { images: string }[];
+    expect(shops.length).toBe(40);
+    expect(users.length).toBe(15);
+    expect(notes.length).toBe(6);
+    for (const s of shops) {
+      expect(s.name).toMatch(/^\S+\(.+店\)$/);
+      expect(Number(s.avg_price)).toBeGreaterThanOrEqual(40);
+    }
+    const urls = new Set([...shops.flatMap((s) => s.images.split(",")), ...users.map((u) => u.icon), ...notes.flatMap((n) => n.images.split(","))]);
+    expect(urls.size).toBeGreaterThanOrEqual(SHOP_TYPES.length);
+    for (const url of urls) {
+      const img = await t.app.request(url, {}, { clientIp: "10.0.0.1" });
+      expect(img.status, url).toBe(200);
+      expect(img.headers.get("content-type"), url).toBe("image/png");
+      expect([...new Uint8Array(await img.arrayBuffer()).slice(0, 4)], url).toEqual([0x89, 0x50, 0x4e, 0x47]);
+    }
+
+    const now = Date.now();
+    for (let typeId = 1; typeId <= SHOP_TYPES.length; typeId++) {
+      const first = (await t.deps.db.execute("SELECT MIN(id) AS id FROM tb_shop WHERE type_id = ?", [typeId])).rows[0] as { id: string };
+      const list = await call<{ type: number; stock?: number; beginTime?: string; endTime?: string; payValue: number; actualValue: number }[]>(t.app, "GET", `/api/voucher/list/${first.id}`);
+      const onSale = (list.body.data ?? []).filter((v) => v.type === 1 && (v.stock ?? 0) > 0 && v.payValue < v.actualValue);
+      expect(onSale.length, `type ${typeId}, shop ${first.id}`).toBeGreaterThan(0);
+      const sale = onSale[0];
+      // Times are in the service zone (Asia/Shanghai, +08:00).
+      const at = (s?: string) => Date.parse(`${s?.replace(" ", "T")}+08:00`);
+      expect(at(sale?.beginTime)).toBeLessThanOrEqual(now);
+      expect(at(sale?.endTime)).toBeGreaterThan(now);
+    }
+  });
 });
