@@ -9,6 +9,8 @@ import { createCaches, type Caches } from "./cache/modules.ts";
 import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
 import { IsolateIds } from "./redis/ids.ts";
+import { ScriptBatcher } from "./redis/script-batch.ts";
+import { luaSources, scriptsFor } from "./redis/scripts.ts";
 import { createLoginLimiters, type LoginLimiters } from "./services/auth.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
@@ -26,6 +28,11 @@ export interface Isolate {
   ids: IsolateIds;
   /** Login-code rate limiters (@upstash/ratelimit) with their ephemeral block caches. */
   loginLimiters: LoginLimiters;
+  /**
+   * Reservations waiting for this turn's shared pipeline (redis/script-batch.ts): at most one event
+   * loop turn's worth, sent as one `/pipeline` request of EVALSHAs.
+   */
+  reserveBatch: ScriptBatcher<[number, number, number]>;
   /** Requests answered by the fast lane (http/fast-lane.ts) before routing, by kind. */
   fastLane: { prepared: number; me: number; seckill: number };
   /**
@@ -75,6 +82,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     ids: new IsolateIds(ports.redis, () => ports.clock.now()),
     loginLimiters: createLoginLimiters(config, ports.redis),
     fastLane: { prepared: 0, me: 0, seckill: 0 },
+    reserveBatch: new ScriptBatcher(luaSources.reserveStock, (redis) => scriptsFor(redis).reserveStock),
     soldOut: new LRUCache<number, number>({ max: 10_000 }),
     // Expiry is checked against deps.clock by the reader (untilMs), so the bound holds in wall time.
     holders: new LRUCache<string, { orderId: string; untilMs: number }>({ max: 100_000 }),

@@ -9,7 +9,6 @@ import type { Deps } from "../../deps.ts";
 import { cachesFor } from "../../cache/modules.ts";
 import { keys } from "../../redis/keys.ts";
 import { idsFor } from "../../redis/ids.ts";
-import { scriptsFor } from "../../redis/scripts.ts";
 import { dayParts } from "../../util/time.ts";
 import { bucketKeysFor, type SeckillConfig } from "./config.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
@@ -110,7 +109,8 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   const reservation: Reservation = { orderId, userId: input.userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue };
   const c = deps.config;
   const day = serviceDay(now, c.SERVICE_TIME_ZONE);
-  const [code, a, b] = await scriptsFor(deps.redis).reserveStock.exec(reserveKeys(cfg, input.userId, input.ip, day), reserveArgs(c, reservation));
+  // One EVALSHA, sharing its round trip with the other reservations of this event-loop turn.
+  const [code, a, b] = await deps.isolate.reserveBatch.exec(deps.redis, reserveKeys(cfg, input.userId, input.ip, day), reserveArgs(c, reservation));
   switch (code) {
     case 0:
       // The outbox entry is written; what remains (index entry, the shop's drain for this
