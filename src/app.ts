@@ -19,6 +19,8 @@ import { follow } from "./routes/follow.ts";
 import { sign } from "./routes/sign.ts";
 import { imgs, upload, UPLOAD_PATH } from "./routes/upload.ts";
 import { uv } from "./routes/uv.ts";
+import { home } from "./routes/home.tsx";
+import { createDocs } from "./routes/docs.tsx";
 import { createEdge } from "./http/edge.ts";
 import type { AppEnv } from "./types.ts";
 import { createFastLane } from "./http/fast-lane.ts";
@@ -64,6 +66,10 @@ export function createApp(deps: Deps): Hono<AppEnv> {
   app.route("/internal", internal);
   app.route("/admin/uv", uv);
   app.route("/admin", admin);
+  // The front door and the API reference (HTML pages, /openapi.json); last, as the reference
+  // documents the route table above.
+  app.route("/", home);
+  app.route("/", createDocs(app));
 
   app.notFound((c) => c.json(fail("NOT_FOUND", `no route for ${c.req.method} ${c.req.path}`, c.get("requestId")), 404));
   app.onError(handleError);

@@ -8,7 +8,8 @@ import { keys } from "../redis/keys.ts";
 import { withLock } from "../redis/lock.ts";
 import { requireOperator } from "../http/auth.ts";
 import type { AppEnv } from "../types.ts";
-import { queryInt, v } from "../http/validate.ts";
+import { queryInt } from "../http/validate.ts";
+import { doc, v } from "../openapi/describe.ts";
 import { listRefunds } from "../services/seckill/payments.ts";
 import { formatInZone } from "../util/time.ts";
 
@@ -20,11 +21,11 @@ const RefundsQuery = z.object({
 
 export const admin = new Hono<AppEnv>()
   .use(requireOperator)
-  .get("/cache", async (c) => {
+  .get("/cache", doc({ tag: "operator", summary: "Cache counters per module, summed across isolates", access: "operator", data: { type: "object" } }, async (c) => {
     const deps = c.get("deps");
     return c.json(ok(await cachesFor(deps).metrics.report(deps)));
-  })
-  .get("/orders/pipeline", async (c) => {
+  }))
+  .get("/orders/pipeline", doc({ tag: "operator", summary: "The order queue: reservations waiting for MySQL and the lag per shop, and this isolate's writer counters", access: "operator", data: { type: "object" } }, async (c) => {
     // The order queue as an operator sees it: per shop with seckill vouchers in the registry, the
     // reservations waiting for MySQL and how far behind the oldest claimable one is; plus what
     // this isolate's pipeline has done (counters are per isolate, like its memory).
@@ -44,18 +45,18 @@ export const admin = new Hono<AppEnv>()
       return { shopId, pending, lagMs: dueMs === null ? 0 : Math.max(0, now - dueMs) };
     });
     return c.json(ok({ at: now, shops: backlog.filter((b) => b.pending > 0), isolate: { ...deps.orderGroups.stats, lockConflicts: deps.orderGroups.lockConflicts } }));
-  })
-  .get("/reconcile", async (c) => {
+  }))
+  .get("/reconcile", doc({ tag: "operator", summary: "The last Redis ↔ MySQL reconcile report", access: "operator", data: { type: "object" } }, async (c) => {
     const deps = c.get("deps");
     const report = await deps.redis.get<ReconcileReport>(keys.seckill.reconcileReport());
     return c.json(ok(report ?? { at: null, vouchers: [] }));
-  })
-  .post("/reconcile", async (c) => {
+  }))
+  .post("/reconcile", doc({ tag: "operator", summary: "Run a reconcile now (409 while another run holds the lock)", access: "operator", data: { type: "object" }, errors: ["CONFLICT"] }, async (c) => {
     const deps = c.get("deps");
     const res = await withLock(deps.redis, "cron:reconcile", 55_000, () => reconcile(deps, deps.clock.now()));
     return c.json(res.ran ? ok(res.value) : fail("CONFLICT", "a reconcile run is in progress"), res.ran ? 200 : 409);
-  })
-  .get("/refunds", v("query", RefundsQuery), async (c) => {
+  }))
+  .get("/refunds", doc({ tag: "operator", summary: "Refunds, newest first, with state, attempts, last error and next attempt", access: "operator", data: { type: "array", items: { type: "object" } } }, v("query", RefundsQuery)), async (c) => {
     const deps = c.get("deps");
     const zone = deps.config.SERVICE_TIME_ZONE;
     const refunds = await listRefunds(deps, c.req.valid("query"));

@@ -3,7 +3,9 @@ import { z } from "zod";
 import { fail, ok } from "../errors.ts";
 import { type MaybeUserEnv, optionalUser, requireUser, type UserEnv } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
-import { Current, Id, IdParam, JsonId, queryInt, v, varchar } from "../http/validate.ts";
+import { Current, Id, IdParam, JsonId, queryInt, varchar } from "../http/validate.ts";
+import { doc, v } from "../openapi/describe.ts";
+import { Blog, FeedPage, NumericId, UserCard } from "../openapi/schemas.ts";
 import { blogsOfUser, createBlog, firstLikers, getBlog, hotBlogs, toggleLike } from "../services/blog.ts";
 import { readFeedPage } from "../services/feed.ts";
 import type { AppEnv } from "../types.ts";
@@ -33,36 +35,36 @@ const FeedQuery = z.object({
   offset: queryInt(0, 100_000).default(0),
 });
 
-const publicRoutes = new Hono<MaybeUserEnv>().get("/hot", optionalUser, v("query", z.object({ current: Current })), async (c) => {
+const publicRoutes = new Hono<MaybeUserEnv>().get("/hot", optionalUser, doc({ tag: "notes", summary: "Notes by likes, 10 a page; `isLike` for the caller when signed in", access: "optional-user", data: z.array(Blog) }, v("query", z.object({ current: Current }))), async (c) => {
   const viewer = c.get("user");
   return c.json(ok(await hotBlogs(c.get("deps"), c.req.valid("query").current, viewer ? viewer.id : null)));
 });
 
 const authed = new Hono<UserEnv>()
   .use(requireUser)
-  .post("/", jsonBody(BODY_LIMITS.note), v("json", BlogBody), async (c) => {
+  .post("/", jsonBody(BODY_LIMITS.note), doc({ tag: "notes", summary: "Publish a note; its id is pushed to every follower's feed", access: "user", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", BlogBody)), async (c) => {
     const res = await createBlog(c.get("deps"), c.get("user").id, c.req.valid("json"));
     return res.ok ? c.json(ok(res.id)) : c.json(fail("INVALID_INPUT", "unknown shop"), 400);
   })
-  .put("/like/:id", jsonBody(BODY_LIMITS.none), v("param", IdParam), async (c) => {
+  .put("/like/:id", jsonBody(BODY_LIMITS.none), doc({ tag: "notes", summary: "Like or unlike a note (toggle)", access: "user", outcomes: ["NOT_FOUND"] }, v("param", IdParam)), async (c) => {
     const res = await toggleLike(c.get("deps"), c.req.valid("param").id, c.get("user").id);
     return c.json(res.ok ? ok() : fail("NOT_FOUND", "blog not found"));
   })
-  .get("/likes/:id", v("param", IdParam), async (c) => c.json(ok(await firstLikers(c.get("deps"), c.req.valid("param").id))))
-  .get("/of/me", v("query", z.object({ current: Current })), async (c) => {
+  .get("/likes/:id", doc({ tag: "notes", summary: "The first 5 users who liked a note, in like order", access: "user", data: z.array(UserCard) }, v("param", IdParam)), async (c) => c.json(ok(await firstLikers(c.get("deps"), c.req.valid("param").id))))
+  .get("/of/me", doc({ tag: "notes", summary: "The caller's notes, newest first, 10 a page", access: "user", data: z.array(Blog) }, v("query", z.object({ current: Current }))), async (c) => {
     const me = c.get("user").id;
     return c.json(ok(await blogsOfUser(c.get("deps"), me, c.req.valid("query").current, me)));
   })
-  .get("/of/user", v("query", z.object({ id: Id, current: Current })), async (c) => {
+  .get("/of/user", doc({ tag: "notes", summary: "A user's notes, newest first, 10 a page", access: "user", data: z.array(Blog) }, v("query", z.object({ id: Id, current: Current }))), async (c) => {
     const { id, current } = c.req.valid("query");
     return c.json(ok(await blogsOfUser(c.get("deps"), id, current, c.get("user").id)));
   })
-  .get("/of/follow", v("query", FeedQuery), async (c) => {
+  .get("/of/follow", doc({ tag: "notes", summary: "Feed of followed users' notes, scroll paging: pass back `minTime` as `lastId` and `offset`", access: "user", data: FeedPage }, v("query", FeedQuery)), async (c) => {
     const deps = c.get("deps");
     const { lastId, offset } = c.req.valid("query");
     return c.json(ok(await readFeedPage(deps, c.get("user").id, { minTime: lastId, offset }, deps.config.FEED_PAGE_SIZE)));
   })
-  .get("/:id", v("param", IdParam), async (c) => {
+  .get("/:id", doc({ tag: "notes", summary: "A note, with its author and `isLike` for the caller", access: "user", data: Blog, outcomes: ["NOT_FOUND"] }, v("param", IdParam)), async (c) => {
     const found = await getBlog(c.get("deps"), c.req.valid("param").id, c.get("user").id);
     return c.json(found ? ok(found) : fail("NOT_FOUND", "blog not found"));
   });

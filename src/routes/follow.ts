@@ -3,18 +3,20 @@ import { z } from "zod";
 import { fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
-import { Id, IdParam, v } from "../http/validate.ts";
+import { Id, IdParam } from "../http/validate.ts";
+import { doc, v } from "../openapi/describe.ts";
+import { UserCard } from "../openapi/schemas.ts";
 import { commonFollows, isFollowing, setFollow } from "../services/follow.ts";
 
 /** Mounted at /api/follow. */
 export const follow = new Hono<UserEnv>()
   .use(requireUser)
-  .put("/:id/:isFollow", jsonBody(BODY_LIMITS.none), v("param", z.object({ id: Id, isFollow: z.enum(["true", "false"]) })), async (c) => {
+  .put("/:id/:isFollow", jsonBody(BODY_LIMITS.none), doc({ tag: "follows", summary: "Follow (`true`) or unfollow (`false`) a user", access: "user", outcomes: ["INVALID_INPUT", "NOT_FOUND"] }, v("param", z.object({ id: Id, isFollow: z.enum(["true", "false"]) }))), async (c) => {
     const { id, isFollow } = c.req.valid("param");
     const res = await setFollow(c.get("deps"), c.get("user").id, id, isFollow === "true");
     if (res.ok) return c.json(ok());
     // Business outcomes: 200 with success:false (api.md "Status codes").
     return c.json(res.reason === "SELF" ? fail("INVALID_INPUT", "you cannot follow yourself") : fail("NOT_FOUND", "user not found"));
   })
-  .get("/or/not/:id", v("param", IdParam), async (c) => c.json(ok(await isFollowing(c.get("deps"), c.get("user").id, c.req.valid("param").id))))
-  .get("/common/:id", v("param", IdParam), async (c) => c.json(ok(await commonFollows(c.get("deps"), c.get("user").id, c.req.valid("param").id))));
+  .get("/or/not/:id", doc({ tag: "follows", summary: "Whether the caller follows a user", access: "user", data: z.boolean() }, v("param", IdParam)), async (c) => c.json(ok(await isFollowing(c.get("deps"), c.get("user").id, c.req.valid("param").id))))
+  .get("/common/:id", doc({ tag: "follows", summary: "Users both the caller and this user follow", access: "user", data: z.array(UserCard) }, v("param", IdParam)), async (c) => c.json(ok(await commonFollows(c.get("deps"), c.get("user").id, c.req.valid("param").id))));

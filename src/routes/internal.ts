@@ -7,6 +7,7 @@ import { closeOrders } from "../services/seckill/close.ts";
 import { drainShop } from "../services/seckill/writer.ts";
 import { settleWebhook } from "../services/seckill/payments.ts";
 import type { AppEnv } from "../types.ts";
+import { doc } from "../openapi/describe.ts";
 
 const OrderIdText = z.string().regex(/^[1-9]\d{0,18}$/);
 const ShopId = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);
@@ -47,31 +48,44 @@ function parse<T extends z.ZodType>(schema: T, raw: string): z.infer<T> {
  */
 const CLOSE_EARLY_SLACK_MS = 5_000;
 
+/** QStash deliveries: idempotent, verified against `Upstash-Signature` for their exact URL. */
+const QSTASH = { tag: "callbacks", access: "qstash", errors: ["UNAUTHORIZED", "INVALID_INPUT"] } as const;
+const SIGNED = "Sent by QStash (at least once); a malformed body is a 400, which QStash dead-letters after its retries.";
+
 const signed = new Hono<SignedEnv>()
   .use(verifyQstash)
-  .post("/orders/drain", async (c) => {
+  .post("/orders/drain", doc({ ...QSTASH, summary: "Write a shop's queued reservations to MySQL (the order writer)", description: SIGNED, body: DrainBody }, async (c) => {
     const res = await drainShop(c.get("deps"), parse(DrainBody, c.get("rawBody")).shopId);
     return c.json(ok(res));
-  })
-  .post("/orders/write", async (c) => {
+  }))
+  .post("/orders/write", doc({ ...QSTASH, summary: "Per-order write messages still in flight from before the writer groups: treated as a drain of the shop", description: SIGNED, body: LegacyWriteBody }, async (c) => {
     const res = await drainShop(c.get("deps"), parse(LegacyWriteBody, c.get("rawBody")).shopId);
     return c.json(ok(res));
-  })
-  .post("/orders/close", async (c) => {
+  }))
+  .post("/orders/close", doc({ ...QSTASH, summary: "Close written orders left unpaid past their deadline, releasing their stock", description: SIGNED, body: CloseBody }, async (c) => {
     const deps = c.get("deps");
     const body = parse(CloseBody, c.get("rawBody"));
     const deadlineMs = deps.clock.now() - deps.config.ORDER_PAY_TIMEOUT_SECONDS * 1000 + CLOSE_EARLY_SLACK_MS;
     const res = await closeOrders(deps, body.orderIds, { shopId: body.shopId, deadlineMs });
     return c.json(ok({ cancelled: res.cancelled, cancelledBeforeWrite: res.cancelledBeforeWrite, released: res.released, outcomes: Object.fromEntries(res.outcomes) }));
-  });
+  }));
+
+const WEBHOOK = {
+  tag: "callbacks",
+  summary: "Payment provider webhook: settles a payment or a refund",
+  description: "Signed with PAYMENT_WEBHOOK_SECRET (`x-payment-signature: t=…,v1=…` over the raw body); older than PAYMENT_WEBHOOK_TOLERANCE_SECONDS is rejected.",
+  access: "webhook",
+  body: WebhookBody,
+  errors: ["UNAUTHORIZED", "INVALID_INPUT"],
+} as const;
 
 export const internal = new Hono<AppEnv>()
-  .post("/payments/webhook", async (c) => {
+  .post("/payments/webhook", doc(WEBHOOK, async (c) => {
     const deps = c.get("deps");
     const raw = await c.req.text();
     const check = await verifyWebhook(deps.config.PAYMENT_WEBHOOK_SECRET, c.req.header("x-payment-signature"), raw, deps.clock.now(), deps.config.PAYMENT_WEBHOOK_TOLERANCE_SECONDS);
     if (!check.ok) throw new AppError("UNAUTHORIZED", `invalid webhook signature (${check.reason})`);
     const outcome = await settleWebhook(deps, parse(WebhookBody, raw));
     return c.json(ok({ outcome }));
-  })
+  }))
   .route("/", signed);

@@ -5,7 +5,9 @@ import { CacheUnavailableError } from "../cache/module.ts";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
-import { Current, Id, IdParam, INT_UNSIGNED_MAX, JsonId, v, varchar } from "../http/validate.ts";
+import { Current, Id, IdParam, INT_UNSIGNED_MAX, JsonId, varchar } from "../http/validate.ts";
+import { doc, v } from "../openapi/describe.ts";
+import { NumericId, Shop as ShopSchema, ShopType } from "../openapi/schemas.ts";
 import type { Deps } from "../deps.ts";
 import {
   insertShop,
@@ -81,7 +83,10 @@ async function refreshShopCache(deps: Deps, id: number): Promise<Shop | null> {
 export const shop = new Hono<AppEnv>()
   .get(
     "/of/type",
-    v("query", z.object({ typeId: Id, current: Current, x: Lon.optional(), y: Lat.optional() }).refine((q) => (q.x === undefined) === (q.y === undefined), "x and y go together")),
+    doc(
+      { tag: "shops", summary: "Shops of a type, 5 a page; with x/y (together) nearest first within 5 km, each with `distance` in metres", access: "public", data: z.array(ShopSchema) },
+      v("query", z.object({ typeId: Id, current: Current, x: Lon.optional(), y: Lat.optional() }).refine((q) => (q.x === undefined) === (q.y === undefined), "x and y go together")),
+    ),
     async (c) => {
       const deps = c.get("deps");
       const { typeId, current, x, y } = c.req.valid("query");
@@ -93,12 +98,12 @@ export const shop = new Hono<AppEnv>()
       return c.json(ok(list));
     },
   )
-  .get("/of/name", v("query", z.object({ name: z.string().trim().max(64).default(""), current: Current })), async (c) => {
+  .get("/of/name", doc({ tag: "shops", summary: "Shops whose name contains `name`, 10 a page", access: "public", data: z.array(ShopSchema) }, v("query", z.object({ name: z.string().trim().max(64).default(""), current: Current }))), async (c) => {
     const { name, current } = c.req.valid("query");
     return c.json(ok(await shopsByName(c.get("deps"), name, current, NAME_PAGE_SIZE)));
   })
-  .get("/:id", (c) => servePrepared(c, cachesFor(c.get("deps")).shop, parseParams(IdParam, c.req.param()).id, "shop data"))
-  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), v("json", ShopBody), async (c) => {
+  .get("/:id", doc({ tag: "shops", summary: "A shop (ETag / If-None-Match: 304)", access: "public", params: IdParam, data: ShopSchema, outcomes: ["NOT_FOUND"], errors: ["UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).shop, parseParams(IdParam, c.req.param()).id, "shop data")))
+  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a shop (MySQL first, then its cache entry and the GEO index)", access: "operator", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", ShopBody)), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
     if (!(await shopTypeExists(deps, body.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);
@@ -107,7 +112,7 @@ export const shop = new Hono<AppEnv>()
     if (created) await refreshShopIndex(deps, created);
     return c.json(ok(id));
   })
-  .put("/", requireOperator, jsonBody(BODY_LIMITS.operator), v("json", ShopPatch), async (c) => {
+  .put("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Update a shop: only the fields sent are written", access: "operator", outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", ShopPatch)), async (c) => {
     const deps = c.get("deps");
     const { id, ...patch } = c.req.valid("json");
     if (patch.typeId !== undefined && !(await shopTypeExists(deps, patch.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);
@@ -118,4 +123,7 @@ export const shop = new Hono<AppEnv>()
     return c.json(ok());
   });
 
-export const shopType = new Hono<AppEnv>().get("/list", (c) => servePrepared(c, cachesFor(c.get("deps")).shopTypes, "all", "shop types"));
+export const shopType = new Hono<AppEnv>().get(
+  "/list",
+  doc({ tag: "shops", summary: "Shop types, ordered by `sort` (ETag / If-None-Match: 304)", access: "public", data: z.array(ShopType), errors: ["UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).shopTypes, "all", "shop types")),
+);

@@ -4,7 +4,7 @@ import { createMiddleware } from "hono/factory";
 import { z } from "zod";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
-import { v } from "../http/validate.ts";
+import { doc, type RouteDoc, v } from "../openapi/describe.ts";
 import { deleteBlogImage, keyOfName, readBlogImage, saveBlogImage } from "../services/upload.ts";
 import type { AppEnv } from "../types.ts";
 
@@ -27,10 +27,29 @@ const uploadBodyLimit = createMiddleware<AppEnv>(async (c, next) => {
 
 const DeleteQuery = z.object({ name: z.string().min(1).max(300) });
 
+const UPLOAD: RouteDoc = {
+  tag: "uploads",
+  summary: "Upload a note image (multipart field `file`: JPEG, PNG, WebP or GIF); `data` is its name, served at /imgs + name",
+  description: "At most UPLOAD_MAX_BYTES (413 above; this route is exempt from MAX_BODY_BYTES).",
+  access: "user",
+  data: z.string().describe("e.g. /blogs/3/9/<uuid>.png"),
+  errors: ["INVALID_INPUT", "PAYLOAD_TOO_LARGE"],
+  requestBody: { required: true, content: { "multipart/form-data": { schema: { type: "object", properties: { file: { type: "string", contentMediaType: "application/octet-stream" } }, required: ["file"] } } } },
+};
+const IMAGE: RouteDoc = {
+  tag: "uploads",
+  summary: "An uploaded image, by the name its upload returned (`{path}` is the rest of that name, slashes included)",
+  access: "public",
+  responses: {
+    200: { description: "The image (immutable: names are never reused)", content: { "image/*": { schema: { type: "string", contentMediaType: "application/octet-stream" } } } },
+    404: { description: "No such image: NOT_FOUND", content: { "application/json": { schema: { $ref: "#/components/schemas/Failure" } } } },
+  },
+};
+
 /** Mounted at /api/upload. */
 export const upload = new Hono<UserEnv>()
   .use(requireUser)
-  .post("/blog", uploadBodyLimit, async (c) => {
+  .post("/blog", uploadBodyLimit, doc(UPLOAD, async (c) => {
     const form = await c.req.parseBody().catch((err: unknown) => {
       if (err instanceof AppError) throw err;
       throw new AppError("INVALID_INPUT", "expected a multipart/form-data body", { cause: err });
@@ -42,8 +61,8 @@ export const upload = new Hono<UserEnv>()
     if (res.ok) return c.json(ok(res.name));
     if (res.reason === "TOO_LARGE") throw new AppError("PAYLOAD_TOO_LARGE", `file larger than ${deps.config.UPLOAD_MAX_BYTES} bytes`);
     throw new AppError("INVALID_INPUT", res.reason === "EMPTY" ? "the file is empty" : "only JPEG, PNG, WebP and GIF images are accepted");
-  })
-  .get("/blog/delete", v("query", DeleteQuery), async (c) => {
+  }))
+  .get("/blog/delete", doc({ tag: "uploads", summary: "Delete one of the caller's own uploads, by the name the upload returned", access: "user", errors: ["INVALID_INPUT", "FORBIDDEN"], outcomes: ["NOT_FOUND"] }, v("query", DeleteQuery)), async (c) => {
     const key = keyOfName(c.req.valid("query").name);
     if (!key) throw new AppError("INVALID_INPUT", "not an upload name");
     const res = await deleteBlogImage(c.get("deps"), c.get("user").id, key);
@@ -53,7 +72,7 @@ export const upload = new Hono<UserEnv>()
   });
 
 /** Mounted at /imgs (public): serves uploads by the names handed out. Names are immutable. */
-export const imgs = new Hono<AppEnv>().get("/blogs/*", async (c) => {
+export const imgs = new Hono<AppEnv>().get("/blogs/*", doc(IMAGE, async (c) => {
   const key = keyOfName(c.req.path.slice("/imgs".length));
   const found = key ? await readBlogImage(c.get("deps"), key) : null;
   if (!found) return c.json(fail("NOT_FOUND", "image not found", c.get("requestId")), 404);
@@ -62,4 +81,4 @@ export const imgs = new Hono<AppEnv>().get("/blogs/*", async (c) => {
     "content-length": String(found.size),
     "cache-control": "public, max-age=31536000, immutable",
   });
-});
+}));

@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import { z } from "zod";
 import { fail, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
-import { v } from "../http/validate.ts";
+import { doc, v } from "../openapi/describe.ts";
 import { isoDay, UV_MAX_RANGE_DAYS, uvReport } from "../services/uv.ts";
 import type { AppEnv } from "../types.ts";
 import { parseIsoDate } from "../util/time.ts";
@@ -15,7 +15,7 @@ const IsoDate = z
 const RangeQuery = z.object({ from: IsoDate.optional(), to: IsoDate.optional() });
 
 /** Mounted at /admin/uv (operator). `to` defaults to today, `from` to `to`; the range is inclusive and bounded. */
-export const uv = new Hono<AppEnv>().get("/", requireOperator, v("query", RangeQuery), async (c) => {
+export const uv = new Hono<AppEnv>().get("/", requireOperator, doc({ tag: "operator", summary: "Unique visitors per day and over the range (inclusive; `to` defaults to today, `from` to `to`)", access: "operator", data: { type: "object" }, errors: ["INVALID_INPUT"] }, v("query", RangeQuery)), async (c) => {
   const deps = c.get("deps");
   const q = c.req.valid("query");
   const today = isoDay(deps.clock.now(), deps.config.SERVICE_TIME_ZONE);

@@ -3,7 +3,9 @@ import { z } from "zod";
 import { AppError, type Envelope, fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
 import { clientIp } from "../http/client-ip.ts";
-import { Current, Id, v } from "../http/validate.ts";
+import { Current, Id } from "../http/validate.ts";
+import { doc, type RouteDoc, v } from "../openapi/describe.ts";
+import { Order, OrderIdText } from "../openapi/schemas.ts";
 import { findReservation, getOrderRow, listOrdersOfUser, type OrderRow } from "../services/seckill/orders.ts";
 import { startPayment } from "../services/seckill/payments.ts";
 import { reserve, type ReserveResult } from "../services/seckill/reserve.ts";
@@ -37,20 +39,31 @@ export function seckillEnvelope(res: Exclude<ReserveResult, { reason: "RATE_LIMI
   return fail(res.reason, res.message);
 }
 
+const SECKILL: RouteDoc = {
+  tag: "orders",
+  summary: "Seckill: reserve one unit of a flash-sale voucher; `data` is the order id",
+  description:
+    "The order is written to MySQL behind a queue (`GET /api/voucher-order/{id}` reports `queued` until then). `DUPLICATE_ORDER` carries the order the buyer already holds in `data`. Attempts are limited per user and per client address (429).",
+  access: "user",
+  data: OrderIdText,
+  outcomes: ["SOLD_OUT", "DUPLICATE_ORDER", "NOT_STARTED", "ENDED", "NOT_FOUND", "LIMIT_REACHED"],
+  errors: ["RATE_LIMITED"],
+};
+
 export const voucherOrder = new Hono<UserEnv>()
   .use(requireUser)
-  .post("/seckill/:voucherId", v("param", z.object({ voucherId: Id })), async (c) => {
+  .post("/seckill/:voucherId", doc(SECKILL, v("param", z.object({ voucherId: Id }))), async (c) => {
     const deps = c.get("deps");
     const res = await reserve(deps, { voucherId: c.req.valid("param").voucherId, userId: c.get("user").id, ip: clientIp(c, deps.config.TRUST_PROXY) });
     if (res.ok || res.reason !== "RATE_LIMITED") return c.json(seckillEnvelope(res));
     throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterMs / 1000 });
   })
-  .get("/of/me", v("query", z.object({ current: Current })), async (c) => {
+  .get("/of/me", doc({ tag: "orders", summary: "The caller's orders, newest first, 10 a page", access: "user", data: z.array(Order) }, v("query", z.object({ current: Current }))), async (c) => {
     const deps = c.get("deps");
     const rows = await listOrdersOfUser(deps, c.get("user").id, c.req.valid("query").current, ORDER_PAGE_SIZE);
     return c.json(ok(rows.map((o) => present(o, deps.config.SERVICE_TIME_ZONE))));
   })
-  .get("/:id", v("param", z.object({ id: OrderId })), async (c) => {
+  .get("/:id", doc({ tag: "orders", summary: "One of the caller's orders, with its status (`queued` while not yet in MySQL)", access: "user", data: Order, outcomes: ["NOT_FOUND"] }, v("param", z.object({ id: OrderId }))), async (c) => {
     const deps = c.get("deps");
     const id = c.req.valid("param").id;
     const me = c.get("user").id;
@@ -61,7 +74,7 @@ export const voucherOrder = new Hono<UserEnv>()
     if (!r || r.userId !== me) return c.json(fail("NOT_FOUND", "order not found"));
     return c.json(ok({ id, userId: r.userId, voucherId: r.voucherId, status: "queued", createTime: formatInZone(r.reservedAt, deps.config.SERVICE_TIME_ZONE), payTime: null }));
   })
-  .post("/:id/pay", v("param", z.object({ id: OrderId })), async (c) => {
+  .post("/:id/pay", doc({ tag: "orders", summary: "Start paying an unpaid order; the provider's signed webhook settles it", access: "user", data: z.object({ paymentId: z.string() }), outcomes: ["NOT_FOUND", "BAD_STATE"] }, v("param", z.object({ id: OrderId }))), async (c) => {
     const res = await startPayment(c.get("deps"), c.get("user").id, c.req.valid("param").id);
     return c.json(res.ok ? ok({ paymentId: res.paymentId }) : fail(res.reason, res.message));
   });

@@ -5,7 +5,9 @@ import { CacheUnavailableError } from "../cache/module.ts";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
-import { Id, JsonId, v, varchar } from "../http/validate.ts";
+import { Id, JsonId, varchar } from "../http/validate.ts";
+import { doc, type RouteDoc, v } from "../openapi/describe.ts";
+import { NumericId, Voucher } from "../openapi/schemas.ts";
 import { insertVoucher, loadVouchersOfShop, shopExists } from "../services/shops.ts";
 import { createSeckillVoucher } from "../services/seckill/config.ts";
 import type { AppEnv } from "../types.ts";
@@ -61,13 +63,22 @@ function saleWindow(begin: string | number, end: string | number, zone: string, 
 
 const ShopIdParam = z.object({ shopId: Id });
 
+const CREATE_SECKILL: RouteDoc = {
+  tag: "operator",
+  summary: "Create a seckill (flash-sale) voucher and load its stock and sale window into Redis",
+  description: "`beginTime`/`endTime`: `YYYY-MM-DDTHH:mm:ss` in the service zone (or with an offset), or epoch ms; a sale lasts 1 s to 366 days and begins within 366 days of now. `buckets` splits a hot voucher's stock over Redis keys.",
+  access: "operator",
+  data: NumericId,
+  errors: ["INVALID_INPUT"],
+};
+
 async function refreshVoucherList(deps: Deps, shopId: number): Promise<void> {
   await cachesFor(deps).vouchers.set(deps, shopId, await loadVouchersOfShop(deps, shopId));
 }
 
 export const voucher = new Hono<AppEnv>()
-  .get("/list/:shopId", (c) => servePrepared(c, cachesFor(c.get("deps")).vouchers, parseParams(ShopIdParam, c.req.param()).shopId, "vouchers"))
-  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), v("json", VoucherBody), async (c) => {
+  .get("/list/:shopId", doc({ tag: "vouchers", summary: "Vouchers of a shop on sale; seckill ones with `stock`, `beginTime`, `endTime`. Amounts in cents", access: "public", params: ShopIdParam, data: z.array(Voucher), errors: ["UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).vouchers, parseParams(ShopIdParam, c.req.param()).shopId, "vouchers")))
+  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a normal voucher", access: "operator", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", VoucherBody)), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
     if (!(await shopExists(deps, body.shopId))) return c.json(fail("INVALID_INPUT", "unknown shop"), 400);
@@ -75,7 +86,7 @@ export const voucher = new Hono<AppEnv>()
     await refreshVoucherList(deps, body.shopId);
     return c.json(ok(id));
   })
-  .post("/seckill", requireOperator, jsonBody(BODY_LIMITS.operator), v("json", SeckillBody), async (c) => {
+  .post("/seckill", requireOperator, jsonBody(BODY_LIMITS.operator), doc(CREATE_SECKILL, v("json", SeckillBody)), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
     const window = saleWindow(body.beginTime, body.endTime, deps.config.SERVICE_TIME_ZONE, deps.clock.now());
