@@ -3,7 +3,6 @@
  * and call `createApp(deps)`; nothing here reads the environment or a runtime global.
  */
 import { Hono } from "hono";
-import { bodyLimit } from "hono/body-limit";
 import { TrieRouter } from "hono/router/trie-router";
 import type { Deps } from "./deps.ts";
 import { AppError, fail, handleError } from "./errors.ts";
@@ -23,6 +22,7 @@ import { home } from "./routes/home.tsx";
 import { createDocs } from "./routes/docs.tsx";
 import { createEdge } from "./http/edge.ts";
 import type { AppEnv } from "./types.ts";
+import { streamLimit } from "./http/body.ts";
 import { createFastLane } from "./http/fast-lane.ts";
 
 /**
@@ -43,12 +43,7 @@ export function createApp(deps: Deps): Hono<AppEnv> {
   app.use(createEdge(deps));
   // Image uploads have their own, larger limit (UPLOAD_MAX_BYTES, src/routes/upload.ts). A plain
   // path check rather than hono/combine's `except`, which allocates an Error on every request.
-  const limitBody = bodyLimit({
-    maxSize: deps.config.MAX_BODY_BYTES,
-    onError: () => {
-      throw new AppError("PAYLOAD_TOO_LARGE", `body larger than ${deps.config.MAX_BODY_BYTES} bytes`);
-    },
-  });
+  const limitBody = streamLimit(deps.config.MAX_BODY_BYTES);
   app.on(BODY_METHODS, "*", (c, next) => (c.req.path === UPLOAD_PATH ? next() : limitBody(c, next)));
 
   app.route("/health", health);

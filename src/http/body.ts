@@ -107,3 +107,35 @@ export function jsonBody(maxBytes: number) {
     return await next();
   });
 }
+
+/**
+ * The outer bound for every body (MAX_BODY_BYTES), without reading anything itself: a declared
+ * Content-Length over the bound is a 413 at once; a chunked body is wrapped in a counting stream
+ * that fails with 413 once more than the bound has passed through it. (hono/body-limit buffered a
+ * chunked body up to the bound before any route saw it — 1 MiB read and copied for a login that
+ * needs 60 bytes; bench row shop-l1-hostile.) Routes still read through their own, smaller caps
+ * (jsonBody), which cancel the stream as soon as they are exceeded.
+ */
+export function streamLimit(maxBytes: number) {
+  return createMiddleware<AppEnv>(async (c, next) => {
+    const raw = c.req.raw;
+    if (!raw.body) return await next();
+    const declared = raw.headers.get("content-length");
+    if (declared !== null && !raw.headers.has("transfer-encoding")) {
+      if (!(Number(declared) <= maxBytes)) throw tooLarge(maxBytes);
+      return await next();
+    }
+    let size = 0;
+    const counted = raw.body.pipeThrough(
+      new TransformStream<Uint8Array, Uint8Array>({
+        transform(chunk, ctl) {
+          size += chunk.byteLength;
+          if (size > maxBytes) ctl.error(tooLarge(maxBytes));
+          else ctl.enqueue(chunk);
+        },
+      }),
+    );
+    c.req.raw = new Request(raw, { body: counted, duplex: "half" } as RequestInit);
+    return await next();
+  });
+}
