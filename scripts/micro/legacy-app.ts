@@ -29,22 +29,10 @@ import { sign } from "../../src/routes/sign.ts";
 import { imgs, upload } from "../../src/routes/upload.ts";
 import { uv } from "../../src/routes/uv.ts";
 import type { AppEnv } from "../../src/types.ts";
+import { hash53 } from "../../src/util/hash.ts";
 
 export type Step = "requestId" | "childLogger" | "depsSpread" | "uv" | "secureHeaders" | "cors" | "zodParam" | "jsonStringify" | "cacheGet" | "metricsFlush";
 export const STEPS: Step[] = ["requestId", "childLogger", "depsSpread", "uv", "secureHeaders", "cors", "zodParam", "jsonStringify", "cacheGet", "metricsFlush"];
-
-function hash53(s: string): number {
-  let h1 = 0xdeadbeef;
-  let h2 = 0x41c6ce57;
-  for (let i = 0; i < s.length; i++) {
-    const ch = s.charCodeAt(i);
-    h1 = Math.imul(h1 ^ ch, 2654435761);
-    h2 = Math.imul(h2 ^ ch, 1597334677);
-  }
-  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
-  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
-  return 4294967296 * (2097151 & h2) + (h1 >>> 0);
-}
 
 /** The pre-change stack minus the steps in `skip`. `skip` empty = the old app exactly. */
 export function createLegacyApp(deps: Deps, skip: ReadonlySet<Step> = new Set()): Hono<AppEnv> {
