@@ -20,6 +20,7 @@ import { imgs, upload, UPLOAD_PATH } from "./routes/upload.ts";
 import { uv } from "./routes/uv.ts";
 import { home } from "./routes/home.tsx";
 import { createDocs } from "./routes/docs.tsx";
+import { consolePages } from "./routes/console.tsx";
 import { createEdge } from "./http/edge.ts";
 import type { AppEnv } from "./types.ts";
 import { streamLimit } from "./http/body.ts";
@@ -61,6 +62,7 @@ export function createApp(deps: Deps): Hono<AppEnv> {
   app.route("/internal", internal);
   app.route("/admin/uv", uv);
   app.route("/admin", admin);
+  app.route("/console", consolePages);
   // The front door and the API reference (HTML pages, /openapi.json); last, as the reference
   // documents the route table above.
   app.route("/", home);

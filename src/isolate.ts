@@ -6,6 +6,7 @@
  */
 import { LRUCache } from "lru-cache";
 import { createCaches, type Caches } from "./cache/modules.ts";
+import { SaleCounters } from "./console/counters.ts";
 import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
 import { IsolateIds } from "./redis/ids.ts";
@@ -60,6 +61,11 @@ export interface Isolate {
    * waiting for the next flush (≤ 20,000), sent as one PFADD per day key every 2 s at most.
    */
   uv: UvBatcher;
+  /**
+   * Seckill attempts by voucher and outcome seen by this isolate's routed seckill handler, for the
+   * console's live view (console/counters.ts): plain counters, at most 1,000 vouchers.
+   */
+  saleCounters: SaleCounters;
 }
 
 /** Upper bound of a holder memo entry, ms. */
@@ -88,5 +94,6 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     holders: new LRUCache<string, { orderId: string; untilMs: number }>({ max: 100_000 }),
     sessions: new SessionCache(config),
     uv: new UvBatcher(),
+    saleCounters: new SaleCounters(),
   };
 }

@@ -54,7 +54,9 @@ export const voucherOrder = new Hono<UserEnv>()
   .use(requireUser)
   .post("/seckill/:voucherId", doc(SECKILL, v("param", z.object({ voucherId: Id }))), async (c) => {
     const deps = c.get("deps");
-    const res = await reserve(deps, { voucherId: c.req.valid("param").voucherId, userId: c.get("user").id, ip: clientIp(c, deps.config.TRUST_PROXY) });
+    const voucherId = c.req.valid("param").voucherId;
+    const res = await reserve(deps, { voucherId, userId: c.get("user").id, ip: clientIp(c, deps.config.TRUST_PROXY) });
+    deps.isolate.saleCounters.count(voucherId, res.ok ? "ok" : res.reason);
     if (res.ok || res.reason !== "RATE_LIMITED") return c.json(seckillEnvelope(res));
     throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterMs / 1000 });
   })

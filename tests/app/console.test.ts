@@ -1,0 +1,308 @@
+import { beforeAll, describe, expect, test } from "bun:test";
+import { SESSION_COOKIE } from "../../src/console/session.ts";
+import { call, loginAs } from "../support/http.ts";
+import { createShop, createShopType } from "../support/fixtures.ts";
+import { createSeckill, sessionsFor, userIds } from "../support/seckill.ts";
+import { createTestApp, type TestApp } from "../support/stack.ts";
+
+const ORIGIN = "http://localhost";
+const FORM = { "content-type": "application/x-www-form-urlencoded", origin: ORIGIN };
+const PAGES = ["/console", "/console/vouchers", "/console/ops", "/console/orders", "/console/orders?userId=1"];
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await createTestApp();
+});
+
+const form = (fields: Record<string, string>) => new URLSearchParams(fields).toString();
+
+async function login(token: string, headers: Record<string, string> = FORM): Promise<Response> {
+  return await t.app.request("/console/login", { method: "POST", headers, body: form({ token }) });
+}
+
+/** Signs in; returns the cookie header and the session's CSRF token (read from a page's form). */
+async function signIn(): Promise<{ cookie: string; csrf: string }> {
+  const res = await login(t.deps.config.ADMIN_TOKEN);
+  const value = /cityhub_console=([^;]+)/.exec(res.headers.get("set-cookie") ?? "")?.[1];
+  if (!value) throw new Error("no session cookie");
+  const cookie = `${SESSION_COOKIE}=${value}`;
+  const html = await (await t.app.request("/console", { headers: { cookie } })).text();
+  const csrf = /name="_csrf" value="([0-9a-f]+)"/.exec(html)?.[1];
+  if (!csrf) throw new Error("no CSRF token on the page");
+  return { cookie, csrf };
+}
+
+function seckillFields(shopId: number, title: string): Record<string, string> {
+  return {
+    shopId: String(shopId),
+    title,
+    subTitle: "console test",
+    rules: "one per person",
+    payValue: "8000",
+    actualValue: "10000",
+    stock: "20",
+    beginTime: "2026-01-01T08:00:00Z",
+    endTime: new Date(Date.now() + 86_400_000).toISOString().slice(0, 19) + "Z",
+    buckets: "2",
+    shopDailyLimit: "0",
+  };
+}
+
+async function vouchersTitled(title: string): Promise<number> {
+  return Number(((await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher WHERE title = ?", [title])).rows[0] as { n: string | number }).n);
+}
+
+describe("console sign-in", () => {
+  test("the operator token sets an HttpOnly, SameSite=Strict cookie on /console that is not the token", async () => {
+    const res = await login(t.deps.config.ADMIN_TOKEN);
+    expect(res.status).toBe(303);
+    expect(res.headers.get("location")).toBe("/console");
+    const setCookie = res.headers.get("set-cookie") ?? "";
+    expect(setCookie).toContain(`${SESSION_COOKIE}=`);
+    expect(setCookie).toContain("HttpOnly");
+    expect(setCookie).toContain("SameSite=Strict");
+    expect(setCookie).toContain("Path=/console");
+    expect(setCookie).not.toContain("Secure"); // PUBLIC_URL is http in tests
+    const value = /cityhub_console=([^;]+)/.exec(setCookie)?.[1] ?? "";
+    expect(value.length).toBeGreaterThan(40);
+    expect(value).not.toContain(t.deps.config.ADMIN_TOKEN);
+    expect(decodeURIComponent(value)).not.toContain(t.deps.config.ADMIN_TOKEN);
+    const page = await t.app.request("/console", { headers: { cookie: `${SESSION_COOKIE}=${value}` } });
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain("Seckill sales");
+  });
+
+  test("the cookie is Secure when PUBLIC_URL is https", async () => {
+    const secure = await createTestApp({ PUBLIC_URL: "https://console.example" });
+    const res = await secure.app.request("/console/login", { method: "POST", headers: { ...FORM, origin: "https://console.example" }, body: form({ token: secure.deps.config.ADMIN_TOKEN }) });
+    expect(res.status).toBe(303);
+    expect(res.headers.get("set-cookie")).toContain("Secure");
+  });
+
+  test("a user session token or a wrong token cannot sign in, and no cookie is set", async () => {
+    const { token } = await loginAs(t.app, t.deps);
+    for (const bad of [token, `Bearer ${token}`, "wrong", `${t.deps.config.ADMIN_TOKEN}x`, ""]) {
+      const res = await login(bad);
+      expect([bad, res.status]).toEqual([bad, 401]);
+      expect(res.headers.get("set-cookie")).toBeNull();
+    }
+  });
+
+  test("a login form from another origin is refused", async () => {
+    const res = await login(t.deps.config.ADMIN_TOKEN, { ...FORM, origin: "https://evil.example" });
+    expect(res.status).toBe(403);
+    expect(res.headers.get("set-cookie")).toBeNull();
+  });
+
+  test("no console page is reached without a valid session: user tokens, the raw admin token, forged or expired cookies redirect to the login form", async () => {
+    const { token } = await loginAs(t.app, t.deps);
+    const { cookie } = await signIn();
+    const value = cookie.split("=")[1] ?? "";
+    const [v, , nonce, mac] = value.split(".");
+    const forged = [
+      `${SESSION_COOKIE}=${token}`,
+      `${SESSION_COOKIE}=${t.deps.config.ADMIN_TOKEN}`,
+      `${SESSION_COOKIE}=${v}.${Date.now() + 10 ** 9}.${nonce}.${mac}`, // expiry pushed out: the mac no longer matches
+      `${SESSION_COOKIE}=${v}.${Date.now() - 1000}.${nonce}.${mac}`,
+    ];
+    const sale = await createSeckill(t, { stock: 3 });
+    for (const path of [...PAGES, `/console/sale/${sale.voucherId}`]) {
+      const variants: Record<string, string>[] = [{}, { authorization: `Bearer ${t.deps.config.ADMIN_TOKEN}` }, { authorization: token }, ...forged.map((c) => ({ cookie: c }))];
+      for (const headers of variants) {
+        const res = await t.app.request(path, { headers });
+        expect([path, res.status, res.headers.get("location")]).toEqual([path, 302, "/console/login"]);
+      }
+    }
+    const events = await t.app.request(`/console/sale/${sale.voucherId}/events`, { headers: { cookie: forged[0] ?? "" } });
+    expect(events.status).toBe(401);
+    const post = await t.app.request("/console/ops/reconcile", { method: "POST", headers: { ...FORM, authorization: `Bearer ${t.deps.config.ADMIN_TOKEN}` }, body: "" });
+    expect(post.status).toBe(401);
+  });
+
+  test("sign-out (CSRF-checked) clears the cookie", async () => {
+    const { cookie, csrf } = await signIn();
+    const res = await t.app.request("/console/logout", { method: "POST", headers: { ...FORM, cookie }, body: form({ _csrf: csrf }) });
+    expect(res.status).toBe(303);
+    expect(res.headers.get("location")).toBe("/console/login");
+    expect(res.headers.get("set-cookie")).toMatch(/cityhub_console=;.*Max-Age=0/);
+  });
+});
+
+describe("console forms", () => {
+  test("a POST without, with a wrong CSRF token, or from another origin is refused and writes nothing", async () => {
+    const { cookie, csrf } = await signIn();
+    const other = await signIn();
+    const shopId = await createShop(t, await createShopType(t));
+    const title = `csrf-${crypto.randomUUID().slice(0, 8)}`;
+    const fields = seckillFields(shopId, title);
+    const attempts: [string, Record<string, string>, Record<string, string>][] = [
+      ["no token", { ...FORM, cookie }, fields],
+      ["wrong token", { ...FORM, cookie }, { ...fields, _csrf: "0".repeat(64) }],
+      ["another session's token", { ...FORM, cookie }, { ...fields, _csrf: other.csrf }],
+      ["other origin", { ...FORM, cookie, origin: "https://evil.example" }, { ...fields, _csrf: csrf }],
+      ["no origin", { "content-type": FORM["content-type"], cookie }, { ...fields, _csrf: csrf }],
+      ["cross-site fetch metadata", { "content-type": FORM["content-type"], cookie, "sec-fetch-site": "cross-site" }, { ...fields, _csrf: csrf }],
+    ];
+    for (const [what, headers, body] of attempts) {
+      for (const path of ["/console/vouchers/seckill", "/console/vouchers"]) {
+        const res = await t.app.request(path, { method: "POST", headers, body: form(body) });
+        expect([what, path, res.status]).toEqual([what, path, 403]);
+      }
+    }
+    const run = await t.app.request("/console/ops/reconcile", { method: "POST", headers: { ...FORM, cookie }, body: form({ _csrf: "nope" }) });
+    expect(run.status).toBe(403);
+    expect(await vouchersTitled(title)).toBe(0);
+  });
+
+  test("creating a seckill voucher through the form writes it and loads Redis; the sale page follows", async () => {
+    const { cookie, csrf } = await signIn();
+    const shopId = await createShop(t, await createShopType(t));
+    const title = `form-${crypto.randomUUID().slice(0, 8)}`;
+    const res = await t.app.request("/console/vouchers/seckill", { method: "POST", headers: { ...FORM, cookie }, body: form({ ...seckillFields(shopId, title), _csrf: csrf }) });
+    expect(res.status).toBe(303);
+    const voucherId = Number(/^\/console\/sale\/(\d+)$/.exec(res.headers.get("location") ?? "")?.[1]);
+    expect(voucherId).toBeGreaterThan(0);
+    const row = (await t.deps.db.execute("SELECT v.title, v.sub_title, v.rules, v.type, s.stock, c.buckets FROM tb_voucher v JOIN tb_seckill_voucher s ON s.voucher_id = v.id JOIN tb_seckill_config c ON c.voucher_id = v.id WHERE v.id = ?", [voucherId])).rows[0] as Record<string, string | number>;
+    expect({ ...row, type: Number(row.type), stock: Number(row.stock), buckets: Number(row.buckets) } as Record<string, unknown>).toEqual({ title, sub_title: "console test", rules: "one per person", type: 1, stock: 20, buckets: 2 });
+    const page = await t.app.request(`/console/sale/${voucherId}`, { headers: { cookie } });
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain(`data-events="/console/sale/${voucherId}/events"`);
+    const list = await (await t.app.request("/console/vouchers", { headers: { cookie } })).text();
+    expect(list).toContain(title);
+    expect(list).toContain("on sale");
+  });
+
+  test("creating a normal voucher through the form works", async () => {
+    const { cookie, csrf } = await signIn();
+    const shopId = await createShop(t, await createShopType(t));
+    const title = `normal-${crypto.randomUUID().slice(0, 8)}`;
+    const res = await t.app.request("/console/vouchers", { method: "POST", headers: { ...FORM, cookie }, body: form({ shopId: String(shopId), title, payValue: "100", actualValue: "200", _csrf: csrf }) });
+    expect(res.status).toBe(303);
+    expect(res.headers.get("location")).toMatch(/^\/console\/vouchers\?created=\d+$/);
+    expect(await vouchersTitled(title)).toBe(1);
+  });
+
+  test("a bad field is a 400 page with its error next to the field, and no row is written", async () => {
+    const { cookie, csrf } = await signIn();
+    const shopId = await createShop(t, await createShopType(t));
+    const cases: [string, Record<string, string>][] = [
+      ["stock", { stock: "lots" }],
+      ["endTime", { endTime: "2026-01-01T08:00:00Z" }],
+      ["beginTime", { beginTime: "2026-02-30T08:00:00" }],
+      ["buckets", { stock: "2", buckets: "3" }],
+      ["shopId", { shopId: "999999999" }],
+      ["payValue", { payValue: "12.5" }],
+    ];
+    for (const [field, change] of cases) {
+      const title = `bad-${crypto.randomUUID().slice(0, 8)}`;
+      const res = await t.app.request("/console/vouchers/seckill", { method: "POST", headers: { ...FORM, cookie }, body: form({ ...seckillFields(shopId, title), ...change, _csrf: csrf }) });
+      expect([field, res.status]).toEqual([field, 400]);
+      const html = await res.text();
+      // The message sits right after its own input, and the form keeps what was typed.
+      expect([field, new RegExp(`<input id="seckill-${field}"[^>]*aria-invalid="true"[^>]*/?><p class="err" id="seckill-${field}-err" data-field="${field}">[^<]+</p>`).test(html)]).toEqual([field, true]);
+      expect(html.match(/data-field="/g)?.length).toBe(1);
+      expect(html).toContain(`value="${title}"`);
+      expect(await vouchersTitled(title)).toBe(0);
+    }
+  });
+});
+
+describe("live sale view", () => {
+  test("the event stream sends the sale's numbers: stock per bucket, reservations, orders, outbox and this isolate's outcomes", async () => {
+    const { cookie } = await signIn();
+    const sale = await createSeckill(t, { stock: 5, buckets: 2 });
+    const ids = userIds(2);
+    const tokens = await sessionsFor(t, ids);
+    for (const token of [tokens[0], tokens[0], tokens[1]]) {
+      const r = await call(t.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token: token ?? "" });
+      expect(r.status).toBe(200);
+    }
+    const res = await t.app.request(`/console/sale/${sale.voucherId}/events`, { headers: { cookie } });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toContain("text/event-stream");
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    const dec = new TextDecoder();
+    let buf = "";
+    let event: string | undefined;
+    while (!event) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      event = buf.split("\n\n").find((e) => e.includes("event: stats"));
+    }
+    await reader.cancel();
+    const data = JSON.parse(/^data: (.*)$/m.exec(event ?? "")?.[1] ?? "null");
+    expect(data).toMatchObject({ voucherId: sale.voucherId, shopId: sale.shopId, initial: 5, stockLeft: 3, reservations: 2, state: "on sale" });
+    expect(data.buckets).toHaveLength(2);
+    expect(data.buckets[0] + data.buckets[1]).toBe(3);
+    expect(data.outcomes).toMatchObject({ ok: 2, SOLD_OUT: 0 });
+    // The buyer's repeat is answered from memory: by the fast lane before routing, or by the routed handler.
+    expect(data.outcomes.DUPLICATE_ORDER + data.fastLaneSeckill).toBeGreaterThanOrEqual(1);
+    expect(typeof data.ordersInMysql).toBe("number");
+    expect(data.outboxPending + data.ordersInMysql).toBeGreaterThanOrEqual(2);
+    expect(typeof data.writerLagMs).toBe("number");
+  });
+
+  test("a voucher that is not a seckill one is a 404", async () => {
+    const { cookie } = await signIn();
+    expect((await t.app.request("/console/sale/999999999", { headers: { cookie } })).status).toBe(404);
+    expect((await t.app.request("/console/sale/999999999/events", { headers: { cookie } })).status).toBe(404);
+  });
+});
+
+describe("operations", () => {
+  test("run now (CSRF-checked) stores a fresh reconcile report shown on the page", async () => {
+    const { cookie, csrf } = await signIn();
+    const sale = await createSeckill(t, { stock: 4 });
+    const res = await t.app.request("/console/ops/reconcile", { method: "POST", headers: { ...FORM, cookie }, body: form({ _csrf: csrf }) });
+    expect(res.status).toBe(303);
+    expect(res.headers.get("location")).toMatch(/^\/console\/ops\?reconcile=(ran|busy)$/);
+    const html = await (await t.app.request(res.headers.get("location") ?? "", { headers: { cookie } })).text();
+    expect(html).toContain("Cache hit rates per module");
+    expect(html).toContain("Unique visitors per day");
+    if (res.headers.get("location")?.endsWith("ran")) expect(html).toContain(`<td class="n">${sale.voucherId}</td>`);
+  });
+
+  test("order lookup by id and by user", async () => {
+    const { cookie } = await signIn();
+    const sale = await createSeckill(t, { stock: 2 });
+    const [uid] = userIds(1);
+    const [token] = await sessionsFor(t, [uid ?? 0]);
+    const r = await call<string>(t.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token: token ?? "" });
+    const orderId = r.body.data ?? "";
+    const byId = await (await t.app.request(`/console/orders?id=${orderId}`, { headers: { cookie } })).text();
+    expect(byId).toContain(orderId);
+    await t.settle();
+    const byUser = await (await t.app.request(`/console/orders?userId=${uid}`, { headers: { cookie } })).text();
+    expect(byUser).toContain(String(sale.voucherId));
+    expect((await t.app.request("/console/orders?id=abc", { headers: { cookie } })).status).toBe(400);
+  });
+});
+
+describe("assets", () => {
+  test("pages load nothing from outside the app: every src and href is same-origin and answers 200", async () => {
+    const { cookie } = await signIn();
+    const sale = await createSeckill(t, { stock: 2 });
+    const urls = new Set<string>();
+    for (const path of ["/console/login", ...PAGES, `/console/sale/${sale.voucherId}`]) {
+      const res = await t.app.request(path, { headers: { cookie } });
+      expect([path, res.status]).toEqual([path, 200]);
+      const html = await res.text();
+      expect([path, /https?:\/\//.test(html)]).toEqual([path, false]);
+      for (const m of html.matchAll(/\b(?:src|href|action)="([^"]*)"/g)) {
+        const url = m[1] ?? "";
+        expect([path, url.startsWith("/") && !url.startsWith("//")]).toEqual([path, true]);
+        if (/\.(js|css)$/.test(url)) urls.add(url);
+      }
+    }
+    expect([...urls].sort()).toEqual(["/console/assets/console.css", "/console/assets/sale.js", "/console/assets/uPlot.iife.min.js", "/console/assets/uPlot.min.css"]);
+    for (const url of urls) {
+      const res = await t.app.request(url);
+      expect([url, res.status]).toEqual([url, 200]);
+      expect(res.headers.get("content-type")).toMatch(/^text\/(css|javascript)/);
+      expect((await res.arrayBuffer()).byteLength).toBeGreaterThan(500);
+    }
+    expect((await t.app.request("/console/assets/../package.json")).status).toBe(404);
+    expect((await t.app.request("/console/assets/uPlot.cjs.js")).status).toBe(404);
+  });
+});
