@@ -149,6 +149,7 @@ export function createFastLane(deps: Deps): FastLane | undefined {
       const res = answerFromMemory(reqDeps, Number(id), user.id);
       if (!res || (!res.ok && res.reason === "RATE_LIMITED")) return undefined;
       deps.isolate.fastLane.seckill++;
+      deps.isolate.saleCounters.count(Number(id), res.ok ? "ok" : res.reason);
       return finish(req, new Headers(jsonTemplate), JSON.stringify(seckillEnvelope(res)), 200, reqDeps, env, user);
     }
     return undefined;
