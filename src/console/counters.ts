@@ -1,8 +1,7 @@
 /**
  * Seckill attempts seen by this isolate, per voucher and outcome, for the console's live view.
- * Counted in memory on the routed seckill path (one Map lookup and an increment, no Redis call);
- * answers the fast lane gives from memory before routing are not in here (they are in
- * `isolate.fastLane.seckill`, all vouchers together). Numbers are per isolate, like its memory:
+ * Counted in memory (one Map lookup and an increment, no Redis call) on the routed seckill path and
+ * by the fast lane for the answers it gives from memory. Numbers are per isolate, like its memory:
  * with several isolates (Workers) each console stream sees the isolate that serves it.
  */
 

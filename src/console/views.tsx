@@ -289,8 +289,8 @@ export function SalePage(props: { csrf: string; s: SaleSnapshot; begin: string; 
           </tbody>
         </table>
         <p class="note">
-          Outcomes are counted by the isolate serving this page; repeat answers the fast lane gives from memory (sold-out memo, a buyer's own order) are counted
-          only in the last row.
+          Outcomes are counted by the isolate serving this page, including the answers the fast lane gives from memory (sold-out memo, a buyer's own order);
+          the last row is the fast lane's total over all vouchers.
         </p>
       </div>
     </Shell>
