@@ -13,8 +13,8 @@
   2. Every (order, user) that held a unit when read (active in MySQL, or pending in the outbox) is
      re-added as a buyer unless its order is released by now (a close that won the race already
      put the unit back; see reconcile-buyers.lua).
-  3. stock = initial − |buyers| (= initial − active − pending), spread over the buckets as
-     loadSeckillIntoRedis does, which also overwrites any INCR a release made on a missing bucket.
+  3. stock = initial − |buyers| (= initial − active − pending), spread evenly over the buckets
+     (the first ones take the remainder), which also overwrites any INCR a release made on a missing bucket.
   4. meta is written last: from here on the sale is open again.
 
   All keys carry the shop's hash tag (see src/redis/keys.ts), so the script is valid on a cluster.

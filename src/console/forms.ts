@@ -4,11 +4,10 @@
  * next to its field. The rows are written by the services the operator API calls.
  */
 import { z } from "zod";
-import { cachesFor } from "../cache/modules.ts";
 import type { Deps } from "../deps.ts";
+import { refreshVoucherList, saleWindow } from "../routes/voucher.ts";
 import { createSeckillVoucher } from "../services/seckill/config.ts";
-import { insertVoucher, loadVouchersOfShop, shopExists } from "../services/shops.ts";
-import { parseDateTime } from "../util/time.ts";
+import { insertVoucher, shopExists } from "../services/shops.ts";
 
 export type FieldErrors = Partial<Record<string, string>>;
 export type FormValues = Record<string, string>;
@@ -64,10 +63,6 @@ function fieldErrors(err: z.ZodError): FieldErrors {
   return out;
 }
 
-async function refreshVoucherList(deps: Deps, shopId: number): Promise<void> {
-  await cachesFor(deps).vouchers.set(deps, shopId, await loadVouchersOfShop(deps, shopId));
-}
-
 export async function submitVoucher(deps: Deps, values: FormValues): Promise<FormResult> {
   const parsed = VoucherForm.safeParse(values);
   if (!parsed.success) return { ok: false, errors: fieldErrors(parsed.error) };
@@ -78,29 +73,21 @@ export async function submitVoucher(deps: Deps, values: FormValues): Promise<For
   return { ok: true, voucherId };
 }
 
-/** The sale window rules of POST /api/voucher/seckill: 1 s to 366 days, beginning within 366 days of now. */
-const SALE_HORIZON_MS = 366 * 86_400_000;
-
 export async function submitSeckill(deps: Deps, values: FormValues): Promise<FormResult> {
   const parsed = SeckillForm.safeParse(values);
   if (!parsed.success) return { ok: false, errors: fieldErrors(parsed.error) };
   const body = parsed.data;
-  const zone = deps.config.SERVICE_TIME_ZONE;
-  const b = parseDateTime(body.beginTime, zone);
-  const e = parseDateTime(body.endTime, zone);
+  // The same window rules as POST /api/voucher/seckill, reported next to the field they concern.
+  const window = saleWindow(body.beginTime, body.endTime, deps.config.SERVICE_TIME_ZONE, deps.clock.now());
   const errors: FieldErrors = {};
-  if (b === null) errors.beginTime = "not a calendar time (YYYY-MM-DDTHH:mm[:ss])";
-  if (e === null) errors.endTime = "not a calendar time (YYYY-MM-DDTHH:mm[:ss])";
-  if (b !== null && Math.abs(b - deps.clock.now()) > SALE_HORIZON_MS) errors.beginTime = "must be within 366 days of now";
-  if (b !== null && e !== null && e - b < 1_000) errors.endTime = "must be at least 1 second after the begin time";
-  if (b !== null && e !== null && e - b > SALE_HORIZON_MS) errors.endTime = "a sale lasts at most 366 days";
+  if (!window.ok) errors[window.field] = window.message;
   if (body.buckets > body.stock) errors.buckets = "more buckets than stock";
-  if (b === null || e === null || Object.keys(errors).length > 0) return { ok: false, errors };
+  if (!window.ok || Object.keys(errors).length > 0) return { ok: false, errors };
   if (!(await shopExists(deps, body.shopId))) return { ok: false, errors: { shopId: "unknown shop" } };
   const cfg = await createSeckillVoucher(deps, {
     ...body,
-    beginMs: Math.floor(b / 1000) * 1000,
-    endMs: Math.floor(e / 1000) * 1000,
+    beginMs: window.beginMs,
+    endMs: window.endMs,
     dailyLimit: body.shopDailyLimit,
   });
   await refreshVoucherList(deps, body.shopId);

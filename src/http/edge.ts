@@ -50,9 +50,34 @@ export const SECURITY_HEADERS: readonly (readonly [string, string])[] = [
 ];
 
 const CORS_ALLOW_HEADERS = ["authorization", "content-type", "x-request-id"];
-const CORS_EXPOSE = "x-request-id,retry-after";
+export const CORS_EXPOSE = "x-request-id,retry-after";
 /** hono/request-id's rule: a caller's id is kept when ≤ 255 chars of `[\w\-=]`. */
 const UNSAFE_REQUEST_ID = /[^\w\-=]/;
+
+/** The request's id: the caller's when it is short and plain (it ends up in logs and headers), else a new UUID. */
+export function requestIdOf(headers: Headers): string {
+  const given = headers.get("x-request-id");
+  return given && given.length <= 255 && !UNSAFE_REQUEST_ID.test(given) ? given : crypto.randomUUID();
+}
+
+/**
+ * Deps for one request, with background work tied to the request's ExecutionContext (Workers, and
+ * the Bun shim). Bun's entry passes one shim for the process, Workers a fresh one per request:
+ * remembering the last one makes the Deps copy a one-off on Bun and leaves Workers as before.
+ * Without a context (app.request in tests) the process-level fallback is used.
+ */
+export function requestDepsMemo(deps: Deps): (ctx: ExecutionContext | undefined) => Deps {
+  let memoCtx: ExecutionContext | undefined;
+  let memoDeps = deps;
+  return (ctx) => {
+    if (!ctx) return deps;
+    if (ctx !== memoCtx) {
+      memoCtx = ctx;
+      memoDeps = { ...deps, waitUntil: (p) => ctx.waitUntil(p.catch((err: unknown) => deps.log.error("background task failed", { err }))) };
+    }
+    return memoDeps;
+  };
+}
 
 /**
  * `/api` and `/imgs` (and below): the paths browsers call cross-origin (the front-end's API calls
@@ -104,24 +129,16 @@ export function createEdge(deps: Deps): MiddlewareHandler<AppEnv> {
   // The per-request debug line costs an object, two clock reads and a log call: only when it is written.
   const logRequests = deps.log.enabled("debug");
 
-  // Background work must be tied to the request's ExecutionContext on Workers (and the Bun shim).
-  // Bun's entry passes one shim for the process, Workers a fresh one per request: remembering the
-  // last one makes the Deps copy a one-off on Bun and leaves Workers as before. `executionCtx`
-  // throws when the runtime passed none (app.request in tests): then the process fallback is used.
-  let memoCtx: ExecutionContext | undefined;
-  let memoDeps = deps;
+  // `executionCtx` throws when the runtime passed none (app.request in tests).
+  const memo = requestDepsMemo(deps);
   const depsFor = (c: Context<AppEnv>): Deps => {
-    let ctx: ExecutionContext;
+    let ctx: ExecutionContext | undefined;
     try {
       ctx = c.executionCtx;
     } catch {
-      return deps;
+      ctx = undefined;
     }
-    if (ctx !== memoCtx) {
-      memoCtx = ctx;
-      memoDeps = { ...deps, waitUntil: (p) => ctx.waitUntil(p.catch((err: unknown) => deps.log.error("background task failed", { err }))) };
-    }
-    return memoDeps;
+    return memo(ctx);
   };
 
   const finish = (c: Context<AppEnv>, res: Response, requestId: string, corsPath: boolean): void => {
@@ -139,8 +156,7 @@ export function createEdge(deps: Deps): MiddlewareHandler<AppEnv> {
   };
 
   return async function edge(c, next) {
-    const given = c.req.raw.headers.get("x-request-id");
-    const requestId = given && given.length <= 255 && !UNSAFE_REQUEST_ID.test(given) ? given : crypto.randomUUID();
+    const requestId = requestIdOf(c.req.raw.headers);
     c.set("requestId", requestId);
     const reqDeps = depsFor(c);
     c.set("deps", reqDeps);

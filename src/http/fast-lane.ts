@@ -29,12 +29,9 @@ import { answerFromMemory } from "../services/seckill/reserve.ts";
 import type { SessionUser } from "../services/session.ts";
 import { bearer } from "./auth.ts";
 import type { ClientEnv } from "./client-ip.ts";
-import { SECURITY_HEADERS } from "./edge.ts";
+import { CORS_EXPOSE, requestDepsMemo, requestIdOf, SECURITY_HEADERS } from "./edge.ts";
 import { trackVisitOf } from "./uv.ts";
 
-const CORS_EXPOSE = "x-request-id,retry-after";
-/** hono/request-id's rule, as in edge.ts: a caller's id is kept when ≤ 255 chars of `[\w\-=]`. */
-const UNSAFE_REQUEST_ID = /[^\w\-=]/;
 const ID = /^[1-9]\d{0,15}$/;
 const SHOP_PREFIX = "/api/shop/";
 const SECKILL_PREFIX = "/api/voucher-order/seckill/";
@@ -75,21 +72,10 @@ export function createFastLane(deps: Deps): FastLane | undefined {
     return t;
   };
 
-  // Background work is tied to the request's ExecutionContext, as in edge.ts.
-  let memoCtx: ExecutionContext | undefined;
-  let memoDeps = deps;
-  const depsFor = (ctx: ExecutionContext | undefined): Deps => {
-    if (!ctx) return deps;
-    if (ctx !== memoCtx) {
-      memoCtx = ctx;
-      memoDeps = { ...deps, waitUntil: (p) => ctx.waitUntil(p.catch((err: unknown) => deps.log.error("background task failed", { err }))) };
-    }
-    return memoDeps;
-  };
+  const depsFor = requestDepsMemo(deps);
 
   const finish = (req: Request, headers: Headers, body: BodyInit | null, status: number, reqDeps: Deps, env: unknown, user: SessionUser | null): Response => {
-    const given = req.headers.get("x-request-id");
-    headers.set("x-request-id", given && given.length <= 255 && !UNSAFE_REQUEST_ID.test(given) ? given : crypto.randomUUID());
+    headers.set("x-request-id", requestIdOf(req.headers));
     if (!anyOrigin) {
       const origin = req.headers.get("origin");
       if (origin && origins.includes(origin)) headers.set("access-control-allow-origin", origin);

@@ -8,6 +8,10 @@ export const keys = {
   loginCode: (phone: string) => `login:code:${phone}`,
   /** Session hash `{id, nickName, icon}`; its TTL slides on every authenticated request. */
   loginToken: (token: string) => `login:token:${token}`,
+  /** Revocation stream: ZSET session id → revocation sequence number (lua/session-revoke.lua appends, lua/session-sync.lua reads). */
+  loginRevoked: () => "login:revoked",
+  /** The last revocation sequence number handed out (string, INCR). */
+  loginRevokedSeq: () => "login:revoked:seq",
   /** GEO set of the shops of one type (member = shop id). */
   shopGeo: (typeId: number | string) => `shop:geo:${typeId}`,
   /** L2 cache entry of a cache module (`cache:shop:{id}` is the classic name). */

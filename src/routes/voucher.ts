@@ -47,17 +47,20 @@ const SeckillBody = VoucherBody.extend({
 const SALE_HORIZON_MS = 366 * 86_400_000;
 const SALE_MIN_MS = 1_000;
 
-type SaleWindow = { ok: true; beginMs: number; endMs: number } | { ok: false; message: string };
+export type SaleWindow = { ok: true; beginMs: number; endMs: number } | { ok: false; field: "beginTime" | "endTime"; message: string };
 
-function saleWindow(begin: string | number, end: string | number, zone: string, now: number): SaleWindow {
+/** Checks a sale window (API and console forms alike); `field` names the input a refusal is about. */
+export function saleWindow(begin: string | number, end: string | number, zone: string, now: number): SaleWindow {
   const toMs = (t: string | number) => (typeof t === "number" ? t : parseDateTime(t, zone));
   const b = toMs(begin);
   const e = toMs(end);
-  if (b === null || e === null) return { ok: false, message: "beginTime/endTime must be real calendar times, YYYY-MM-DDTHH:mm:ss (or epoch ms)" };
-  if (Math.abs(b - now) > SALE_HORIZON_MS) return { ok: false, message: "beginTime must be within 366 days of now" };
+  const calendar = "beginTime/endTime must be real calendar times, YYYY-MM-DDTHH:mm:ss (or epoch ms)";
+  if (b === null) return { ok: false, field: "beginTime", message: calendar };
+  if (e === null) return { ok: false, field: "endTime", message: calendar };
+  if (Math.abs(b - now) > SALE_HORIZON_MS) return { ok: false, field: "beginTime", message: "beginTime must be within 366 days of now" };
   // On the times as given: ≥ 1 s apart, they stay apart after truncation to whole seconds.
-  if (e - b < SALE_MIN_MS) return { ok: false, message: "endTime must be at least 1 second after beginTime" };
-  if (e - b > SALE_HORIZON_MS) return { ok: false, message: "a sale lasts at most 366 days" };
+  if (e - b < SALE_MIN_MS) return { ok: false, field: "endTime", message: "endTime must be at least 1 second after beginTime" };
+  if (e - b > SALE_HORIZON_MS) return { ok: false, field: "endTime", message: "a sale lasts at most 366 days" };
   return { ok: true, beginMs: Math.floor(b / 1000) * 1000, endMs: Math.floor(e / 1000) * 1000 };
 }
 
@@ -72,7 +75,8 @@ const CREATE_SECKILL: RouteDoc = {
   errors: ["INVALID_INPUT"],
 };
 
-async function refreshVoucherList(deps: Deps, shopId: number): Promise<void> {
+/** A voucher write is visible at once: the shop's cached list is overwritten from MySQL. */
+export async function refreshVoucherList(deps: Deps, shopId: number): Promise<void> {
   await cachesFor(deps).vouchers.set(deps, shopId, await loadVouchersOfShop(deps, shopId));
 }
 

@@ -34,7 +34,7 @@ import type { Deps } from "../deps.ts";
 import type { Config } from "../env.ts";
 import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
-import { LEGACY_TOKEN_RE, legacySid, readLegacySession, revokeSession, SessionKeys, type SessionUser, sessionKeys } from "./session.ts";
+import { LEGACY_TOKEN_RE, legacySid, readLegacySession, revokeSession, SessionKeys, type SessionUser } from "./session.ts";
 
 /** Sessions confirmed/renewed by one sync command (bounds the request body: ~260 bytes each). */
 const SYNC_BATCH = 500;
@@ -242,7 +242,7 @@ export class SessionCache {
       let res: [number, number, number, string[], number[]];
       try {
         res = await script.exec(
-          [sessionKeys.revoked(), sessionKeys.revokedSeq(), ...batch.map(([token]) => keys.loginToken(token))],
+          [keys.loginRevoked(), keys.loginRevokedSeq(), ...batch.map(([token]) => keys.loginToken(token))],
           [String(this.cursor ?? -1), String(this.ttlSeconds), String(REVOCATIONS_PER_SYNC)],
         );
       } catch (err) {

@@ -36,17 +36,6 @@ export interface SessionClaims {
 }
 
 /**
- * Redis keys of the revocation stream. (They belong in src/redis/keys.ts with the others; kept
- * here until that file's owner takes them — the session hash itself is `keys.loginToken`.)
- */
-export const sessionKeys = {
-  /** ZSET sid → revocation sequence number (lua/session-revoke.lua appends, lua/session-sync.lua reads). */
-  revoked: () => "login:revoked",
-  /** String: the last revocation sequence number handed out (INCR). */
-  revokedSeq: () => "login:revoked:seq",
-} as const;
-
-/**
  * Revocations the stream keeps. An isolate that fell further behind (idle through a logout storm)
  * forgets everything it trusted and re-checks each session on next use.
  */
@@ -183,5 +172,5 @@ export async function readLegacySession(redis: RedisPort, token: string): Promis
 
 /** Ends a session everywhere: deletes the record and appends `sid` to the revocation stream (one command). */
 export async function revokeSession(redis: RedisPort, token: string, sid: string): Promise<void> {
-  await scriptsFor(redis).sessionRevoke.exec([keys.loginToken(token), sessionKeys.revoked(), sessionKeys.revokedSeq()], [sid, String(REVOKED_KEEP)]);
+  await scriptsFor(redis).sessionRevoke.exec([keys.loginToken(token), keys.loginRevoked(), keys.loginRevokedSeq()], [sid, String(REVOKED_KEEP)]);
 }

@@ -3,7 +3,7 @@ import type { Clock, Deps, RedisPort } from "../../src/deps.ts";
 import { parseEnv } from "../../src/env.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { scriptsFor } from "../../src/redis/scripts.ts";
-import { createSession, SessionKeys, sessionKeys } from "../../src/services/session.ts";
+import { createSession, SessionKeys } from "../../src/services/session.ts";
 import { call, loginAs } from "../support/http.ts";
 import { createTestApp, getStack, type TestApp } from "../support/stack.ts";
 
@@ -316,7 +316,7 @@ describe("lua/session-sync.lua and session-revoke.lua", () => {
     const k2 = keys.loginToken(`t2-${tag}`);
     await t.deps.redis.hset(k1, { id: "1" });
     await t.deps.redis.expire(k1, 10);
-    const sys = [sessionKeys.revoked(), sessionKeys.revokedSeq()];
+    const sys = [keys.loginRevoked(), keys.loginRevokedSeq()];
     const [cursor0, , , sids0, missing0] = await s.sessionSync.exec([...sys, k1, k2], ["-1", "300", "1000"]);
     expect(sids0).toEqual([]);
     expect(missing0.map(Number)).toEqual([2]);

@@ -51,12 +51,6 @@ export function seckillConfigFromRow(row: Row): SeckillConfig {
   };
 }
 
-/** Splits `stock` over `n` buckets as evenly as possible (the first `stock % n` get one more). */
-export function splitStock(stock: number, n: number): number[] {
-  const base = Math.floor(stock / n);
-  return Array.from({ length: n }, (_, i) => base + (i < stock % n ? 1 : 0));
-}
-
 /** The buyer's home bucket (0-based). Users spread evenly; a buyer always starts at the same one. */
 export function homeBucket(userId: number, buckets: number): number {
   return userId % buckets;
