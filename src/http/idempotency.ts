@@ -30,6 +30,7 @@ import type { Context, Next } from "hono";
 import { createMiddleware } from "hono/factory";
 import type { Config } from "../env.ts";
 import { AppError } from "../errors.ts";
+import { idempotencyDoc } from "../openapi/describe.ts";
 import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
 import type { AppEnv } from "../types.ts";
@@ -206,7 +207,7 @@ async function guard<E extends AppEnv>(c: Context<E>, next: Next, callerOf: Call
   if (claim[0] !== 1) {
     const held = parseRecord(claim[1]);
     if (!held) throw new AppError("INTERNAL", "unreadable idempotency record");
-    if (held.f !== fingerprint) throw new AppError("INVALID_INPUT", "this Idempotency-Key was used with a different request", { status: 422 });
+    if (held.f !== fingerprint) throw new AppError("IDEMPOTENCY_KEY_REUSED", "this Idempotency-Key was used with a different request");
     // The first request usually finishes within milliseconds; its lease (claim[2] ms) is only the worst case.
     if (held.running) throw new AppError("CONFLICT", "a request with this Idempotency-Key is still running", { retryAfterSeconds: 1 });
     const headers = new Headers(held.h);
@@ -239,7 +240,7 @@ async function guard<E extends AppEnv>(c: Context<E>, next: Next, callerOf: Call
  * route has not read yet (JSON routes' jsonBody runs first and its text is reused).
  */
 export function idempotentUser(maxBodyBytes: BodyCap) {
-  return createMiddleware<UserEnv>((c, next) => guard(c, next, () => `u:${c.get("user").id}`, maxBodyBytes));
+  return idempotencyDoc(createMiddleware<UserEnv>((c, next) => guard(c, next, () => `u:${c.get("user").id}`, maxBodyBytes)));
 }
 
 /**
@@ -247,7 +248,7 @@ export function idempotentUser(maxBodyBytes: BodyCap) {
  * ADMIN_TOKEN starts a fresh scope).
  */
 export function idempotentOperator(maxBodyBytes: BodyCap) {
-  return createMiddleware<AppEnv>((c, next) =>
-    guard(c, next, async () => `op:${await sha256Hex(encoder.encode(bearer(c.req.header("authorization")) ?? ""))}`, maxBodyBytes),
+  return idempotencyDoc(
+    createMiddleware<AppEnv>((c, next) => guard(c, next, async () => `op:${await sha256Hex(encoder.encode(bearer(c.req.header("authorization")) ?? ""))}`, maxBodyBytes)),
   );
 }

@@ -115,7 +115,7 @@ describe("Idempotency-Key: fingerprints and scopes", () => {
     expect(first.status).toBe(200);
     const other = await postNote(t, author, shopId, k, "two");
     expect(other.status).toBe(422);
-    expect(other.body).toMatchObject({ success: false, code: "INVALID_INPUT" });
+    expect(other.body).toMatchObject({ success: false, code: "IDEMPOTENCY_KEY_REUSED" });
     // Same path, other query string: a different request too.
     const query = await call(t.app, "POST", "/api/blog?x=1", { token: author.token, json: { shopId, title: "one", content: "same content" }, headers: { "idempotency-key": k } });
     expect(query.status).toBe(422);
