@@ -212,7 +212,8 @@ async function guard<E extends AppEnv>(c: Context<E>, next: Next, callerOf: Call
     if (held.running) throw new AppError("CONFLICT", "a request with this Idempotency-Key is still running", { retryAfterSeconds: 1 });
     const headers = new Headers(held.h);
     headers.set(REPLAYED_HEADER, "true");
-    return new Response(held.b, { status: held.s, headers });
+    // A null-body status cannot carry even an empty string in the Fetch API.
+    return new Response(held.s === 204 || held.s === 205 || held.s === 304 ? null : held.b, { status: held.s, headers });
   }
 
   let done: string | null = null;

@@ -106,7 +106,7 @@ describe("Idempotency-Key: concurrent duplicates and replays", () => {
 });
 
 describe("Idempotency-Key: fingerprints and scopes", () => {
-  test("the same key with a different body is 422 while running and once stored; the same body still replays", async () => {
+  test("the same key with a different body or query string is 422; the same request still replays", async () => {
     const t = await createTestApp();
     const author = await newUser(t);
     const shopId = await newShop(t);
@@ -250,6 +250,10 @@ describe("Idempotency-Key: what is not stored", () => {
     const busy = await postNote(t, author, shopId, k);
     expect(busy.status).toBe(409);
     expect(busy.headers.get("retry-after")).toBe("1");
+    // Another request under the running key is refused as a reuse, not queued behind it.
+    const reused = await postNote(t, author, shopId, k, "another note");
+    expect(reused.status).toBe(422);
+    expect(reused.body).toMatchObject({ success: false, code: "IDEMPOTENCY_KEY_REUSED" });
     let retried: Awaited<ReturnType<typeof postNote>> | undefined;
     await eventually("a retry runs once the lease has ended", async () => {
       const r = await postNote(t, author, shopId, k);
