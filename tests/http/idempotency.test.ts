@@ -105,6 +105,34 @@ describe("Idempotency-Key: concurrent duplicates and replays", () => {
   });
 });
 
+describe("Idempotency-Key: Redis budget", () => {
+  test("no header: no idempotency command; a keyed request that runs: 2 (claim, finish); a replay, a 409 or a 422: 1", async () => {
+    const faults = new Faults();
+    let idem = 0;
+    // A rule that never applies: it only counts the idempotency scripts' EVALSHAs (their KEYS name idem:…).
+    faults.on("redis.evalsha", "tap", {
+      when: (args) => {
+        if (JSON.stringify(args[1]).includes("idem:")) idem++;
+        return false;
+      },
+    });
+    const t = await createTestApp({}, { wrap: (deps) => faults.wrap(deps) });
+    const author = await newUser(t);
+    const shopId = await newShop(t);
+    const counted = async (send: () => Promise<unknown>) => {
+      const before = idem;
+      await send();
+      return idem - before;
+    };
+    expect(await counted(() => postNote(t, author, shopId, null))).toBe(0);
+    const k = key();
+    expect(await counted(() => postNote(t, author, shopId, k))).toBe(2);
+    expect(await counted(() => postNote(t, author, shopId, k))).toBe(1);
+    expect(await counted(() => postNote(t, author, shopId, k, "other"))).toBe(1);
+    expect(await counted(() => call(t.app, "GET", "/api/blog/of/me", { token: author.token, headers: { "idempotency-key": k } }))).toBe(0);
+  });
+});
+
 describe("Idempotency-Key: fingerprints and scopes", () => {
   test("the same key with a different body or query string is 422; the same request still replays", async () => {
     const t = await createTestApp();
