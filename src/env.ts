@@ -33,6 +33,22 @@ export const EnvSchema = z.object({
   LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),
   /** Comma-separated origins allowed by CORS; `*` allows any (the classic front-end runs elsewhere). */
   CORS_ORIGINS: z.string().default("*"),
+  /**
+   * `Idempotency-Key` (src/http/idempotency.ts): how long a completed request's response is kept
+   * for replay, seconds (the IETF draft and Stripe: 24 h). A retry after this runs again.
+   */
+  IDEMPOTENCY_TTL_SECONDS: z.coerce.number().int().min(60).max(7 * 86_400).default(86_400),
+  /**
+   * The lease of a request that claimed a key and is still running, ms: duplicates get 409 for at
+   * most this long. A process that dies mid-request holds the key until the lease ends; a handler
+   * running longer than this loses the key (a duplicate may then run, and neither is stored).
+   */
+  IDEMPOTENCY_LOCK_MS: z.coerce.number().int().min(100).max(600_000).default(60_000),
+  /**
+   * Largest response body stored for replay, bytes (these routes answer well under 1 KB; the
+   * reconcile report grows with the vouchers). A larger one is answered but not stored, and logged.
+   */
+  IDEMPOTENCY_MAX_RESPONSE_BYTES: z.coerce.number().int().min(1024).max(1_048_576).default(65_536),
   /** Largest accepted request body, bytes. */
   MAX_BODY_BYTES: z.coerce.number().int().positive().default(1_048_576),
   /** Health probe timeout per dependency, milliseconds. */

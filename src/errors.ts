@@ -27,6 +27,7 @@ export type ErrorCode =
   | "LIMIT_REACHED"
   | "BAD_STATE"
   | "CONFLICT"
+  | "IDEMPOTENCY_KEY_REUSED"
   | "UNAVAILABLE"
   | "BAD_ENVIRONMENT"
   | "INTERNAL";
@@ -48,6 +49,8 @@ export const codeToStatus: Record<ErrorCode, ContentfulStatusCode> = {
   LIMIT_REACHED: 200,
   BAD_STATE: 200,
   CONFLICT: 409,
+  /** An Idempotency-Key sent again with a different request (draft-ietf-httpapi-idempotency-key-header: 422). */
+  IDEMPOTENCY_KEY_REUSED: 422,
   UNAVAILABLE: 503,
   BAD_ENVIRONMENT: 500,
   INTERNAL: 500,

@@ -36,7 +36,7 @@ function tooLarge(max: number): AppError {
  * Reads at most `max` bytes of `body`; throws 413 as soon as more arrive (the rest is never pulled:
  * the stream is cancelled).
  */
-async function readCapped(body: ReadableStream<Uint8Array>, max: number): Promise<Uint8Array> {
+export async function readCapped(body: ReadableStream<Uint8Array>, max: number): Promise<Uint8Array> {
   const reader = body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;

@@ -49,8 +49,8 @@ export const SECURITY_HEADERS: readonly (readonly [string, string])[] = [
   ["x-xss-protection", "0"],
 ];
 
-const CORS_ALLOW_HEADERS = ["authorization", "content-type", "x-request-id"];
-export const CORS_EXPOSE = "x-request-id,retry-after";
+const CORS_ALLOW_HEADERS = ["authorization", "content-type", "x-request-id", "idempotency-key"];
+export const CORS_EXPOSE = "x-request-id,retry-after,idempotent-replayed";
 /** hono/request-id's rule: a caller's id is kept when ≤ 255 chars of `[\w\-=]`. */
 const UNSAFE_REQUEST_ID = /[^\w\-=]/;
 

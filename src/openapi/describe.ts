@@ -207,3 +207,28 @@ export const v = <T extends z.ZodType, Target extends keyof ValidationTargets>(t
       }) as DescribeRouteOptions,
   );
 };
+
+const RETRY_AFTER = { "Retry-After": { description: "seconds until a retry may succeed", schema: { type: "integer" } } };
+
+/**
+ * The description http/idempotency.ts's middleware carries on the routes that take an
+ * `Idempotency-Key`: the optional header and the answers only a keyed request can get.
+ */
+export function idempotencyDoc<H extends object>(target: H): H {
+  return describe(target, () => ({
+    parameters: [
+      {
+        name: "Idempotency-Key",
+        in: "header",
+        required: false,
+        description:
+          "Makes a retry safe (draft-ietf-httpapi-idempotency-key-header): 1–255 visible ASCII characters, bare or as a quoted sf-string, scoped to the caller and this route and kept 24 h. A retry with the same request replays the stored response with `Idempotent-Replayed: true`; failures (4xx, 5xx) are not stored.",
+        schema: { type: "string", minLength: 1, maxLength: 512 },
+      },
+    ],
+    responses: {
+      409: { description: "A request with this Idempotency-Key is still running: CONFLICT", headers: RETRY_AFTER, content: json(failure(["CONFLICT"])) },
+      422: { description: "This Idempotency-Key was used with a different request: IDEMPOTENCY_KEY_REUSED", content: json(failure(["IDEMPOTENCY_KEY_REUSED"])) },
+    },
+  }) as DescribeRouteOptions);
+}

@@ -77,4 +77,10 @@ export const keys = {
   sign: (userId: number, yyyyMM: string) => `sign:${userId}:${yyyyMM}`,
   /** HyperLogLog of the day's visitors (`yyyyMMdd`, service zone). */
   uv: (yyyyMMdd: string) => `uv:${yyyyMMdd}`,
+  /**
+   * One Idempotency-Key's record (string; lua/idempotency-claim.lua): `scopeHash` is the SHA-256
+   * (hex) of caller, method, route pattern and the client's key, so the key's length is fixed
+   * whatever the client sends and no caller's key or credential appears in it.
+   */
+  idempotency: (scopeHash: string) => `idem:${scopeHash}`,
 } as const;

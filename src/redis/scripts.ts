@@ -8,6 +8,8 @@ import ackOutboxSrc from "../../lua/ack-outbox.lua" with { type: "text" };
 import claimOutboxSrc from "../../lua/claim-outbox.lua" with { type: "text" };
 import blogLikeToggleSrc from "../../lua/blog-like-toggle.lua" with { type: "text" };
 import extendLockSrc from "../../lua/extend-lock.lua" with { type: "text" };
+import idempotencyClaimSrc from "../../lua/idempotency-claim.lua" with { type: "text" };
+import idempotencyFinishSrc from "../../lua/idempotency-finish.lua" with { type: "text" };
 import loginCodeConsumeSrc from "../../lua/login-code-consume.lua" with { type: "text" };
 import loginCodeMissSrc from "../../lua/login-code-miss.lua" with { type: "text" };
 import releaseStockSrc from "../../lua/release-stock.lua" with { type: "text" };
@@ -37,6 +39,8 @@ export const luaSources = {
   reloadSeckill: reloadSeckillSrc,
   sessionSync: sessionSyncSrc,
   sessionRevoke: sessionRevokeSrc,
+  idempotencyClaim: idempotencyClaimSrc,
+  idempotencyFinish: idempotencyFinishSrc,
 } as const;
 
 export type ScriptName = keyof typeof luaSources;
@@ -88,5 +92,9 @@ export function createScripts(redis: Redis) {
     sessionSync: redis.createScript<[number, number, number, string[], number[]]>(luaSources.sessionSync),
     /** The revocation's sequence number: see lua/session-revoke.lua. */
     sessionRevoke: redis.createScript<number>(luaSources.sessionRevoke),
+    /** {1} claimed, or {0, record, pttl ms}: see lua/idempotency-claim.lua. */
+    idempotencyClaim: redis.createScript<[number, string?, number?]>(luaSources.idempotencyClaim),
+    /** 1 when the claim was still ours: see lua/idempotency-finish.lua. */
+    idempotencyFinish: redis.createScript<number>(luaSources.idempotencyFinish),
   };
 }

@@ -7,6 +7,8 @@ import { registeredSeckills, shopsOf } from "../services/seckill/registry.ts";
 import { keys } from "../redis/keys.ts";
 import { withLock } from "../redis/lock.ts";
 import { requireOperator } from "../http/auth.ts";
+import { BODY_LIMITS } from "../http/body.ts";
+import { idempotentOperator } from "../http/idempotency.ts";
 import type { AppEnv } from "../types.ts";
 import { queryInt } from "../http/validate.ts";
 import { doc, v } from "../openapi/describe.ts";
@@ -51,7 +53,7 @@ export const admin = new Hono<AppEnv>()
     const report = await deps.redis.get<ReconcileReport>(keys.seckill.reconcileReport());
     return c.json(ok(report ?? { at: null, vouchers: [] }));
   }))
-  .post("/reconcile", doc({ tag: "operator", summary: "Run a reconcile now (409 while another run holds the lock)", access: "operator", data: { type: "object" }, errors: ["CONFLICT"] }, async (c) => {
+  .post("/reconcile", idempotentOperator(BODY_LIMITS.none), doc({ tag: "operator", summary: "Run a reconcile now (409 while another run holds the lock)", access: "operator", data: { type: "object" }, errors: ["CONFLICT"] }, async (c) => {
     const deps = c.get("deps");
     const res = await withLock(deps.redis, "cron:reconcile", 55_000, () => reconcile(deps, deps.clock.now()));
     return c.json(res.ran ? ok(res.value) : fail("CONFLICT", "a reconcile run is in progress"), res.ran ? 200 : 409);

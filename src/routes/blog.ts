@@ -3,6 +3,7 @@ import { z } from "zod";
 import { fail, ok } from "../errors.ts";
 import { type MaybeUserEnv, optionalUser, requireUser, type UserEnv } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
+import { idempotentUser } from "../http/idempotency.ts";
 import { Current, Id, IdParam, JsonId, queryInt, varchar } from "../http/validate.ts";
 import { doc, v } from "../openapi/describe.ts";
 import { Blog, FeedPage, NumericId, UserCard } from "../openapi/schemas.ts";
@@ -42,11 +43,11 @@ const publicRoutes = new Hono<MaybeUserEnv>().get("/hot", optionalUser, doc({ ta
 
 const authed = new Hono<UserEnv>()
   .use(requireUser)
-  .post("/", jsonBody(BODY_LIMITS.note), doc({ tag: "notes", summary: "Publish a note; its id is pushed to every follower's feed", access: "user", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", BlogBody)), async (c) => {
+  .post("/", jsonBody(BODY_LIMITS.note), doc({ tag: "notes", summary: "Publish a note; its id is pushed to every follower's feed", access: "user", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", BlogBody)), idempotentUser(BODY_LIMITS.note), async (c) => {
     const res = await createBlog(c.get("deps"), c.get("user").id, c.req.valid("json"));
     return res.ok ? c.json(ok(res.id)) : c.json(fail("INVALID_INPUT", "unknown shop"), 400);
   })
-  .put("/like/:id", jsonBody(BODY_LIMITS.none), doc({ tag: "notes", summary: "Like or unlike a note (toggle)", access: "user", outcomes: ["NOT_FOUND"] }, v("param", IdParam)), async (c) => {
+  .put("/like/:id", jsonBody(BODY_LIMITS.none), doc({ tag: "notes", summary: "Like or unlike a note (toggle)", access: "user", outcomes: ["NOT_FOUND"] }, v("param", IdParam)), idempotentUser(BODY_LIMITS.none), async (c) => {
     const res = await toggleLike(c.get("deps"), c.req.valid("param").id, c.get("user").id);
     return c.json(res.ok ? ok() : fail("NOT_FOUND", "blog not found"));
   })

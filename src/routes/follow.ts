@@ -3,6 +3,7 @@ import { z } from "zod";
 import { fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
+import { idempotentUser } from "../http/idempotency.ts";
 import { Id, IdParam } from "../http/validate.ts";
 import { doc, v } from "../openapi/describe.ts";
 import { UserCard } from "../openapi/schemas.ts";
@@ -11,7 +12,7 @@ import { commonFollows, isFollowing, setFollow } from "../services/follow.ts";
 /** Mounted at /api/follow. */
 export const follow = new Hono<UserEnv>()
   .use(requireUser)
-  .put("/:id/:isFollow", jsonBody(BODY_LIMITS.none), doc({ tag: "follows", summary: "Follow (`true`) or unfollow (`false`) a user", access: "user", outcomes: ["INVALID_INPUT", "NOT_FOUND"] }, v("param", z.object({ id: Id, isFollow: z.enum(["true", "false"]) }))), async (c) => {
+  .put("/:id/:isFollow", jsonBody(BODY_LIMITS.none), doc({ tag: "follows", summary: "Follow (`true`) or unfollow (`false`) a user", access: "user", outcomes: ["INVALID_INPUT", "NOT_FOUND"] }, v("param", z.object({ id: Id, isFollow: z.enum(["true", "false"]) }))), idempotentUser(BODY_LIMITS.none), async (c) => {
     const { id, isFollow } = c.req.valid("param");
     const res = await setFollow(c.get("deps"), c.get("user").id, id, isFollow === "true");
     if (res.ok) return c.json(ok());

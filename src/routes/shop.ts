@@ -5,6 +5,7 @@ import { CacheUnavailableError } from "../cache/module.ts";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
+import { idempotentOperator } from "../http/idempotency.ts";
 import { Current, Id, IdParam, INT_UNSIGNED_MAX, JsonId, varchar } from "../http/validate.ts";
 import { doc, v } from "../openapi/describe.ts";
 import { NumericId, Shop as ShopSchema, ShopType } from "../openapi/schemas.ts";
@@ -103,7 +104,7 @@ export const shop = new Hono<AppEnv>()
     return c.json(ok(await shopsByName(c.get("deps"), name, current, NAME_PAGE_SIZE)));
   })
   .get("/:id", doc({ tag: "shops", summary: "A shop (ETag / If-None-Match: 304)", access: "public", params: IdParam, data: ShopSchema, outcomes: ["NOT_FOUND"], errors: ["UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).shop, parseParams(IdParam, c.req.param()).id, "shop data")))
-  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a shop (MySQL first, then its cache entry and the GEO index)", access: "operator", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", ShopBody)), async (c) => {
+  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a shop (MySQL first, then its cache entry and the GEO index)", access: "operator", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", ShopBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
     if (!(await shopTypeExists(deps, body.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);
@@ -112,7 +113,7 @@ export const shop = new Hono<AppEnv>()
     if (created) await refreshShopIndex(deps, created);
     return c.json(ok(id));
   })
-  .put("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Update a shop: only the fields sent are written", access: "operator", outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", ShopPatch)), async (c) => {
+  .put("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Update a shop: only the fields sent are written", access: "operator", outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", ShopPatch)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
     const deps = c.get("deps");
     const { id, ...patch } = c.req.valid("json");
     if (patch.typeId !== undefined && !(await shopTypeExists(deps, patch.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);

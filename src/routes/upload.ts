@@ -4,6 +4,7 @@ import { createMiddleware } from "hono/factory";
 import { z } from "zod";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
+import { idempotentUser } from "../http/idempotency.ts";
 import { doc, type RouteDoc, v } from "../openapi/describe.ts";
 import { deleteBlogImage, keyOfName, readBlogImage, saveBlogImage } from "../services/upload.ts";
 import type { AppEnv } from "../types.ts";
@@ -49,7 +50,7 @@ const IMAGE: RouteDoc = {
 /** Mounted at /api/upload. */
 export const upload = new Hono<UserEnv>()
   .use(requireUser)
-  .post("/blog", uploadBodyLimit, doc(UPLOAD, async (c) => {
+  .post("/blog", uploadBodyLimit, idempotentUser((config) => config.UPLOAD_MAX_BYTES + MULTIPART_OVERHEAD), doc(UPLOAD, async (c) => {
     const form = await c.req.parseBody().catch((err: unknown) => {
       if (err instanceof AppError) throw err;
       throw new AppError("INVALID_INPUT", "expected a multipart/form-data body", { cause: err });

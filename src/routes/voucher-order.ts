@@ -3,6 +3,8 @@ import { z } from "zod";
 import { AppError, type Envelope, fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
 import { clientIp } from "../http/client-ip.ts";
+import { BODY_LIMITS } from "../http/body.ts";
+import { idempotentUser } from "../http/idempotency.ts";
 import { Current, Id } from "../http/validate.ts";
 import { doc, type RouteDoc, v } from "../openapi/describe.ts";
 import { Order, OrderIdText } from "../openapi/schemas.ts";
@@ -52,6 +54,9 @@ const SECKILL: RouteDoc = {
 
 export const voucherOrder = new Hono<UserEnv>()
   .use(requireUser)
+  // No Idempotency-Key here (http/idempotency.ts): a seckill attempt is already idempotent per
+  // buyer — a retry is told the order it holds (DUPLICATE_ORDER with its id) — and its budget is
+  // exactly one Redis command, which a claim and a finish would triple.
   .post("/seckill/:voucherId", doc(SECKILL, v("param", z.object({ voucherId: Id }))), async (c) => {
     const deps = c.get("deps");
     const voucherId = c.req.valid("param").voucherId;
@@ -76,7 +81,7 @@ export const voucherOrder = new Hono<UserEnv>()
     if (!r || r.userId !== me) return c.json(fail("NOT_FOUND", "order not found"));
     return c.json(ok({ id, userId: r.userId, voucherId: r.voucherId, status: "queued", createTime: formatInZone(r.reservedAt, deps.config.SERVICE_TIME_ZONE), payTime: null }));
   })
-  .post("/:id/pay", doc({ tag: "orders", summary: "Start paying an unpaid order; the provider's signed webhook settles it", access: "user", data: z.object({ paymentId: z.string() }), outcomes: ["NOT_FOUND", "BAD_STATE"] }, v("param", z.object({ id: OrderId }))), async (c) => {
+  .post("/:id/pay", doc({ tag: "orders", summary: "Start paying an unpaid order; the provider's signed webhook settles it", access: "user", data: z.object({ paymentId: z.string() }), outcomes: ["NOT_FOUND", "BAD_STATE"] }, v("param", z.object({ id: OrderId }))), idempotentUser(BODY_LIMITS.none), async (c) => {
     const res = await startPayment(c.get("deps"), c.get("user").id, c.req.valid("param").id);
     return c.json(res.ok ? ok({ paymentId: res.paymentId }) : fail(res.reason, res.message));
   });

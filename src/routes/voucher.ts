@@ -5,6 +5,7 @@ import { CacheUnavailableError } from "../cache/module.ts";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
+import { idempotentOperator } from "../http/idempotency.ts";
 import { Id, JsonId, varchar } from "../http/validate.ts";
 import { doc, type RouteDoc, v } from "../openapi/describe.ts";
 import { NumericId, Voucher } from "../openapi/schemas.ts";
@@ -82,7 +83,7 @@ export async function refreshVoucherList(deps: Deps, shopId: number): Promise<vo
 
 export const voucher = new Hono<AppEnv>()
   .get("/list/:shopId", doc({ tag: "vouchers", summary: "Vouchers of a shop on sale; seckill ones with `stock`, `beginTime`, `endTime`. Amounts in cents", access: "public", params: ShopIdParam, data: z.array(Voucher), errors: ["UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).vouchers, parseParams(ShopIdParam, c.req.param()).shopId, "vouchers")))
-  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a normal voucher", access: "operator", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", VoucherBody)), async (c) => {
+  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a normal voucher", access: "operator", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", VoucherBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
     if (!(await shopExists(deps, body.shopId))) return c.json(fail("INVALID_INPUT", "unknown shop"), 400);
@@ -90,7 +91,7 @@ export const voucher = new Hono<AppEnv>()
     await refreshVoucherList(deps, body.shopId);
     return c.json(ok(id));
   })
-  .post("/seckill", requireOperator, jsonBody(BODY_LIMITS.operator), doc(CREATE_SECKILL, v("json", SeckillBody)), async (c) => {
+  .post("/seckill", requireOperator, jsonBody(BODY_LIMITS.operator), doc(CREATE_SECKILL, v("json", SeckillBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
     const window = saleWindow(body.beginTime, body.endTime, deps.config.SERVICE_TIME_ZONE, deps.clock.now());
