@@ -5,6 +5,7 @@
  * long, and how big it may grow (each field documents its bound).
  */
 import { LRUCache } from "lru-cache";
+import { hotKeyRuleOf } from "./cache/hot.ts";
 import { createCaches, type Caches } from "./cache/modules.ts";
 import { SaleCounters } from "./console/counters.ts";
 import type { Clock, RedisPort } from "./deps.ts";
@@ -19,7 +20,10 @@ import { UvBatcher } from "./services/uv.ts";
 export interface Isolate {
   /**
    * The two-level cache modules' L1s, in-flight loads and counters (cache/modules.ts): each L1 is a
-   * bounded LRU with its module's TTL (seconds to minutes, see the README table).
+   * bounded LRU with its module's TTL (seconds to minutes, see the README table). Hot keys
+   * (cache/hot.ts): per-entry read counters inside the L1 entries (no extra entries), the
+   * promoted keys per module (≤ HOT_KEY_MAX each, with the TTL HOT_KEY_L1_TTL_MS) and the
+   * write-log cursor.
    */
   caches: Caches;
   /**
@@ -84,7 +88,7 @@ export interface IsolatePorts {
 
 export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
   return {
-    caches: createCaches(),
+    caches: createCaches({}, { hot: hotKeyRuleOf(config) }),
     ids: new IsolateIds(ports.redis, () => ports.clock.now()),
     loginLimiters: createLoginLimiters(config, ports.redis),
     fastLane: { prepared: 0, me: 0, seckill: 0 },

@@ -5,19 +5,22 @@
  */
 import type { Deps } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
+import type { HotKeys } from "./hot.ts";
 import { type CacheCounters, type CacheModule, emptyCounters } from "./module.ts";
 
 const FIELDS = Object.keys(emptyCounters()) as (keyof CacheCounters)[];
 
 export class CacheMetrics {
-  readonly isolateId = crypto.randomUUID();
   private readonly flushed = new Map<string, CacheCounters>();
   private lastFlush = 0;
   private flushing: Promise<void> | undefined;
+  /** Hot keys (cache/hot.ts) ride on this flush: the write-log read and the report, same pipeline. */
+  hot: HotKeys | undefined;
 
   constructor(
     private readonly modules: readonly CacheModule<string | number, unknown>[],
     private readonly flushEveryMs = 5_000,
+    readonly isolateId: string = crypto.randomUUID(),
   ) {}
 
   /** Called per request; schedules a background flush when one is due. */
@@ -32,8 +35,24 @@ export class CacheMetrics {
   async flush(deps: Deps): Promise<void> {
     while (this.flushing) await this.flushing;
     this.flushing = (async () => {
+      try {
+        await this.flushOnce(deps);
+      } catch (err) {
+        // A write-log read may have been lost: hot keys go back to their modules' TTLs.
+        this.hot?.failed(this.modules);
+        throw err;
+      }
+    })().finally(() => {
+      this.flushing = undefined;
+    });
+    return await this.flushing;
+  }
+
+  private async flushOnce(deps: Deps): Promise<void> {
+    {
       const p = deps.redis.pipeline();
-      let any = false;
+      const hot = this.hot?.addToFlush(p, this.modules);
+      let any = hot !== undefined;
       const snapshot = new Map<string, CacheCounters>();
       for (const m of this.modules) {
         const prev = this.flushed.get(m.name) ?? emptyCounters();
@@ -49,13 +68,18 @@ export class CacheMetrics {
       }
       p.hset(keys.cacheIsolates(), { [this.isolateId]: Date.now() });
       if (any) {
-        await p.exec();
+        const replies = (await p.exec()) as unknown[];
+        hot?.apply(replies);
         for (const [k, v] of snapshot) this.flushed.set(k, v);
       }
-    })().finally(() => {
-      this.flushing = undefined;
-    });
-    return await this.flushing;
+    }
+  }
+
+  /** GET /admin/cache/hot: the hottest keys across isolates (after flushing this isolate), or null when hot keys are off. */
+  async hotReport(deps: Deps): Promise<import("./hot.ts").HotReport | null> {
+    if (!this.hot) return null;
+    await this.flush(deps);
+    return await this.hot.report(deps, this.modules);
   }
 
   /** Totals per module across isolates (after flushing this isolate), plus this isolate's own. */

@@ -20,6 +20,12 @@ export const keys = {
   cacheStats: (module: string) => `cache:stats:${module}`,
   /** Isolates that reported cache counters: hash isolateId → last report (epoch ms). */
   cacheIsolates: () => "cache:stats:isolates",
+  /** Cache write log: STREAM of `{k: "module:key"}` appended by every cache write, read by every isolate's flush (cache/hot.ts). */
+  cacheWrites: () => "cache:writes",
+  /** Hot-key report of one epoch minute: ZSET "module:key" → reads summed across isolates (TTL 10 min). */
+  cacheHot: (minute: number) => `cache:hot:${minute}`,
+  /** The same per isolate: ZSET "isolateId|module:key" → reads (TTL 10 min). */
+  cacheHotBy: (minute: number) => `cache:hot:${minute}:by`,
   /**
    * Seckill keys. Everything the reservation script touches for a voucher carries the hash tag of
    * its *shop* (`{s<shopId>}`), not of the voucher: purchase rules span a shop's vouchers ("at
