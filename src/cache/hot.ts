@@ -67,12 +67,21 @@ export interface HotReport {
   promotedHere: { module: string; key: string }[];
 }
 
+/** Whether stream id `a` ("ms-seq") comes after `b`. */
+function streamIdAfter(a: string, b: string): boolean {
+  const [am = 0, as = 0] = a.split("-").map(Number);
+  const [bm = 0, bs = 0] = b.split("-").map(Number);
+  return am > bm || (am === bm && as > bs);
+}
+
 /** One isolate's hot-key state shared by its cache modules (built once per isolate with the caches). */
 export class HotKeys {
   /** True once the write log's cursor is known and the last read of it succeeded: only then may a key be promoted. */
   ready = false;
   /** The last write-log entry id this isolate applied (undefined: not yet anchored). */
   private cursor: string | undefined;
+  /** A flush skipped the log since it was last read (see `idle`). */
+  private skipped = false;
 
   constructor(
     readonly rule: HotKeyRule,
@@ -92,9 +101,16 @@ export class HotKeys {
   addToFlush(p: Pipeline, modules: Modules): { count: number; apply(replies: unknown[]): void } {
     let count = 1;
     // Not anchored: the newest entry only (nothing is promoted yet, so older writes do not matter).
-    if (this.cursor === undefined) p.xrevrange(keys.cacheWrites(), "+", "-", 1);
-    else p.xrange(keys.cacheWrites(), `(${this.cursor}`, "+", WRITE_LOG_BATCH);
     const anchoring = this.cursor === undefined;
+    if (anchoring) p.xrevrange(keys.cacheWrites(), "+", "-", 1);
+    else p.xrange(keys.cacheWrites(), `(${this.cursor}`, "+", WRITE_LOG_BATCH);
+    // After skipped flushes: the oldest entry too, to tell whether the log was trimmed past the cursor.
+    const checkTrim = !anchoring && this.skipped;
+    if (checkTrim) {
+      p.xrange(keys.cacheWrites(), "-", "+", 1);
+      count++;
+    }
+    this.skipped = false;
     const reported: { name: string; id: string; reads: number }[] = [];
     for (const m of modules) for (const r of m.takeReport()) reported.push({ name: m.name, id: r.id, reads: r.reads });
     reported.sort((a, b) => b.reads - a.reads);
@@ -116,6 +132,12 @@ export class HotKeys {
       apply: (replies) => {
         const log = (replies[0] ?? {}) as Record<string, { k?: unknown }>;
         const ids = Object.keys(log);
+        if (checkTrim) {
+          const oldest = Object.keys((replies[1] ?? {}) as Record<string, unknown>)[0];
+          // Entries between the cursor and the oldest kept one may be gone (trimmed): assume any key
+          // was written. Conservative: also true when there simply were none.
+          if (oldest !== undefined && this.cursor !== undefined && streamIdAfter(oldest, this.cursor)) for (const m of modules) m.demoteAll();
+        }
         if (anchoring) {
           this.cursor = ids[0] ?? "0-0";
           this.ready = true;
@@ -146,6 +168,14 @@ export class HotKeys {
         this.ready = true;
       },
     };
+  }
+
+  /**
+   * The flush skipped the write log (no cache reads, nothing promoted). The cursor is kept; the
+   * next read also checks that the log was not trimmed past it meanwhile (WRITE_LOG_MAX writes).
+   */
+  idle(): void {
+    this.skipped = true;
   }
 
   /**

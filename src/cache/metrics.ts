@@ -49,30 +49,30 @@ export class CacheMetrics {
   }
 
   private async flushOnce(deps: Deps): Promise<void> {
-    {
-      const p = deps.redis.pipeline();
-      const hot = this.hot?.addToFlush(p, this.modules);
-      let any = hot !== undefined;
-      const snapshot = new Map<string, CacheCounters>();
-      for (const m of this.modules) {
-        const prev = this.flushed.get(m.name) ?? emptyCounters();
-        const cur = { ...m.counters };
-        snapshot.set(m.name, cur);
-        for (const f of FIELDS) {
-          const delta = cur[f] - prev[f];
-          if (delta !== 0) {
-            p.hincrby(keys.cacheStats(m.name), f, delta);
-            any = true;
-          }
-        }
-      }
-      p.hset(keys.cacheIsolates(), { [this.isolateId]: Date.now() });
-      if (any) {
-        const replies = (await p.exec()) as unknown[];
-        hot?.apply(replies);
-        for (const [k, v] of snapshot) this.flushed.set(k, v);
+    const deltas: [string, keyof CacheCounters, number][] = [];
+    const snapshot = new Map<string, CacheCounters>();
+    for (const m of this.modules) {
+      const prev = this.flushed.get(m.name) ?? emptyCounters();
+      const cur = { ...m.counters };
+      snapshot.set(m.name, cur);
+      for (const f of FIELDS) {
+        const delta = cur[f] - prev[f];
+        if (delta !== 0) deltas.push([m.name, f, delta]);
       }
     }
+    // Hot keys ride along only when the caches were read (a key can only become hot then) or
+    // something is promoted; an idle isolate still sends nothing (hot.ts `idle`).
+    const hotNeeded = this.hot !== undefined && (deltas.length > 0 || this.modules.some((m) => m.promoted.size > 0));
+    if (this.hot && !hotNeeded) this.hot.idle();
+    if (deltas.length === 0 && !hotNeeded) return;
+    const p = deps.redis.pipeline();
+    // First in the pipeline, so its replies start at index 0.
+    const hot = hotNeeded ? this.hot?.addToFlush(p, this.modules) : undefined;
+    for (const [name, f, delta] of deltas) p.hincrby(keys.cacheStats(name), f, delta);
+    p.hset(keys.cacheIsolates(), { [this.isolateId]: Date.now() });
+    const replies = (await p.exec()) as unknown[];
+    hot?.apply(replies);
+    for (const [k, v] of snapshot) this.flushed.set(k, v);
   }
 
   /** GET /admin/cache/hot: the hottest keys across isolates (after flushing this isolate), or null when hot keys are off. */

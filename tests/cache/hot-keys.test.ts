@@ -41,7 +41,15 @@ async function isolate(clock: Clock) {
     }
     return (await call<{ id: number; name: string }>(app, "GET", `/api/shop/${shopId}`)).body.data;
   };
-  return { ...t, app, caches, faults, redisReads, read, flush: () => caches.metrics.flush(t.deps) };
+  const flush = () => caches.metrics.flush(t.deps);
+  /** The first flush after a cache read anchors the isolate's write-log cursor; nothing is promoted before it. */
+  const anchor = async (shopId: number) => {
+    await read(shopId, 0);
+    await t.settle();
+    await flush();
+    expect(caches.hot?.ready).toBe(true);
+  };
+  return { ...t, app, caches, faults, redisReads, read, flush, anchor };
 }
 
 function clockAt(): Clock {
@@ -57,9 +65,8 @@ describe("hot keys", () => {
     const typeId = await createShopType(a);
     const hotShop = await createShop(a, typeId);
     const coldShop = await createShop(a, typeId);
-    // The first flush anchors each isolate's write-log cursor; nothing is promoted before it.
-    await a.flush();
-    await b.flush();
+    await a.anchor(coldShop);
+    await b.anchor(coldShop);
 
     for (const t of [a, b]) {
       await t.read(hotShop, 24);
@@ -98,7 +105,7 @@ describe("hot keys", () => {
     const clock = clockAt();
     const t = await isolate(clock);
     const shopId = await createShop(t, await createShopType(t));
-    await t.flush();
+    await t.anchor(shopId);
     await t.read(shopId, 25);
     expect(t.caches.shop.isPromoted(shopId)).toBe(true);
 
@@ -128,8 +135,8 @@ describe("hot keys", () => {
     const writer = await isolate(clock);
     const reader = await isolate(clock);
     const shopId = await createShop(writer, await createShopType(writer), undefined, "before");
-    await writer.flush();
-    await reader.flush();
+    await writer.anchor(shopId);
+    await reader.anchor(shopId);
     expect((await reader.read(shopId, 25))?.name).toBe("before");
     expect(reader.caches.shop.isPromoted(shopId)).toBe(true);
 
@@ -146,7 +153,7 @@ describe("hot keys", () => {
     const clock = clockAt();
     const t = await isolate(clock);
     const shopId = await createShop(t, await createShopType(t));
-    await t.flush();
+    await t.anchor(shopId);
     await t.read(shopId, 25);
     expect(t.caches.shop.isPromoted(shopId)).toBe(true);
     t.faults.on("redis.pipeline", "fail", { times: 1 });
