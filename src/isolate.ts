@@ -10,6 +10,7 @@ import { createCaches, type Caches } from "./cache/modules.ts";
 import { SaleCounters } from "./console/counters.ts";
 import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
+import { ListingLimiter } from "./http/listing-limit.ts";
 import { IsolateIds } from "./redis/ids.ts";
 import { ScriptBatcher } from "./redis/script-batch.ts";
 import { luaSources, scriptsFor } from "./redis/scripts.ts";
@@ -70,6 +71,12 @@ export interface Isolate {
    * console's live view (console/counters.ts): plain counters, at most 1,000 vouchers.
    */
   saleCounters: SaleCounters;
+  /**
+   * Listing/search requests per client address in the current and previous window
+   * (http/listing-limit.ts): at most LISTING_IP_MAX addresses (LRU); undefined when
+   * LISTING_IP_LIMIT is 0.
+   */
+  listingLimit: ListingLimiter | undefined;
 }
 
 /** Upper bound of a holder memo entry, ms. */
@@ -99,5 +106,6 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     sessions: new SessionCache(config),
     uv: new UvBatcher(),
     saleCounters: new SaleCounters(),
+    listingLimit: config.LISTING_IP_LIMIT > 0 ? new ListingLimiter(config) : undefined,
   };
 }

@@ -20,6 +20,8 @@ export const keys = {
   cacheStats: (module: string) => `cache:stats:${module}`,
   /** Isolates that reported cache counters: hash isolateId → last report (epoch ms). */
   cacheIsolates: () => "cache:stats:isolates",
+  /** Listing limit: HASH ip → requests allowed in epoch window n (src/http/listing-limit.ts); one hash tag, as one script reads two windows. */
+  listingWindow: (n: number) => `{listing}:w${n}`,
   /** Cache write log: STREAM of `{k: "module:key"}` appended by every cache write, read by every isolate's flush (cache/hot.ts). */
   cacheWrites: () => "cache:writes",
   /** Hot-key report of one epoch minute: ZSET "module:key" → reads summed across isolates (TTL 10 min). */

@@ -8,6 +8,7 @@ import ackOutboxSrc from "../../lua/ack-outbox.lua" with { type: "text" };
 import claimOutboxSrc from "../../lua/claim-outbox.lua" with { type: "text" };
 import blogLikeToggleSrc from "../../lua/blog-like-toggle.lua" with { type: "text" };
 import extendLockSrc from "../../lua/extend-lock.lua" with { type: "text" };
+import listingSyncSrc from "../../lua/listing-sync.lua" with { type: "text" };
 import loginCodeConsumeSrc from "../../lua/login-code-consume.lua" with { type: "text" };
 import loginCodeMissSrc from "../../lua/login-code-miss.lua" with { type: "text" };
 import releaseStockSrc from "../../lua/release-stock.lua" with { type: "text" };
@@ -37,6 +38,7 @@ export const luaSources = {
   reloadSeckill: reloadSeckillSrc,
   sessionSync: sessionSyncSrc,
   sessionRevoke: sessionRevokeSrc,
+  listingSync: listingSyncSrc,
 } as const;
 
 export type ScriptName = keyof typeof luaSources;
@@ -88,5 +90,7 @@ export function createScripts(redis: Redis) {
     sessionSync: redis.createScript<[number, number, number, string[], number[]]>(luaSources.sessionSync),
     /** The revocation's sequence number: see lua/session-revoke.lua. */
     sessionRevoke: redis.createScript<number>(luaSources.sessionRevoke),
+    /** {cur, prev} per address: see lua/listing-sync.lua. */
+    listingSync: redis.createScript<number[]>(luaSources.listingSync),
   };
 }
