@@ -32,6 +32,7 @@ import type { SessionUser } from "../services/session.ts";
 import { bearer } from "./auth.ts";
 import { type ClientEnv, clientIpOf } from "./client-ip.ts";
 import { CORS_EXPOSE, requestDepsMemo, requestIdOf, SECURITY_HEADERS } from "./edge.ts";
+import { limitKeyOf } from "./listing-limit.ts";
 import { trackVisitOf } from "./uv.ts";
 
 const ID = /^[1-9]\d{0,15}$/;
@@ -81,7 +82,7 @@ export function createFastLane(deps: Deps): FastLane | undefined {
   const overListingLimit = (req: Request, env: unknown, reqDeps: Deps): boolean => {
     if (!listing) return false;
     const now = reqDeps.clock.now();
-    const waitMs = listing.check(clientIpOf(req.headers, env as ClientEnv | undefined, trustProxy), now);
+    const waitMs = listing.check(limitKeyOf(clientIpOf(req.headers, env as ClientEnv | undefined, trustProxy)), now);
     listing.maybeSync(reqDeps, now);
     return waitMs > 0;
   };

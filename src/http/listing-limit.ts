@@ -16,6 +16,7 @@
  *    the counts this isolate allowed since its last sync and returns each address's global
  *    counts, so the limit holds across isolates one sync after an address's next request.
  *    Overshoot is bounded by what the isolates allow between two syncs.
+ *  - IPv6 callers are counted per /64 (limitKeyOf).
  *  - Memory: an LRU of LISTING_IP_MAX addresses (~150 B each) and a dirty set no larger.
  *    Counts of a window not yet sent when it ends stay local (they still count here, as the
  *    previous window); a failed sync keeps them for the next one.
@@ -33,6 +34,26 @@ import { clientIp } from "./client-ip.ts";
 
 /** The routed paths the limit applies to (Hono patterns); the fast lane checks /api/shop-type/list itself. */
 export const LISTING_PATHS = ["/api/shop/of/type", "/api/shop/of/name", "/api/blog/hot", "/api/voucher/list/:shopId", "/api/shop-type/list"];
+
+/**
+ * The budget an address draws on: IPv4 as is, IPv6 by its /64 (one customer's subnet — a crawler
+ * on IPv6 can rotate through 2^64 addresses, not through prefixes). IPv4-mapped IPv6 counts as its
+ * IPv4 address. Anything else (e.g. "unknown") as is.
+ */
+export function limitKeyOf(ip: string): string {
+  if (!ip.includes(":")) return ip;
+  const lower = ip.toLowerCase();
+  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/.exec(lower);
+  if (mapped?.[1]) return mapped[1];
+  const [head = "", tail] = lower.split("::", 2);
+  const left = head === "" ? [] : head.split(":");
+  const right = tail === undefined || tail === "" ? [] : tail.split(":");
+  const groups = tail === undefined ? left : [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, ""))
+    .join(":")}::/64`;
+}
 
 /** Addresses one sync sends at most (the rest wait for the next one). */
 const SYNC_BATCH = 1_000;
@@ -178,7 +199,7 @@ export function listingLimit(deps: Deps): MiddlewareHandler<AppEnv> | undefined 
   return async (c, next) => {
     const reqDeps = c.get("deps");
     const now = reqDeps.clock.now();
-    const waitMs = limiter.check(clientIp(c, trustProxy), now);
+    const waitMs = limiter.check(limitKeyOf(clientIp(c, trustProxy)), now);
     limiter.maybeSync(reqDeps, now);
     if (waitMs > 0) throw new AppError("RATE_LIMITED", "too many listing requests from this address", { retryAfterSeconds: waitMs / 1000 });
     await next();

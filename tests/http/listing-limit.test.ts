@@ -4,7 +4,7 @@
  * moving it; Redis commands are counted at the port (tests/support/faults.ts).
  */
 import { describe, expect, test } from "bun:test";
-import type { ListingLimiter } from "../../src/http/listing-limit.ts";
+import { limitKeyOf, type ListingLimiter } from "../../src/http/listing-limit.ts";
 import { Faults } from "../support/faults.ts";
 import { createShop, createShopType } from "../support/fixtures.ts";
 import { call } from "../support/http.ts";
@@ -68,6 +68,20 @@ describe("listing limit", () => {
     // Another address, and a lookup (not a listing) from the blocked one, are served.
     expect((await call(t.app, "GET", "/api/shop/of/name?name=zz", { ip: freshIp() })).status).toBe(200);
     expect((await call(t.app, "GET", `/api/shop/${shopId}`, { ip })).status).toBe(200);
+  });
+
+  test("IPv6 callers share a budget per /64; IPv4 and IPv4-mapped addresses are one", async () => {
+    expect(limitKeyOf("2001:db8:1:2:aaaa::1")).toBe("2001:db8:1:2::/64");
+    expect(limitKeyOf("2001:0DB8:0001:0002:ffff:ffff:ffff:ffff")).toBe("2001:db8:1:2::/64");
+    expect(limitKeyOf("2001:db8::1")).toBe("2001:db8:0:0::/64");
+    expect(limitKeyOf("::1")).toBe("0:0:0:0::/64");
+    expect(limitKeyOf("::ffff:203.0.113.9")).toBe("203.0.113.9");
+    expect(limitKeyOf("203.0.113.9")).toBe("203.0.113.9");
+    const clock = windowClock();
+    const t = await isolate(clock, 3);
+    for (let i = 0; i < 3; i++) expect((await call(t.app, "GET", "/api/blog/hot", { ip: `2001:db8:77:1::${i + 1}` })).status).toBe(200);
+    expect((await call(t.app, "GET", "/api/blog/hot", { ip: "2001:db8:77:1:ffff::9" })).status).toBe(429);
+    expect((await call(t.app, "GET", "/api/blog/hot", { ip: "2001:db8:77:2::1" })).status).toBe(200);
   });
 
   test("two isolates enforce the limit together after a sync", async () => {
