@@ -25,6 +25,7 @@ import { createEdge } from "./http/edge.ts";
 import type { AppEnv } from "./types.ts";
 import { streamLimit } from "./http/body.ts";
 import { createFastLane } from "./http/fast-lane.ts";
+import { LISTING_PATHS, listingLimit } from "./http/listing-limit.ts";
 
 /**
  * Methods whose bodies the global limit guards. GET/HEAD requests cannot carry one in the Fetch API
@@ -46,6 +47,9 @@ export function createApp(deps: Deps): Hono<AppEnv> {
   // path check rather than hono/combine's `except`, which allocates an Error on every request.
   const limitBody = streamLimit(deps.config.MAX_BODY_BYTES);
   app.on(BODY_METHODS, "*", (c, next) => (c.req.path === UPLOAD_PATH ? next() : limitBody(c, next)));
+  // Per-IP sliding window on the anonymous listing/search routes (GET only; they have no other method).
+  const listing = listingLimit(deps);
+  if (listing) for (const path of LISTING_PATHS) app.use(path, listing);
 
   app.route("/health", health);
   // Before `user`: its `/:id` would otherwise shadow `/sign/count`.

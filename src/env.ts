@@ -164,6 +164,35 @@ export const EnvSchema = z.object({
   FEED_MAX_LENGTH: z.coerce.number().int().min(1).max(100_000).default(1000),
   /** Notes per scroll page of GET /api/blog/of/follow (the classic client expects 2). */
   FEED_PAGE_SIZE: z.coerce.number().int().min(1).max(100).default(2),
+  /**
+   * Hot keys (src/cache/hot.ts): a cached key with at least this many fresh L1 hits within
+   * HOT_KEY_WINDOW_MS in one isolate is promoted there to HOT_KEY_L1_TTL_MS; 0 = off.
+   */
+  HOT_KEY_READS: z.coerce.number().int().min(0).max(1_000_000).default(20),
+  /** The hot-key window, ms: a promoted key whose window falls below HOT_KEY_READS is demoted. */
+  HOT_KEY_WINDOW_MS: z.coerce.number().int().min(100).max(600_000).default(2_000),
+  /**
+   * L1 freshness of a promoted key, ms (never below its module's own). A write reaches other
+   * isolates' promoted copies through the write log within one cache-metrics flush (5 s), so this
+   * bounds staleness only when that flush keeps failing — and a failed flush demotes everything.
+   */
+  HOT_KEY_L1_TTL_MS: z.coerce.number().int().min(100).max(3_600_000).default(30_000),
+  /** Promoted keys per cache module and isolate at most (the rest keep their module's TTL). */
+  HOT_KEY_MAX: z.coerce.number().int().min(1).max(100_000).default(1_000),
+  /** Promoted keys each isolate reports per flush at most (hottest first) to GET /admin/cache/hot. */
+  HOT_KEY_REPORT_TOP: z.coerce.number().int().min(1).max(1_000).default(20),
+  /**
+   * Per-IP sliding window on the anonymous listing and search routes (src/http/listing-limit.ts):
+   * requests per LISTING_IP_WINDOW_MS per client address across those routes and all isolates;
+   * 0 = off. Generous on purpose: carrier-grade NAT puts many phones behind one address.
+   */
+  LISTING_IP_LIMIT: z.coerce.number().int().min(0).max(1_000_000).default(300),
+  /** The listing window, ms (epoch-aligned, so every isolate agrees on it). */
+  LISTING_IP_WINDOW_MS: z.coerce.number().int().min(1_000).max(3_600_000).default(60_000),
+  /** Each isolate sends its listing counts (one Redis command) at most this often, ms: the cross-isolate lag. */
+  LISTING_SYNC_MS: z.coerce.number().int().min(100).max(60_000).default(1_000),
+  /** Client addresses one isolate tracks for the listing limit (LRU, ~150 B each). */
+  LISTING_IP_MAX: z.coerce.number().int().min(100).max(1_000_000).default(20_000),
   /** Largest accepted image upload, bytes (the multipart body may exceed it by a little framing). */
   UPLOAD_MAX_BYTES: z.coerce.number().int().positive().max(100 * 1_048_576).default(5 * 1_048_576),
   /** Where uploaded images live: `local` = a folder (dev), `s3` = any S3-compatible store (R2, S3, MinIO). */

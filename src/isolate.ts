@@ -5,10 +5,12 @@
  * long, and how big it may grow (each field documents its bound).
  */
 import { LRUCache } from "lru-cache";
+import { hotKeyRuleOf } from "./cache/hot.ts";
 import { createCaches, type Caches } from "./cache/modules.ts";
 import { SaleCounters } from "./console/counters.ts";
 import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
+import { ListingLimiter } from "./http/listing-limit.ts";
 import { IsolateIds } from "./redis/ids.ts";
 import { ScriptBatcher } from "./redis/script-batch.ts";
 import { luaSources, scriptsFor } from "./redis/scripts.ts";
@@ -19,7 +21,10 @@ import { UvBatcher } from "./services/uv.ts";
 export interface Isolate {
   /**
    * The two-level cache modules' L1s, in-flight loads and counters (cache/modules.ts): each L1 is a
-   * bounded LRU with its module's TTL (seconds to minutes, see the README table).
+   * bounded LRU with its module's TTL (seconds to minutes, see the README table). Hot keys
+   * (cache/hot.ts): per-entry read counters inside the L1 entries (no extra entries), the
+   * promoted keys per module (≤ HOT_KEY_MAX each, with the TTL HOT_KEY_L1_TTL_MS) and the
+   * write-log cursor.
    */
   caches: Caches;
   /**
@@ -66,6 +71,12 @@ export interface Isolate {
    * console's live view (console/counters.ts): plain counters, at most 1,000 vouchers.
    */
   saleCounters: SaleCounters;
+  /**
+   * Listing/search requests per client address in the current and previous window
+   * (http/listing-limit.ts): at most LISTING_IP_MAX addresses (LRU); undefined when
+   * LISTING_IP_LIMIT is 0.
+   */
+  listingLimit: ListingLimiter | undefined;
 }
 
 /** Upper bound of a holder memo entry, ms. */
@@ -84,7 +95,7 @@ export interface IsolatePorts {
 
 export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
   return {
-    caches: createCaches(),
+    caches: createCaches({}, { hot: hotKeyRuleOf(config) }),
     ids: new IsolateIds(ports.redis, () => ports.clock.now()),
     loginLimiters: createLoginLimiters(config, ports.redis),
     fastLane: { prepared: 0, me: 0, seckill: 0 },
@@ -95,5 +106,6 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     sessions: new SessionCache(config),
     uv: new UvBatcher(),
     saleCounters: new SaleCounters(),
+    listingLimit: config.LISTING_IP_LIMIT > 0 ? new ListingLimiter(config) : undefined,
   };
 }

@@ -5,19 +5,22 @@
  */
 import type { Deps } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
+import type { HotKeys } from "./hot.ts";
 import { type CacheCounters, type CacheModule, emptyCounters } from "./module.ts";
 
 const FIELDS = Object.keys(emptyCounters()) as (keyof CacheCounters)[];
 
 export class CacheMetrics {
-  readonly isolateId = crypto.randomUUID();
   private readonly flushed = new Map<string, CacheCounters>();
   private lastFlush = 0;
   private flushing: Promise<void> | undefined;
+  /** Hot keys (cache/hot.ts) ride on this flush: the write-log read and the report, same pipeline. */
+  hot: HotKeys | undefined;
 
   constructor(
     private readonly modules: readonly CacheModule<string | number, unknown>[],
     private readonly flushEveryMs = 5_000,
+    readonly isolateId: string = crypto.randomUUID(),
   ) {}
 
   /** Called per request; schedules a background flush when one is due. */
@@ -32,30 +35,51 @@ export class CacheMetrics {
   async flush(deps: Deps): Promise<void> {
     while (this.flushing) await this.flushing;
     this.flushing = (async () => {
-      const p = deps.redis.pipeline();
-      let any = false;
-      const snapshot = new Map<string, CacheCounters>();
-      for (const m of this.modules) {
-        const prev = this.flushed.get(m.name) ?? emptyCounters();
-        const cur = { ...m.counters };
-        snapshot.set(m.name, cur);
-        for (const f of FIELDS) {
-          const delta = cur[f] - prev[f];
-          if (delta !== 0) {
-            p.hincrby(keys.cacheStats(m.name), f, delta);
-            any = true;
-          }
-        }
-      }
-      p.hset(keys.cacheIsolates(), { [this.isolateId]: Date.now() });
-      if (any) {
-        await p.exec();
-        for (const [k, v] of snapshot) this.flushed.set(k, v);
+      try {
+        await this.flushOnce(deps);
+      } catch (err) {
+        // A write-log read may have been lost: hot keys go back to their modules' TTLs.
+        this.hot?.failed(this.modules);
+        throw err;
       }
     })().finally(() => {
       this.flushing = undefined;
     });
     return await this.flushing;
+  }
+
+  private async flushOnce(deps: Deps): Promise<void> {
+    const deltas: [string, keyof CacheCounters, number][] = [];
+    const snapshot = new Map<string, CacheCounters>();
+    for (const m of this.modules) {
+      const prev = this.flushed.get(m.name) ?? emptyCounters();
+      const cur = { ...m.counters };
+      snapshot.set(m.name, cur);
+      for (const f of FIELDS) {
+        const delta = cur[f] - prev[f];
+        if (delta !== 0) deltas.push([m.name, f, delta]);
+      }
+    }
+    // Hot keys ride along only when the caches were read (a key can only become hot then) or
+    // something is promoted; an idle isolate still sends nothing (hot.ts `idle`).
+    const hotNeeded = this.hot !== undefined && (deltas.length > 0 || this.modules.some((m) => m.promoted.size > 0));
+    if (this.hot && !hotNeeded) this.hot.idle();
+    if (deltas.length === 0 && !hotNeeded) return;
+    const p = deps.redis.pipeline();
+    // First in the pipeline, so its replies start at index 0.
+    const hot = hotNeeded ? this.hot?.addToFlush(p, this.modules) : undefined;
+    for (const [name, f, delta] of deltas) p.hincrby(keys.cacheStats(name), f, delta);
+    p.hset(keys.cacheIsolates(), { [this.isolateId]: Date.now() });
+    const replies = (await p.exec()) as unknown[];
+    hot?.apply(replies);
+    for (const [k, v] of snapshot) this.flushed.set(k, v);
+  }
+
+  /** GET /admin/cache/hot: the hottest keys across isolates (after flushing this isolate), or null when hot keys are off. */
+  async hotReport(deps: Deps): Promise<import("./hot.ts").HotReport | null> {
+    if (!this.hot) return null;
+    await this.flush(deps);
+    return await this.hot.report(deps, this.modules);
   }
 
   /** Totals per module across isolates (after flushing this isolate), plus this isolate's own. */

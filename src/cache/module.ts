@@ -19,11 +19,21 @@
  *
  * L2 value format (JSON): `{"v": version, "d": data | null, "x"?: logicalExpiryEpochMs}`. Entries of
  * another version are misses, so bumping `version` retires every entry without a scan.
+ *
+ * Hot keys (cache/hot.ts, when a rule is installed): every L1 entry counts its fresh hits in a
+ * window of its own (two fields on the entry, so the count is bounded by the L1 and costs an
+ * increment and two compares on the hit path). A key that reaches the rule's reads within a window
+ * is promoted: its L1 freshness becomes the rule's longer TTL, counted from when its value was
+ * read from L2. The first hit after a window that fell below the rule demotes it back. Writes
+ * (`set`/`delete`) append the key to a Redis stream that every isolate reads in its periodic
+ * metrics flush; a key named there loses its L1 freshness at once, so a write reaches a promoted
+ * copy within one flush period, not one hot TTL.
  */
 import { LRUCache } from "lru-cache";
 import type { Deps, RedisPort } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
 import { tryLock } from "../redis/lock.ts";
+import type { HotKeys } from "./hot.ts";
 
 export type CacheStrategy = "plain" | "mutex" | "logical";
 
@@ -93,6 +103,20 @@ interface L1Entry<V, P> {
   freshUntil: number;
   /** def.prepare(value), computed when the entry was stored. */
   prepared: P | undefined;
+  /** When the value was stored (read from L2/origin or written), epoch ms: TTLs count from here. */
+  storedAt: number;
+  /** Fresh L1 hits in the current hot-key window (carried over when the value is replaced). */
+  reads: number;
+  /** End of the current hot-key window, epoch ms (Infinity: hot keys off). */
+  windowEnd: number;
+  /** Promoted: served with the hot rule's L1 TTL (listed in `promoted`). */
+  promoted: boolean;
+  /**
+   * The module's write generation when the read that produced this value began: an entry whose
+   * read began before a write of its key was seen in the write log may hold the old value and is
+   * never promoted (CacheModule.readAfterWrites).
+   */
+  gen: number;
 }
 
 interface L2Entry<V> {
@@ -121,13 +145,39 @@ export class CacheModule<K extends string | number, V, P = never> {
   private readonly inflight = new Map<string, Promise<V | null>>();
   /** logical: keys whose background rebuild this isolate already started. */
   private readonly rebuilding = new Set<string>();
+  /**
+   * Promoted keys → reads counted since the last report (hot.ts sends them). At most the hot
+   * rule's `maxPromoted` entries: beyond it no key is promoted until one is demoted.
+   */
+  readonly promoted = new Map<string, number>();
+  /** Bumped whenever the write log names keys of this module (see L1Entry.gen). */
+  private writeGen = 0;
+  /**
+   * Keys the write log named → the `writeGen` it was seen at. A value whose read began before
+   * (entry.gen < that) may be the old one and is not promoted. At most 10,000 keys; an evicted
+   * key's generation moves `allWrittenAt`, which then covers every key (conservative, never lax).
+   */
+  private readonly writtenAt = new LRUCache<string, number>({
+    max: 10_000,
+    dispose: (gen, _id, reason) => {
+      if (reason === "evict") this.allWrittenAt = Math.max(this.allWrittenAt, gen);
+    },
+  });
+  /** Generation before which no read may promote anything (a failed flush, an evicted `writtenAt`). */
+  private allWrittenAt = 0;
+  /** The hot rule's reads per window (Infinity: off, so the hit path's compare never matches). */
+  private readonly hotReads: number;
+  private readonly hotWindowMs: number;
 
   constructor(
     private readonly def: CacheModuleDef<K, V, P>,
     private readonly now: () => number,
+    private readonly hot?: HotKeys,
   ) {
     this.name = def.name;
     this.policy = { ...defaultPolicy, ...def.policy };
+    this.hotReads = hot ? hot.rule.reads : Number.POSITIVE_INFINITY;
+    this.hotWindowMs = hot ? hot.rule.windowMs : Number.POSITIVE_INFINITY;
     // L1 keeps entries past their freshness (ttl = 10× plus a floor) so a MySQL outage can still
     // be answered with the last value this isolate saw; `freshUntil` decides what is fresh.
     this.l1 = new LRUCache<string, L1Entry<V, P>>({ max: this.policy.l1Max, ttl: Math.max(this.policy.l1TtlMs * 10, 60_000), ttlAutopurge: false });
@@ -141,7 +191,7 @@ export class CacheModule<K extends string | number, V, P = never> {
   async get(deps: Deps, key: K): Promise<CacheResult<V>> {
     const id = String(key);
     const cached = this.l1.get(id);
-    if (cached && cached.freshUntil > this.now()) {
+    if (cached && this.isFreshHit(id, cached)) {
       this.counters.l1Hits++;
       if (cached.value === null) this.counters.nullHits++;
       return cached.value;
@@ -160,8 +210,9 @@ export class CacheModule<K extends string | number, V, P = never> {
    * prepares one on the spot).
    */
   serve(deps: Deps, key: K): P | Promise<P> {
-    const cached = this.l1.get(String(key));
-    if (cached && cached.prepared !== undefined && cached.freshUntil > this.now()) {
+    const id = String(key);
+    const cached = this.l1.get(id);
+    if (cached && cached.prepared !== undefined && this.isFreshHit(id, cached)) {
       this.counters.l1Hits++;
       if (cached.value === null) this.counters.nullHits++;
       return cached.prepared;
@@ -171,8 +222,9 @@ export class CacheModule<K extends string | number, V, P = never> {
 
   /** A fresh L1 hit's prepared response (counted as a hit), or undefined: no load is started. */
   peekFresh(key: K): P | undefined {
-    const cached = this.l1.get(String(key));
-    if (!cached || cached.prepared === undefined || cached.freshUntil <= this.now()) return undefined;
+    const id = String(key);
+    const cached = this.l1.get(id);
+    if (!cached || cached.prepared === undefined || !this.isFreshHit(id, cached)) return undefined;
     this.counters.l1Hits++;
     if (cached.value === null) this.counters.nullHits++;
     return cached.prepared;
@@ -189,14 +241,128 @@ export class CacheModule<K extends string | number, V, P = never> {
 
   /** Write path: the caller wrote MySQL first; this overwrites (not deletes) L2 and L1. */
   async set(deps: Deps, key: K, value: V | null): Promise<void> {
-    await this.writeL2(deps.redis, key, value);
-    this.remember(String(key), value);
+    if (this.hot) {
+      // One request: the L2 write, then the write-log entry that makes other isolates drop their
+      // (possibly promoted) copies. In this order, so an isolate that reacts to the log re-reads
+      // the new value.
+      const p = deps.redis.pipeline();
+      const [k, json, opts] = this.l2Write(key, value);
+      p.set(k, json, opts);
+      this.hot.logWrite(p, this.name, String(key));
+      await p.exec();
+    } else {
+      await this.writeL2(deps.redis, key, value);
+    }
+    this.remember(String(key), value, this.writeGen);
   }
 
-  /** Drops the entry everywhere this isolate can reach (other isolates' L1 ages out). */
+  /** Drops the entry everywhere this isolate can reach (other isolates' L1 ages out, or drop it on the write log). */
   async delete(deps: Deps, key: K): Promise<void> {
     this.l1.delete(String(key));
-    await deps.redis.del(this.l2Key(key));
+    this.promoted.delete(String(key));
+    if (this.hot) {
+      const p = deps.redis.pipeline();
+      p.del(this.l2Key(key));
+      this.hot.logWrite(p, this.name, String(key));
+      await p.exec();
+    } else {
+      await deps.redis.del(this.l2Key(key));
+    }
+  }
+
+  /**
+   * Hot-key bookkeeping of a fresh L1 hit: counts it, and on the rule's read count or the first
+   * hit after the window ended hands over to `tick` (rare: about once per window per key).
+   * False when `tick` just demoted the entry past its freshness.
+   */
+  private isFreshHit(id: string, e: L1Entry<V, P>): boolean {
+    const now = this.now();
+    if (e.freshUntil <= now) return false;
+    if (++e.reads === this.hotReads || now >= e.windowEnd) {
+      this.tick(id, e, now);
+      return e.freshUntil > now;
+    }
+    return true;
+  }
+
+  /** Rolls the entry's window (demoting a key that fell below the rule) and promotes a key that reached it. */
+  private tick(id: string, e: L1Entry<V, P>, now: number): void {
+    const hot = this.hot;
+    if (!hot) return;
+    if (now >= e.windowEnd) {
+      // This hit is the first after the window: the window held reads − 1.
+      const last = e.reads - 1;
+      e.reads = 1;
+      e.windowEnd = now + this.hotWindowMs;
+      if (e.promoted) {
+        if (last >= this.hotReads) this.promoted.set(id, (this.promoted.get(id) ?? 0) + last);
+        else this.demote(id, e);
+      }
+    }
+    if (!e.promoted && e.reads >= this.hotReads && hot.ready && this.readAfterWrites(id, e.gen) && this.promoted.size < hot.rule.maxPromoted) {
+      e.promoted = true;
+      e.freshUntil = Math.max(e.freshUntil, e.storedAt + this.ttlOf(e.value, true));
+      this.promoted.set(id, (this.promoted.get(id) ?? 0) + e.reads);
+    }
+  }
+
+  /** Back to the module's own L1 TTL (counted from when the value was stored). */
+  private demote(id: string, e: L1Entry<V, P>): void {
+    e.promoted = false;
+    e.freshUntil = Math.min(e.freshUntil, e.storedAt + this.ttlOf(e.value, false));
+    this.promoted.delete(id);
+  }
+
+  /**
+   * The write log named these keys (another isolate, or this one, wrote them): their L1 copies
+   * stop being fresh now (the value stays as a fallback), and reads already under way when the
+   * write was seen cannot promote what they bring back (`writeGen`).
+   */
+  invalidate(ids: Iterable<string>): void {
+    const gen = ++this.writeGen;
+    for (const id of ids) {
+      this.writtenAt.set(id, gen);
+      const e = this.l1.peek(id);
+      if (!e) continue;
+      e.promoted = false;
+      e.freshUntil = 0;
+      this.promoted.delete(id);
+    }
+  }
+
+  /** Demotes every promoted key (the write log could not be read, so a write may be unseen). */
+  demoteAll(): void {
+    this.allWrittenAt = ++this.writeGen;
+    for (const id of this.promoted.keys()) {
+      const e = this.l1.peek(id);
+      if (e) this.demote(id, e);
+    }
+    this.promoted.clear();
+  }
+
+  /** Promoted keys with the reads counted since the last call (reset to 0), for the cross-isolate report. */
+  takeReport(): { id: string; reads: number }[] {
+    const out: { id: string; reads: number }[] = [];
+    for (const [id, reads] of this.promoted) {
+      if (!this.l1.has(id)) {
+        // Evicted from the LRU (or expired past its retention): no longer promoted anywhere.
+        this.promoted.delete(id);
+        continue;
+      }
+      if (reads > 0) out.push({ id, reads });
+      this.promoted.set(id, 0);
+    }
+    return out;
+  }
+
+  /** The keys promoted in this isolate now. */
+  promotedKeys(): string[] {
+    return [...this.promoted.keys()].filter((id) => this.l1.peek(id)?.promoted === true);
+  }
+
+  /** Whether `key` is promoted in this isolate (tests, the operator view). */
+  isPromoted(key: K): boolean {
+    return this.l1.peek(String(key))?.promoted === true;
   }
 
   /** Forget this isolate's L1 (tests; a deploy-time cache flush). */
@@ -204,9 +370,36 @@ export class CacheModule<K extends string | number, V, P = never> {
     this.l1.clear();
   }
 
-  private remember(id: string, value: V | null): void {
-    const ttl = value === null ? Math.min(this.policy.l1TtlMs, this.policy.nullTtlSeconds * 1000) : this.policy.l1TtlMs;
-    this.l1.set(id, { value, freshUntil: this.now() + ttl, prepared: this.def.prepare?.(value) });
+  /** L1 freshness of a value, ms: the module's, or the hot rule's for a promoted key (never shorter); nulls capped by nullTtlSeconds. */
+  private ttlOf(value: V | null, promoted: boolean): number {
+    const base = promoted && this.hot ? Math.max(this.policy.l1TtlMs, this.hot.rule.l1TtlMs) : this.policy.l1TtlMs;
+    return value === null ? Math.min(base, this.policy.nullTtlSeconds * 1000) : base;
+  }
+
+  /** Whether a read that began at generation `gen` began after every write the log named for `id`. */
+  private readAfterWrites(id: string, gen: number): boolean {
+    return gen >= this.allWrittenAt && gen >= (this.writtenAt.get(id) ?? 0);
+  }
+
+  /**
+   * Stores a value in L1. The hot-key state of the entry it replaces carries over (a promoted key
+   * stays promoted across its refreshes) unless a write was seen since the read began (`gen`).
+   */
+  private remember(id: string, value: V | null, gen: number): void {
+    const now = this.now();
+    const prev = this.l1.peek(id);
+    const promoted = prev !== undefined && prev.promoted && this.readAfterWrites(id, gen);
+    if (prev?.promoted && !promoted) this.promoted.delete(id);
+    this.l1.set(id, {
+      value,
+      freshUntil: now + this.ttlOf(value, promoted),
+      prepared: this.def.prepare?.(value),
+      storedAt: now,
+      reads: prev ? prev.reads : 0,
+      windowEnd: prev ? prev.windowEnd : now + this.hotWindowMs,
+      promoted,
+      gen,
+    });
   }
 
   private jittered(seconds: number): number {
@@ -221,20 +414,26 @@ export class CacheModule<K extends string | number, V, P = never> {
     return raw;
   }
 
-  private async writeL2(redis: RedisPort, key: K, value: V | null): Promise<void> {
+  /** The SET of an L2 write: key, JSON, expiry. */
+  private l2Write(key: K, value: V | null): [string, string, { ex: number }] {
     const p = this.policy;
-    if (value === null) {
-      await redis.set(this.l2Key(key), JSON.stringify({ v: p.version, d: null }), { ex: p.nullTtlSeconds });
-    } else if (p.strategy === "logical") {
+    if (value === null) return [this.l2Key(key), JSON.stringify({ v: p.version, d: null }), { ex: p.nullTtlSeconds }];
+    if (p.strategy === "logical") {
       const entry: L2Entry<V> = { v: p.version, d: value, x: this.now() + this.jittered(p.l2TtlSeconds) * 1000 };
-      await redis.set(this.l2Key(key), JSON.stringify(entry), { ex: p.retainSeconds });
-    } else {
-      await redis.set(this.l2Key(key), JSON.stringify({ v: p.version, d: value }), { ex: this.jittered(p.l2TtlSeconds) });
+      return [this.l2Key(key), JSON.stringify(entry), { ex: p.retainSeconds }];
     }
+    return [this.l2Key(key), JSON.stringify({ v: p.version, d: value }), { ex: this.jittered(p.l2TtlSeconds) }];
+  }
+
+  private async writeL2(redis: RedisPort, key: K, value: V | null): Promise<void> {
+    const [k, json, opts] = this.l2Write(key, value);
+    await redis.set(k, json, opts);
   }
 
   private async fetchL2(deps: Deps, key: K, staleL1: L1Entry<V, P> | undefined): Promise<V | null> {
     const id = String(key);
+    // Captured before the read: a write seen while it runs keeps what it brings back unpromotable.
+    const gen = this.writeGen;
     let entry: L2Entry<V> | undefined;
     try {
       entry = await this.readL2(deps.redis, key);
@@ -242,14 +441,14 @@ export class CacheModule<K extends string | number, V, P = never> {
       // Redis down: fall through to MySQL (each isolate still single-flights its own loads).
       this.counters.errors++;
       deps.log.warn("cache L2 read failed", { module: this.name, err });
-      return await this.loadOrStale(deps, key, staleL1?.value, false);
+      return await this.loadOrStale(deps, key, staleL1?.value, false, gen);
     }
     if (entry) {
       const expired = this.policy.strategy === "logical" && entry.d !== null && (entry.x ?? 0) <= this.now();
       if (!expired) {
         this.counters.l2Hits++;
         if (entry.d === null) this.counters.nullHits++;
-        this.remember(id, entry.d);
+        this.remember(id, entry.d, gen);
         return entry.d;
       }
       // Logical expiry: serve the stale value now, refresh once in the background.
@@ -257,19 +456,19 @@ export class CacheModule<K extends string | number, V, P = never> {
       this.startBackgroundRebuild(deps, key);
       return entry.d;
     }
-    if (this.policy.strategy === "plain") return await this.loadOrStale(deps, key, staleL1?.value, true);
-    return await this.rebuildUnderLock(deps, key, staleL1?.value);
+    if (this.policy.strategy === "plain") return await this.loadOrStale(deps, key, staleL1?.value, true, gen);
+    return await this.rebuildUnderLock(deps, key, staleL1?.value, gen);
   }
 
   /** mutex (and a cold logical key): one rebuild across isolates; the others wait and re-read. */
-  private async rebuildUnderLock(deps: Deps, key: K, stale: V | null | undefined): Promise<V | null> {
+  private async rebuildUnderLock(deps: Deps, key: K, stale: V | null | undefined, gen: number): Promise<V | null> {
     let lock: Awaited<ReturnType<typeof tryLock>> = null;
     try {
       lock = await tryLock(deps.redis, `cache:${this.name}:${key}`, this.policy.lockTtlMs);
     } catch (err) {
       this.counters.errors++;
       deps.log.warn("cache lock failed", { module: this.name, err });
-      return await this.loadOrStale(deps, key, stale, false);
+      return await this.loadOrStale(deps, key, stale, false, gen);
     }
     if (lock) {
       try {
@@ -277,10 +476,10 @@ export class CacheModule<K extends string | number, V, P = never> {
         const again = await this.readL2(deps.redis, key);
         if (again && !(this.policy.strategy === "logical" && again.d !== null && (again.x ?? 0) <= this.now())) {
           this.counters.l2Hits++;
-          this.remember(String(key), again.d);
+          this.remember(String(key), again.d, gen);
           return again.d;
         }
-        return await this.loadOrStale(deps, key, stale, true);
+        return await this.loadOrStale(deps, key, stale, true, gen);
       } finally {
         await lock.release().catch(() => {});
       }
@@ -294,17 +493,18 @@ export class CacheModule<K extends string | number, V, P = never> {
       const entry = await this.readL2(deps.redis, key).catch(() => undefined);
       if (entry) {
         this.counters.l2Hits++;
-        this.remember(String(key), entry.d);
+        this.remember(String(key), entry.d, gen);
         return entry.d;
       }
     }
-    return await this.loadOrStale(deps, key, stale, true);
+    return await this.loadOrStale(deps, key, stale, true, gen);
   }
 
   private startBackgroundRebuild(deps: Deps, key: K): void {
     const id = String(key);
     if (this.rebuilding.has(id)) return;
     this.rebuilding.add(id);
+    const gen = this.writeGen;
     const task = (async () => {
       try {
         const lock = await tryLock(deps.redis, `cache:${this.name}:${key}`, this.policy.lockTtlMs);
@@ -312,13 +512,13 @@ export class CacheModule<K extends string | number, V, P = never> {
         try {
           const fresh = await this.readL2(deps.redis, key);
           if (fresh && fresh.d !== null && (fresh.x ?? 0) > this.now()) {
-            this.remember(id, fresh.d);
+            this.remember(id, fresh.d, gen);
             return;
           }
           this.counters.originLoads++;
           const value = await this.def.load(deps, key);
           await this.writeL2(deps.redis, key, value);
-          this.remember(id, value);
+          this.remember(id, value, gen);
         } finally {
           await lock.release().catch(() => {});
         }
@@ -336,7 +536,7 @@ export class CacheModule<K extends string | number, V, P = never> {
    * Origin load; on success writes L2 (when `writeBack`) and L1. On origin failure serves the
    * stale value if any (counted as a stale serve), else throws CacheUnavailableError.
    */
-  private async loadOrStale(deps: Deps, key: K, stale: V | null | undefined, writeBack: boolean): Promise<V | null> {
+  private async loadOrStale(deps: Deps, key: K, stale: V | null | undefined, writeBack: boolean, gen: number): Promise<V | null> {
     const id = String(key);
     let value: V | null;
     try {
@@ -364,11 +564,11 @@ export class CacheModule<K extends string | number, V, P = never> {
         deps.log.warn("cache L2 write failed", { module: this.name, err });
       }
     }
-    this.remember(id, value);
+    this.remember(id, value, gen);
     return value;
   }
 }
 
-export function createCacheModule<K extends string | number, V, P = never>(def: CacheModuleDef<K, V, P>, now: () => number = Date.now): CacheModule<K, V, P> {
-  return new CacheModule(def, now);
+export function createCacheModule<K extends string | number, V, P = never>(def: CacheModuleDef<K, V, P>, now: () => number = Date.now, hot?: HotKeys): CacheModule<K, V, P> {
+  return new CacheModule(def, now, hot);
 }

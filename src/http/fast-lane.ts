@@ -3,7 +3,9 @@
  * are served before Hono routes anything. Everything else (and every miss here) takes the normal
  * path, which gives the same answer; the lane only skips work, never changes a response.
  *
- *   GET  /api/shop/{id}, GET /api/shop-type/list   a fresh L1 hit's prepared response (ETag, 304)
+ *   GET  /api/shop/{id}, GET /api/shop-type/list   a fresh L1 hit's prepared response (ETag, 304);
+ *                                                   the shop-type list only within the listing
+ *                                                   limit (http/listing-limit.ts; over it: normal path, 429)
  *   GET  /api/user/me                               a warm session (deps.isolate.sessions.peek)
  *   POST /api/voucher-order/seckill/{id}            a warm session whose answer is in memory:
  *                                                   sold out (memo), or the order the buyer holds
@@ -28,8 +30,9 @@ import { seckillEnvelope } from "../routes/voucher-order.ts";
 import { answerFromMemory } from "../services/seckill/reserve.ts";
 import type { SessionUser } from "../services/session.ts";
 import { bearer } from "./auth.ts";
-import type { ClientEnv } from "./client-ip.ts";
+import { type ClientEnv, clientIpOf } from "./client-ip.ts";
 import { CORS_EXPOSE, requestDepsMemo, requestIdOf, SECURITY_HEADERS } from "./edge.ts";
+import { limitKeyOf } from "./listing-limit.ts";
 import { trackVisitOf } from "./uv.ts";
 
 const ID = /^[1-9]\d{0,15}$/;
@@ -73,6 +76,16 @@ export function createFastLane(deps: Deps): FastLane | undefined {
   };
 
   const depsFor = requestDepsMemo(deps);
+  const listing = deps.isolate.listingLimit;
+  const trustProxy = deps.config.TRUST_PROXY;
+  /** Counts a listing request against its address's limit (memory only); true when over it. */
+  const overListingLimit = (req: Request, env: unknown, reqDeps: Deps): boolean => {
+    if (!listing) return false;
+    const now = reqDeps.clock.now();
+    const waitMs = listing.check(limitKeyOf(clientIpOf(req.headers, env as ClientEnv | undefined, trustProxy)), now);
+    listing.maybeSync(reqDeps, now);
+    return waitMs > 0;
+  };
 
   const finish = (req: Request, headers: Headers, body: BodyInit | null, status: number, reqDeps: Deps, env: unknown, user: SessionUser | null): Response => {
     headers.set("x-request-id", requestIdOf(req.headers));
@@ -87,12 +100,14 @@ export function createFastLane(deps: Deps): FastLane | undefined {
     return res;
   };
 
-  const servePrepared = <K extends string | number>(req: Request, module: CacheModule<K, unknown, PreparedResponse>, key: K, env: unknown, ctx: ExecutionContext | undefined) => {
+  const servePrepared = <K extends string | number>(req: Request, module: CacheModule<K, unknown, PreparedResponse>, key: K, env: unknown, ctx: ExecutionContext | undefined, limited = false) => {
     const p = module.peekFresh(key);
     if (!p) return undefined;
+    const reqDeps = depsFor(ctx);
+    // Over the limit: the normal path answers the 429 (and counts nothing more).
+    if (limited && overListingLimit(req, env, reqDeps)) return undefined;
     const t = templateOf(p);
     const inm = req.headers.get("if-none-match");
-    const reqDeps = depsFor(ctx);
     deps.isolate.fastLane.prepared++;
     if (inm !== null && etagMatches(inm, p.etag)) return finish(req, new Headers(t.notModified), null, 304, reqDeps, env, null);
     return finish(req, new Headers(t.ok), p.body, 200, reqDeps, env, null);
@@ -116,7 +131,7 @@ export function createFastLane(deps: Deps): FastLane | undefined {
         if (!ID.test(id) || Number(id) > Number.MAX_SAFE_INTEGER) return undefined;
         return servePrepared(req, caches.shop as CacheModule<number, unknown, PreparedResponse>, Number(id), env, ctx);
       }
-      if (path === "/api/shop-type/list") return servePrepared(req, caches.shopTypes as CacheModule<string, unknown, PreparedResponse>, "all", env, ctx);
+      if (path === "/api/shop-type/list") return servePrepared(req, caches.shopTypes as CacheModule<string, unknown, PreparedResponse>, "all", env, ctx, true);
       if (path === "/api/user/me") {
         const reqDeps = depsFor(ctx);
         const user = warmUser(req, reqDeps);

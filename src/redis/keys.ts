@@ -20,6 +20,14 @@ export const keys = {
   cacheStats: (module: string) => `cache:stats:${module}`,
   /** Isolates that reported cache counters: hash isolateId → last report (epoch ms). */
   cacheIsolates: () => "cache:stats:isolates",
+  /** Listing limit: HASH ip → requests allowed in epoch window n (src/http/listing-limit.ts); one hash tag, as one script reads two windows. */
+  listingWindow: (n: number) => `{listing}:w${n}`,
+  /** Cache write log: STREAM of `{k: "module:key"}` appended by every cache write, read by every isolate's flush (cache/hot.ts). */
+  cacheWrites: () => "cache:writes",
+  /** Hot-key report of one epoch minute: ZSET "module:key" → reads summed across isolates (TTL 10 min). */
+  cacheHot: (minute: number) => `cache:hot:${minute}`,
+  /** The same per isolate: ZSET "isolateId|module:key" → reads (TTL 10 min). */
+  cacheHotBy: (minute: number) => `cache:hot:${minute}:by`,
   /**
    * Seckill keys. Everything the reservation script touches for a voucher carries the hash tag of
    * its *shop* (`{s<shopId>}`), not of the voucher: purchase rules span a shop's vouchers ("at

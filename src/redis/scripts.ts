@@ -10,6 +10,7 @@ import blogLikeToggleSrc from "../../lua/blog-like-toggle.lua" with { type: "tex
 import extendLockSrc from "../../lua/extend-lock.lua" with { type: "text" };
 import idempotencyClaimSrc from "../../lua/idempotency-claim.lua" with { type: "text" };
 import idempotencyFinishSrc from "../../lua/idempotency-finish.lua" with { type: "text" };
+import listingSyncSrc from "../../lua/listing-sync.lua" with { type: "text" };
 import loginCodeConsumeSrc from "../../lua/login-code-consume.lua" with { type: "text" };
 import loginCodeMissSrc from "../../lua/login-code-miss.lua" with { type: "text" };
 import releaseStockSrc from "../../lua/release-stock.lua" with { type: "text" };
@@ -41,6 +42,7 @@ export const luaSources = {
   sessionRevoke: sessionRevokeSrc,
   idempotencyClaim: idempotencyClaimSrc,
   idempotencyFinish: idempotencyFinishSrc,
+  listingSync: listingSyncSrc,
 } as const;
 
 export type ScriptName = keyof typeof luaSources;
@@ -96,5 +98,7 @@ export function createScripts(redis: Redis) {
     idempotencyClaim: redis.createScript<[number, string?, number?]>(luaSources.idempotencyClaim),
     /** 1 when the claim was still ours: see lua/idempotency-finish.lua. */
     idempotencyFinish: redis.createScript<number>(luaSources.idempotencyFinish),
+    /** {cur, prev} per address: see lua/listing-sync.lua. */
+    listingSync: redis.createScript<number[]>(luaSources.listingSync),
   };
 }

@@ -27,6 +27,11 @@ export const admin = new Hono<AppEnv>()
     const deps = c.get("deps");
     return c.json(ok(await cachesFor(deps).metrics.report(deps)));
   }))
+  .get("/cache/hot", doc({ tag: "operator", summary: "Hot keys: the most-read promoted keys across isolates (this and the previous minute), and those promoted in this isolate", access: "operator", data: { type: "object" } }, async (c) => {
+    const deps = c.get("deps");
+    const report = await cachesFor(deps).metrics.hotReport(deps);
+    return c.json(ok(report ?? { rule: null, minutes: [], top: [], promotedHere: [] }));
+  }))
   .get("/orders/pipeline", doc({ tag: "operator", summary: "The order queue: reservations waiting for MySQL and the lag per shop, and this isolate's writer counters", access: "operator", data: { type: "object" } }, async (c) => {
     // The order queue as an operator sees it: per shop with seckill vouchers in the registry, the
     // reservations waiting for MySQL and how far behind the oldest claimable one is; plus what

@@ -25,7 +25,9 @@ export interface TestApp {
 export async function createTestApp(env: Record<string, string> = {}, overrides: DepsOverrides & { wrap?: (deps: Deps) => Deps } = {}): Promise<TestApp> {
   const stack = await getStack();
   const pending = new Set<Promise<unknown>>();
-  const config = parseEnv({ ...stack.env, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent", RUN_CRON: "false", ...env });
+  // The listing limit is off unless a test turns it on: in-process tests send every request from
+  // one address (tests/support/http.ts) and hammer listing routes (tests/http/listing-limit.test.ts tests it).
+  const config = parseEnv({ ...stack.env, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent", RUN_CRON: "false", LISTING_IP_LIMIT: "0", ...env });
   const built = createDeps(config, {
     log: createLogger(config.LOG_LEVEL),
     waitUntil: (p) => {

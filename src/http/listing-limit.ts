@@ -1,0 +1,207 @@
+/**
+ * Per-IP sliding window on the anonymous listing and search routes (issue 11: crawlers):
+ * GET /api/shop/of/type, /api/shop/of/name, /api/blog/hot, /api/voucher/list/:shopId and
+ * /api/shop-type/list share one budget per client address (http/client-ip.ts): LISTING_IP_LIMIT
+ * requests per LISTING_IP_WINDOW_MS. GET /api/shop/:id is a lookup, not a listing: not limited
+ * (and it is the hot read path, which must stay at zero Redis commands and no added work).
+ *
+ * Why not @upstash/ratelimit's slidingWindow: it costs one Redis command per allowed request,
+ * which would turn the voucher list's and shop types' 0-Redis L1 hits into 1-Redis reads. Here:
+ *  - Each isolate counts per address in the current and previous epoch-aligned window (aligned,
+ *    so every isolate agrees on the windows) and estimates the sliding count the way
+ *    @upstash/ratelimit does: current + previous × (share of the previous window still inside
+ *    the sliding one). Over the limit → 429 RATE_LIMITED + Retry-After from memory, no Redis;
+ *    blocked requests are not counted (a caller who waits gets in again).
+ *  - At most one background command per isolate per LISTING_SYNC_MS (lua/listing-sync.lua) adds
+ *    the counts this isolate allowed since its last sync and returns each address's global
+ *    counts, so the limit holds across isolates one sync after an address's next request.
+ *    Overshoot is bounded by what the isolates allow between two syncs.
+ *  - IPv6 callers are counted per /64 (limitKeyOf).
+ *  - Memory: an LRU of LISTING_IP_MAX addresses (~150 B each) and a dirty set no larger.
+ *    Counts of a window not yet sent when it ends stay local (they still count here, as the
+ *    previous window); a failed sync keeps them for the next one.
+ * Hand-written for those reasons; lru-cache holds the addresses.
+ */
+import type { MiddlewareHandler } from "hono";
+import { LRUCache } from "lru-cache";
+import type { Config } from "../env.ts";
+import type { Deps } from "../deps.ts";
+import { AppError } from "../errors.ts";
+import { keys } from "../redis/keys.ts";
+import { scriptsFor } from "../redis/scripts.ts";
+import type { AppEnv } from "../types.ts";
+import { clientIp } from "./client-ip.ts";
+
+/** The routed paths the limit applies to (Hono patterns); the fast lane checks /api/shop-type/list itself. */
+export const LISTING_PATHS = ["/api/shop/of/type", "/api/shop/of/name", "/api/blog/hot", "/api/voucher/list/:shopId", "/api/shop-type/list"];
+
+/**
+ * The budget an address draws on: IPv4 as is, IPv6 by its /64 (one customer's subnet — a crawler
+ * on IPv6 can rotate through 2^64 addresses, not through prefixes). IPv4-mapped IPv6 counts as its
+ * IPv4 address. Anything else (e.g. "unknown") as is.
+ */
+export function limitKeyOf(ip: string): string {
+  if (!ip.includes(":")) return ip;
+  const lower = ip.toLowerCase();
+  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/.exec(lower);
+  if (mapped?.[1]) return mapped[1];
+  const [head = "", tail] = lower.split("::", 2);
+  const left = head === "" ? [] : head.split(":");
+  const right = tail === undefined || tail === "" ? [] : tail.split(":");
+  const groups = tail === undefined ? left : [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, ""))
+    .join(":")}::/64`;
+}
+
+/** Addresses one sync sends at most (the rest wait for the next one). */
+const SYNC_BATCH = 1_000;
+
+interface IpCount {
+  /** Epoch window index (floor(ms / windowMs)) the counts below belong to. */
+  window: number;
+  /** Requests this isolate allowed in `window`. */
+  mine: number;
+  /** Of `mine`: not yet sent to Redis. */
+  pending: number;
+  /** Of `mine`: sent by the sync in flight. */
+  inflight: number;
+  /** Of `mine`: counted in Redis (confirmed by a sync). */
+  sent: number;
+  /** Other isolates' requests in `window`, as of the last sync. */
+  others: number;
+  /** All isolates' requests in the previous window, as best known. */
+  prev: number;
+}
+
+export type ListingLimitConfig = Pick<Config, "LISTING_IP_LIMIT" | "LISTING_IP_WINDOW_MS" | "LISTING_SYNC_MS" | "LISTING_IP_MAX">;
+
+/** One isolate's listing limiter (deps.isolate.listingLimit). */
+export class ListingLimiter {
+  private readonly ips: LRUCache<string, IpCount>;
+  /** Addresses with pending counts (≤ LISTING_IP_MAX; beyond it an address's counts stay local). */
+  private readonly dirty = new Set<string>();
+  private lastSync = Number.NEGATIVE_INFINITY;
+  private syncing: Promise<void> | undefined;
+  readonly limit: number;
+  readonly windowMs: number;
+  private readonly syncMs: number;
+  private readonly max: number;
+
+  constructor(config: ListingLimitConfig) {
+    this.limit = config.LISTING_IP_LIMIT;
+    this.windowMs = config.LISTING_IP_WINDOW_MS;
+    this.syncMs = config.LISTING_SYNC_MS;
+    this.max = config.LISTING_IP_MAX;
+    this.ips = new LRUCache<string, IpCount>({ max: this.max });
+  }
+
+  /**
+   * Counts a request from `ip` at `now` and returns 0, or — over the limit — how long until the
+   * estimate falls below it, ms (the request is not counted). No I/O.
+   */
+  check(ip: string, now: number): number {
+    const w = Math.floor(now / this.windowMs);
+    let e = this.ips.get(ip);
+    if (!e) {
+      e = { window: w, mine: 0, pending: 0, inflight: 0, sent: 0, others: 0, prev: 0 };
+      this.ips.set(ip, e);
+    } else if (e.window !== w) {
+      e.prev = e.window === w - 1 ? e.mine + e.others : 0;
+      e.window = w;
+      e.mine = e.pending = e.inflight = e.sent = e.others = 0;
+    }
+    const cur = e.mine + e.others;
+    const elapsed = now - w * this.windowMs;
+    const weight = 1 - elapsed / this.windowMs;
+    if (cur + e.prev * weight < this.limit) {
+      e.mine++;
+      e.pending++;
+      if (this.dirty.size < this.max) this.dirty.add(ip);
+      return 0;
+    }
+    // When the estimate drops below the limit with no more requests: within this window only the
+    // previous window's share decays; past it, this window's count becomes the decaying share.
+    // (+1 ms: at the boundary itself the estimate still equals the limit.)
+    if (cur < this.limit) return Math.max(1, Math.ceil(this.windowMs * (1 - (this.limit - cur) / e.prev) - elapsed) + 1);
+    return Math.max(1, Math.ceil(this.windowMs - elapsed + this.windowMs * (1 - this.limit / cur)) + 1);
+  }
+
+  /** Schedules a background sync when one is due (at most one per LISTING_SYNC_MS, one at a time). */
+  maybeSync(deps: Deps, now: number): void {
+    if (this.syncing || this.dirty.size === 0 || now - this.lastSync < this.syncMs) return;
+    this.lastSync = now;
+    deps.waitUntil(this.sync(deps));
+  }
+
+  /** Sends the pending counts and applies the global ones: one command (lua/listing-sync.lua). */
+  async sync(deps: Deps): Promise<void> {
+    while (this.syncing) await this.syncing;
+    this.syncing = this.syncOnce(deps).finally(() => {
+      this.syncing = undefined;
+    });
+    return await this.syncing;
+  }
+
+  private async syncOnce(deps: Deps): Promise<void> {
+    const w = Math.floor(deps.clock.now() / this.windowMs);
+    const batch: { ip: string; e: IpCount; n: number }[] = [];
+    for (const ip of this.dirty) {
+      if (batch.length >= SYNC_BATCH) break;
+      this.dirty.delete(ip);
+      const e = this.ips.peek(ip);
+      // Evicted, or counts of an older window (they stay local): nothing to send.
+      if (!e || e.window !== w || e.pending === 0) continue;
+      batch.push({ ip, e, n: e.pending });
+      e.inflight += e.pending;
+      e.pending = 0;
+    }
+    if (batch.length === 0) return;
+    const args: string[] = [String(3 * this.windowMs)];
+    for (const b of batch) args.push(b.ip, String(b.n));
+    let res: number[];
+    try {
+      res = await scriptsFor(deps.redis).listingSync.exec([keys.listingWindow(w), keys.listingWindow(w - 1)], args);
+    } catch (err) {
+      // Redis unreachable: the counts go back to pending; the per-isolate limit still holds.
+      for (const b of batch) {
+        if (b.e.window !== w) continue;
+        b.e.inflight -= b.n;
+        b.e.pending += b.n;
+        if (this.dirty.size < this.max) this.dirty.add(b.ip);
+      }
+      deps.log.warn("listing limit sync failed", { err });
+      return;
+    }
+    batch.forEach((b, i) => {
+      const global = Number(res[2 * i] ?? 0);
+      const prevGlobal = Number(res[2 * i + 1] ?? 0);
+      const e = b.e;
+      if (e.window === w) {
+        e.inflight -= b.n;
+        e.sent += b.n;
+        e.others = Math.max(0, global - e.sent);
+        e.prev = Math.max(e.prev, prevGlobal);
+      } else if (e.window === w + 1) {
+        // The window ended while the sync ran: what it learnt is the previous window's total.
+        e.prev = Math.max(e.prev, global);
+      }
+    });
+  }
+}
+
+/** The routed check (LISTING_PATHS): 429 RATE_LIMITED + Retry-After from memory when over the limit. */
+export function listingLimit(deps: Deps): MiddlewareHandler<AppEnv> | undefined {
+  const limiter = deps.isolate.listingLimit;
+  if (!limiter) return undefined;
+  const trustProxy = deps.config.TRUST_PROXY;
+  return async (c, next) => {
+    const reqDeps = c.get("deps");
+    const now = reqDeps.clock.now();
+    const waitMs = limiter.check(limitKeyOf(clientIp(c, trustProxy)), now);
+    limiter.maybeSync(reqDeps, now);
+    if (waitMs > 0) throw new AppError("RATE_LIMITED", "too many listing requests from this address", { retryAfterSeconds: waitMs / 1000 });
+    await next();
+  };
+}
