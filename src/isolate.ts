@@ -13,6 +13,7 @@ import { IsolateIds } from "./redis/ids.ts";
 import { ScriptBatcher } from "./redis/script-batch.ts";
 import { luaSources, scriptsFor } from "./redis/scripts.ts";
 import { createLoginLimiters, type LoginLimiters } from "./services/auth.ts";
+import { SeckillAdmission } from "./services/seckill/admission.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
 
@@ -66,6 +67,13 @@ export interface Isolate {
    * console's live view (console/counters.ts): plain counters, at most 1,000 vouchers.
    */
   saleCounters: SaleCounters;
+  /**
+   * Seckill admission (services/seckill/admission.ts): per voucher, the admission tokens leased for
+   * the current second and whether its budget is spent (LRU, 1,000 vouchers; void after their
+   * second), and the per-user / per-address rate-limit blocks Redis reported, answered from memory
+   * until they end (LRU, 100,000; each at most the limit's window).
+   */
+  seckillAdmission: SeckillAdmission;
 }
 
 /** Upper bound of a holder memo entry, ms. */
@@ -95,5 +103,6 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     sessions: new SessionCache(config),
     uv: new UvBatcher(),
     saleCounters: new SaleCounters(),
+    seckillAdmission: new SeckillAdmission(config),
   };
 }

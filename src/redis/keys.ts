@@ -55,6 +55,13 @@ export const keys = {
     active: () => "seckill:active",
     /** Last reconcile report (JSON). */
     reconcileReport: () => "seckill:reconcile:report",
+    /**
+     * Admission counters of one epoch second (lua/seckill-admission.lua): attempts admitted for a
+     * voucher, and admitted attempts + leases across all vouchers. One `{adm}` tag: the script
+     * touches both, and the total spans shops (so no shop tag).
+     */
+    admission: (voucherId: number, second: number) => `seckill:{adm}:v${voucherId}:${second}`,
+    admissionTotal: (second: number) => `seckill:{adm}:all:${second}`,
   },
   /** Order id generator: worker-id leases (string owner, TTL). */
   idWorker: (n: number) => `idgen:worker:${n}`,
@@ -77,4 +84,9 @@ export const keys = {
   sign: (userId: number, yyyyMM: string) => `sign:${userId}:${yyyyMM}`,
   /** HyperLogLog of the day's visitors (`yyyyMMdd`, service zone). */
   uv: (yyyyMMdd: string) => `uv:${yyyyMMdd}`,
+  /** Image bytes a user reserved for uploads on one service day (`yyyyMMdd`; lua/upload-quota.lua). */
+  uploadQuota: (userId: number, yyyyMMdd: string) => `upload:quota:${yyyyMMdd}:${userId}`,
+  /** Prefixes of the per-user token buckets (@upstash/ratelimit appends `:<userId>`). */
+  uploadBucket: () => "rl:upload",
+  noteBucket: () => "rl:note",
 } as const;

@@ -15,6 +15,8 @@ import releaseStockManySrc from "../../lua/release-stock-many.lua" with { type: 
 import reconcileBuyersSrc from "../../lua/reconcile-buyers.lua" with { type: "text" };
 import reloadSeckillSrc from "../../lua/reload-seckill.lua" with { type: "text" };
 import reserveStockSrc from "../../lua/reserve-stock.lua" with { type: "text" };
+import seckillAdmissionSrc from "../../lua/seckill-admission.lua" with { type: "text" };
+import uploadQuotaSrc from "../../lua/upload-quota.lua" with { type: "text" };
 import resetStockSrc from "../../lua/reset-stock.lua" with { type: "text" };
 import sessionRevokeSrc from "../../lua/session-revoke.lua" with { type: "text" };
 import sessionSyncSrc from "../../lua/session-sync.lua" with { type: "text" };
@@ -37,6 +39,8 @@ export const luaSources = {
   reloadSeckill: reloadSeckillSrc,
   sessionSync: sessionSyncSrc,
   sessionRevoke: sessionRevokeSrc,
+  seckillAdmission: seckillAdmissionSrc,
+  uploadQuota: uploadQuotaSrc,
 } as const;
 
 export type ScriptName = keyof typeof luaSources;
@@ -88,5 +92,9 @@ export function createScripts(redis: Redis) {
     sessionSync: redis.createScript<[number, number, number, string[], number[]]>(luaSources.sessionSync),
     /** The revocation's sequence number: see lua/session-revoke.lua. */
     sessionRevoke: redis.createScript<number>(luaSources.sessionRevoke),
+    /** {granted, left}: see lua/seckill-admission.lua. */
+    seckillAdmission: redis.createScript<[number, number]>(luaSources.seckillAdmission),
+    /** {ok (1/0), used bytes}: see lua/upload-quota.lua. */
+    uploadQuota: redis.createScript<[number, number]>(luaSources.uploadQuota),
   };
 }
