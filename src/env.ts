@@ -132,6 +132,8 @@ export const EnvSchema = z.object({
   /**
    * Upload token bucket per user (POST /api/upload/blog): at most UPLOAD_BUCKET_SIZE uploads in a
    * burst, refilled by UPLOAD_BUCKET_REFILL tokens every UPLOAD_BUCKET_INTERVAL_MS (0 size = off).
+   * Default: 5 at once, then one per 10 s. Counts only images that passed validation (a malformed
+   * request is refused before it costs a token or a Redis call).
    */
   UPLOAD_BUCKET_SIZE: z.coerce.number().int().min(0).default(5),
   UPLOAD_BUCKET_REFILL: z.coerce.number().int().min(1).default(1),
@@ -141,8 +143,11 @@ export const EnvSchema = z.object({
    * image is stored; 0 = no quota. Default 50 MiB: ten full-size images a day.
    */
   UPLOAD_QUOTA_BYTES_PER_DAY: z.coerce.number().int().min(0).default(50 * 1_048_576),
-  /** Note token bucket per user (POST /api/blog): burst size, refill tokens per interval (0 size = off). */
-  NOTE_BUCKET_SIZE: z.coerce.number().int().min(0).default(10),
+  /**
+   * Note token bucket per user (POST /api/blog; each note is pushed to every follower's feed):
+   * burst size, refill tokens per interval (0 size = off). Default: 20 at once, then 2 a minute.
+   */
+  NOTE_BUCKET_SIZE: z.coerce.number().int().min(0).default(20),
   NOTE_BUCKET_REFILL: z.coerce.number().int().min(1).default(1),
   NOTE_BUCKET_INTERVAL_MS: z.coerce.number().int().min(100).default(30_000),
   /** How long an isolate answers SOLD_OUT from memory after Redis said so, ms (released stock reappears after this). */

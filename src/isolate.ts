@@ -14,6 +14,7 @@ import { ScriptBatcher } from "./redis/script-batch.ts";
 import { luaSources, scriptsFor } from "./redis/scripts.ts";
 import { createLoginLimiters, type LoginLimiters } from "./services/auth.ts";
 import { SeckillAdmission } from "./services/seckill/admission.ts";
+import { createWriteLimiters, type WriteLimiters } from "./services/upload-limits.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
 
@@ -74,6 +75,11 @@ export interface Isolate {
    * until they end (LRU, 100,000; each at most the limit's window).
    */
   seckillAdmission: SeckillAdmission;
+  /**
+   * Per-user token buckets for uploads and notes (services/upload-limits.ts, @upstash/ratelimit),
+   * each with an ephemeral cache of blocked users (at most 10,000 per bucket, oldest forgotten first).
+   */
+  writeLimiters: WriteLimiters;
 }
 
 /** Upper bound of a holder memo entry, ms. */
@@ -104,5 +110,6 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     uv: new UvBatcher(),
     saleCounters: new SaleCounters(),
     seckillAdmission: new SeckillAdmission(config),
+    writeLimiters: createWriteLimiters(config, ports.redis),
   };
 }
