@@ -126,6 +126,46 @@ export const EnvSchema = z.object({
   /** Seckill attempts per client address per voucher per window (0 = off). */
   SECKILL_IP_LIMIT: z.coerce.number().int().min(0).default(200),
   SECKILL_IP_WINDOW_MS: z.coerce.number().int().min(100).default(10_000),
+  /**
+   * Redis commands per second the database may take (issue 11): Upstash caps one database at
+   * 10,000/s. The seckill admission limit below is derived from it.
+   */
+  REDIS_COMMANDS_PER_SECOND: z.coerce.number().int().min(1).default(10_000),
+  /**
+   * Share of REDIS_COMMANDS_PER_SECOND that seckill attempts (one reserve command each) and their
+   * admission leases may use per second, across ALL vouchers on sale at once (0..1). The rest is
+   * left for sessions, cache misses, the order pipeline and everything else.
+   */
+  SECKILL_ADMISSION_SHARE: z.coerce.number().gt(0).max(1).default(0.8),
+  /**
+   * Seckill attempts per second one voucher may send to Redis, across isolates (the rest get 429
+   * + Retry-After from the isolate, with no Redis call). Unset: the whole derived cap
+   * (floor(REDIS_COMMANDS_PER_SECOND × SECKILL_ADMISSION_SHARE)), which several vouchers on sale at
+   * once share first come first served; set it to cap ÷ N to keep a part for each of N sales.
+   * 0 = no admission limit at all.
+   */
+  SECKILL_ADMISSION_PER_SECOND: z.coerce.number().int().min(0).optional(),
+  /**
+   * Upload token bucket per user (POST /api/upload/blog): at most UPLOAD_BUCKET_SIZE uploads in a
+   * burst, refilled by UPLOAD_BUCKET_REFILL tokens every UPLOAD_BUCKET_INTERVAL_MS (0 size = off).
+   * Default: 5 at once, then one per 10 s. Counts only images that passed validation (a malformed
+   * request is refused before it costs a token or a Redis call).
+   */
+  UPLOAD_BUCKET_SIZE: z.coerce.number().int().min(0).default(5),
+  UPLOAD_BUCKET_REFILL: z.coerce.number().int().min(1).default(1),
+  UPLOAD_BUCKET_INTERVAL_MS: z.coerce.number().int().min(100).default(10_000),
+  /**
+   * Image bytes one user may upload per service day (SERVICE_TIME_ZONE), reserved before the
+   * image is stored; 0 = no quota. Default 50 MiB: ten full-size images a day.
+   */
+  UPLOAD_QUOTA_BYTES_PER_DAY: z.coerce.number().int().min(0).default(50 * 1_048_576),
+  /**
+   * Note token bucket per user (POST /api/blog; each note is pushed to every follower's feed):
+   * burst size, refill tokens per interval (0 size = off). Default: 20 at once, then 2 a minute.
+   */
+  NOTE_BUCKET_SIZE: z.coerce.number().int().min(0).default(20),
+  NOTE_BUCKET_REFILL: z.coerce.number().int().min(1).default(1),
+  NOTE_BUCKET_INTERVAL_MS: z.coerce.number().int().min(100).default(30_000),
   /** How long an isolate answers SOLD_OUT from memory after Redis said so, ms (released stock reappears after this). */
   SOLD_OUT_MEMO_MS: z.coerce.number().int().min(0).default(1_000),
   /** Outbox entries older than this are re-published by the sweep, seconds. */

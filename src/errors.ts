@@ -19,6 +19,7 @@ export type ErrorCode =
   | "METHOD_NOT_ALLOWED"
   | "PAYLOAD_TOO_LARGE"
   | "RATE_LIMITED"
+  | "QUOTA_EXCEEDED"
   | "BAD_CODE"
   | "SOLD_OUT"
   | "DUPLICATE_ORDER"
@@ -41,6 +42,8 @@ export const codeToStatus: Record<ErrorCode, ContentfulStatusCode> = {
   METHOD_NOT_ALLOWED: 405,
   PAYLOAD_TOO_LARGE: 413,
   RATE_LIMITED: 429,
+  /** A per-user quota (upload bytes per day) is used up; Retry-After says when it renews. */
+  QUOTA_EXCEEDED: 429,
   BAD_CODE: 200,
   SOLD_OUT: 200,
   DUPLICATE_ORDER: 200,

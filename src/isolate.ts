@@ -15,6 +15,8 @@ import { IsolateIds } from "./redis/ids.ts";
 import { ScriptBatcher } from "./redis/script-batch.ts";
 import { luaSources, scriptsFor } from "./redis/scripts.ts";
 import { createLoginLimiters, type LoginLimiters } from "./services/auth.ts";
+import { SeckillAdmission } from "./services/seckill/admission.ts";
+import { createWriteLimiters, type WriteLimiters } from "./services/upload-limits.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
 
@@ -77,6 +79,18 @@ export interface Isolate {
    * LISTING_IP_LIMIT is 0.
    */
   listingLimit: ListingLimiter | undefined;
+  /**
+   * Seckill admission (services/seckill/admission.ts): per voucher, the admission tokens leased for
+   * the current second and whether its budget is spent (LRU, 1,000 vouchers; void after their
+   * second), and the per-user / per-address rate-limit blocks Redis reported, answered from memory
+   * until they end (LRU, 100,000; each at most the limit's window).
+   */
+  seckillAdmission: SeckillAdmission;
+  /**
+   * Per-user token buckets for uploads and notes (services/upload-limits.ts, @upstash/ratelimit),
+   * each with an ephemeral cache of blocked users (at most 10,000 per bucket, oldest forgotten first).
+   */
+  writeLimiters: WriteLimiters;
 }
 
 /** Upper bound of a holder memo entry, ms. */
@@ -107,5 +121,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     uv: new UvBatcher(),
     saleCounters: new SaleCounters(),
     listingLimit: config.LISTING_IP_LIMIT > 0 ? new ListingLimiter(config) : undefined,
+    seckillAdmission: new SeckillAdmission(config),
+    writeLimiters: createWriteLimiters(config, ports.redis),
   };
 }

@@ -25,7 +25,7 @@ import type { PreparedResponse } from "../cache/prepared.ts";
 import { etagMatches } from "../cache/prepared.ts";
 import type { CacheModule } from "../cache/module.ts";
 import type { Deps } from "../deps.ts";
-import { ok } from "../errors.ts";
+import { fail, ok } from "../errors.ts";
 import { seckillEnvelope } from "../routes/voucher-order.ts";
 import { answerFromMemory } from "../services/seckill/reserve.ts";
 import type { SessionUser } from "../services/session.ts";
@@ -87,8 +87,8 @@ export function createFastLane(deps: Deps): FastLane | undefined {
     return waitMs > 0;
   };
 
-  const finish = (req: Request, headers: Headers, body: BodyInit | null, status: number, reqDeps: Deps, env: unknown, user: SessionUser | null): Response => {
-    headers.set("x-request-id", requestIdOf(req.headers));
+  const finish = (req: Request, headers: Headers, body: BodyInit | null, status: number, reqDeps: Deps, env: unknown, user: SessionUser | null, requestId = requestIdOf(req.headers)): Response => {
+    headers.set("x-request-id", requestId);
     if (!anyOrigin) {
       const origin = req.headers.get("origin");
       if (origin && origins.includes(origin)) headers.set("access-control-allow-origin", origin);
@@ -148,7 +148,20 @@ export function createFastLane(deps: Deps): FastLane | undefined {
       const user = warmUser(req, reqDeps);
       if (!user) return undefined;
       const res = answerFromMemory(reqDeps, Number(id), user.id);
-      if (!res || (!res.ok && res.reason === "RATE_LIMITED")) return undefined;
+      if (!res) {
+        // A caller Redis rate-limited, or a voucher whose admission budget for this second is
+        // spent: the same 429 the route's error handler sends (envelope with the request id,
+        // Retry-After in whole seconds), with no Redis call.
+        const refused = deps.isolate.seckillAdmission.refusedFromMemory(reqDeps.clock.now(), Number(id), user.id, clientIpOf(req.headers, env as ClientEnv | undefined, deps.config.TRUST_PROXY));
+        if (!refused || refused.ok || refused.reason !== "RATE_LIMITED") return undefined;
+        deps.isolate.fastLane.seckill++;
+        deps.isolate.saleCounters.count(Number(id), refused.reason);
+        const requestId = requestIdOf(req.headers);
+        const headers = new Headers(jsonTemplate);
+        headers.set("retry-after", String(Math.max(1, Math.ceil(refused.retryAfterMs / 1000))));
+        return finish(req, headers, JSON.stringify(fail("RATE_LIMITED", refused.message, requestId)), 429, reqDeps, env, user, requestId);
+      }
+      if (!res.ok && res.reason === "RATE_LIMITED") return undefined;
       deps.isolate.fastLane.seckill++;
       deps.isolate.saleCounters.count(Number(id), res.ok ? "ok" : res.reason);
       return finish(req, new Headers(jsonTemplate), JSON.stringify(seckillEnvelope(res)), 200, reqDeps, env, user);

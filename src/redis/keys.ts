@@ -63,6 +63,13 @@ export const keys = {
     active: () => "seckill:active",
     /** Last reconcile report (JSON). */
     reconcileReport: () => "seckill:reconcile:report",
+    /**
+     * Admission counters of one epoch second (lua/seckill-admission.lua): attempts admitted for a
+     * voucher, and admitted attempts + leases across all vouchers. One `{adm}` tag: the script
+     * touches both, and the total spans shops (so no shop tag).
+     */
+    admission: (voucherId: number, second: number) => `seckill:{adm}:v${voucherId}:${second}`,
+    admissionTotal: (second: number) => `seckill:{adm}:all:${second}`,
   },
   /** Order id generator: worker-id leases (string owner, TTL). */
   idWorker: (n: number) => `idgen:worker:${n}`,
@@ -91,4 +98,9 @@ export const keys = {
    * whatever the client sends and no caller's key or credential appears in it.
    */
   idempotency: (scopeHash: string) => `idem:${scopeHash}`,
+  /** Image bytes a user reserved for uploads on one service day (`yyyyMMdd`; lua/upload-quota.lua). */
+  uploadQuota: (userId: number, yyyyMMdd: string) => `upload:quota:${yyyyMMdd}:${userId}`,
+  /** Prefixes of the per-user token buckets (@upstash/ratelimit appends `:<userId>`). */
+  uploadBucket: () => "rl:upload",
+  noteBucket: () => "rl:note",
 } as const;

@@ -18,6 +18,8 @@ import releaseStockManySrc from "../../lua/release-stock-many.lua" with { type: 
 import reconcileBuyersSrc from "../../lua/reconcile-buyers.lua" with { type: "text" };
 import reloadSeckillSrc from "../../lua/reload-seckill.lua" with { type: "text" };
 import reserveStockSrc from "../../lua/reserve-stock.lua" with { type: "text" };
+import seckillAdmissionSrc from "../../lua/seckill-admission.lua" with { type: "text" };
+import uploadQuotaSrc from "../../lua/upload-quota.lua" with { type: "text" };
 import resetStockSrc from "../../lua/reset-stock.lua" with { type: "text" };
 import sessionRevokeSrc from "../../lua/session-revoke.lua" with { type: "text" };
 import sessionSyncSrc from "../../lua/session-sync.lua" with { type: "text" };
@@ -43,6 +45,8 @@ export const luaSources = {
   idempotencyClaim: idempotencyClaimSrc,
   idempotencyFinish: idempotencyFinishSrc,
   listingSync: listingSyncSrc,
+  seckillAdmission: seckillAdmissionSrc,
+  uploadQuota: uploadQuotaSrc,
 } as const;
 
 export type ScriptName = keyof typeof luaSources;
@@ -100,5 +104,9 @@ export function createScripts(redis: Redis) {
     idempotencyFinish: redis.createScript<number>(luaSources.idempotencyFinish),
     /** {cur, prev} per address: see lua/listing-sync.lua. */
     listingSync: redis.createScript<number[]>(luaSources.listingSync),
+    /** {granted, left}: see lua/seckill-admission.lua. */
+    seckillAdmission: redis.createScript<[number, number]>(luaSources.seckillAdmission),
+    /** {ok (1/0), used bytes}: see lua/upload-quota.lua. */
+    uploadQuota: redis.createScript<[number, number]>(luaSources.uploadQuota),
   };
 }

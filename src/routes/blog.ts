@@ -1,6 +1,6 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { fail, ok } from "../errors.ts";
+import { AppError, fail, ok } from "../errors.ts";
 import { type MaybeUserEnv, optionalUser, requireUser, type UserEnv } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
 import { idempotentUser } from "../http/idempotency.ts";
@@ -9,6 +9,7 @@ import { doc, v } from "../openapi/describe.ts";
 import { Blog, FeedPage, NumericId, UserCard } from "../openapi/schemas.ts";
 import { blogsOfUser, createBlog, firstLikers, getBlog, hotBlogs, toggleLike } from "../services/blog.ts";
 import { readFeedPage } from "../services/feed.ts";
+import { takeWriteToken } from "../services/upload-limits.ts";
 import type { AppEnv } from "../types.ts";
 
 /**
@@ -43,7 +44,9 @@ const publicRoutes = new Hono<MaybeUserEnv>().get("/hot", optionalUser, doc({ ta
 
 const authed = new Hono<UserEnv>()
   .use(requireUser)
-  .post("/", jsonBody(BODY_LIMITS.note), doc({ tag: "notes", summary: "Publish a note; its id is pushed to every follower's feed", access: "user", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", BlogBody)), idempotentUser(BODY_LIMITS.note), async (c) => {
+  .post("/", jsonBody(BODY_LIMITS.note), doc({ tag: "notes", summary: "Publish a note; its id is pushed to every follower's feed", description: "Per user: a token bucket (NOTE_BUCKET_*); an empty bucket is a 429 with Retry-After.", access: "user", data: NumericId, errors: ["INVALID_INPUT", "RATE_LIMITED"] }, v("json", BlogBody)), idempotentUser(BODY_LIMITS.note), async (c) => {
+    const limited = await takeWriteToken(c.get("deps"), "note", c.get("user").id);
+    if (limited) throw new AppError("RATE_LIMITED", limited.message, { retryAfterSeconds: limited.retryAfterMs / 1000 });
     const res = await createBlog(c.get("deps"), c.get("user").id, c.req.valid("json"));
     return res.ok ? c.json(ok(res.id)) : c.json(fail("INVALID_INPUT", "unknown shop"), 400);
   })

@@ -31,10 +31,11 @@ const DeleteQuery = z.object({ name: z.string().min(1).max(300) });
 const UPLOAD: RouteDoc = {
   tag: "uploads",
   summary: "Upload a note image (multipart field `file`: JPEG, PNG, WebP or GIF); `data` is its name, served at /imgs + name",
-  description: "At most UPLOAD_MAX_BYTES (413 above; this route is exempt from MAX_BODY_BYTES).",
+  description:
+    "At most UPLOAD_MAX_BYTES (413 above; this route is exempt from MAX_BODY_BYTES). Per user: a token bucket (UPLOAD_BUCKET_*; 429 RATE_LIMITED) and a daily byte quota (UPLOAD_QUOTA_BYTES_PER_DAY; 429 QUOTA_EXCEEDED, Retry-After to the next service day); deleting an upload does not refund the quota.",
   access: "user",
   data: z.string().describe("e.g. /blogs/3/9/<uuid>.png"),
-  errors: ["INVALID_INPUT", "PAYLOAD_TOO_LARGE"],
+  errors: ["INVALID_INPUT", "PAYLOAD_TOO_LARGE", "RATE_LIMITED", "QUOTA_EXCEEDED"],
   requestBody: { required: true, content: { "multipart/form-data": { schema: { type: "object", properties: { file: { type: "string", contentMediaType: "application/octet-stream" } }, required: ["file"] } } } },
 };
 const IMAGE: RouteDoc = {
@@ -61,6 +62,7 @@ export const upload = new Hono<UserEnv>()
     const res = await saveBlogImage(deps, c.get("user").id, new Uint8Array(await file.arrayBuffer()));
     if (res.ok) return c.json(ok(res.name));
     if (res.reason === "TOO_LARGE") throw new AppError("PAYLOAD_TOO_LARGE", `file larger than ${deps.config.UPLOAD_MAX_BYTES} bytes`);
+    if (res.reason === "RATE_LIMITED" || res.reason === "QUOTA_EXCEEDED") throw new AppError(res.reason, res.message, { retryAfterSeconds: res.retryAfterMs / 1000 });
     throw new AppError("INVALID_INPUT", res.reason === "EMPTY" ? "the file is empty" : "only JPEG, PNG, WebP and GIF images are accepted");
   }))
   .get("/blog/delete", doc({ tag: "uploads", summary: "Delete one of the caller's own uploads, by the name the upload returned", access: "user", errors: ["INVALID_INPUT", "FORBIDDEN"], outcomes: ["NOT_FOUND"] }, v("query", DeleteQuery)), async (c) => {

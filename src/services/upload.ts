@@ -10,6 +10,7 @@
  */
 import type { BlobObject } from "../blob/index.ts";
 import type { Deps } from "../deps.ts";
+import { type Refusal, reserveUploadQuota, takeWriteToken } from "./upload-limits.ts";
 
 /** Accepted image types by magic bytes → extension. */
 const TYPES = {
@@ -51,7 +52,7 @@ function newName(ext: string): string {
   return `/blogs/${r & 0xf}/${(r >> 4) & 0xf}/${crypto.randomUUID()}.${ext}`;
 }
 
-export type UploadOutcome = { ok: true; name: string } | { ok: false; reason: "EMPTY" | "TOO_LARGE" | "UNSUPPORTED_TYPE" };
+export type UploadOutcome = { ok: true; name: string } | { ok: false; reason: "EMPTY" | "TOO_LARGE" | "UNSUPPORTED_TYPE" } | ({ ok: false } & Refusal);
 
 /** Stores an image for `userId`; returns its public name (`/blogs/…`, served at `/imgs/blogs/…`). */
 export async function saveBlogImage(deps: Deps, userId: number, bytes: Uint8Array): Promise<UploadOutcome> {
@@ -59,14 +60,29 @@ export async function saveBlogImage(deps: Deps, userId: number, bytes: Uint8Arra
   if (bytes.byteLength > deps.config.UPLOAD_MAX_BYTES) return { ok: false, reason: "TOO_LARGE" };
   const type = sniffImage(bytes);
   if (!type) return { ok: false, reason: "UNSUPPORTED_TYPE" };
+  // Limits (services/upload-limits.ts), once the bytes are known to be an image we would store:
+  // the user's upload bucket, then the day's byte quota, reserved before anything is written.
+  const limited = await takeWriteToken(deps, "upload", userId);
+  if (limited) return { ok: false, ...limited };
+  const hold = await reserveUploadQuota(deps, userId, bytes.byteLength);
+  if ("reason" in hold) return { ok: false, ...hold };
+  // Whatever fails from here gives the bytes back (if the refund itself fails, they stay counted
+  // for the day: over-counting, never under; the same if the process dies before the refund).
+  const refund = () => hold.refund().catch((e: unknown) => deps.log.warn("upload quota not refunded", { err: e, userId }));
   const name = newName(TYPES[type]);
   const key = name.slice(1);
-  await deps.blobs.put(key, bytes, { contentType: type });
+  try {
+    await deps.blobs.put(key, bytes, { contentType: type });
+  } catch (err) {
+    await refund();
+    throw err;
+  }
   try {
     await deps.db.execute("INSERT INTO tb_blog_upload (name, user_id, content_type, size) VALUES (?, ?, ?, ?)", [key, userId, type, bytes.byteLength]);
   } catch (err) {
     // Without an owner row nobody could delete the file: remove it again (best effort) and fail.
     await deps.blobs.delete(key).catch((e: unknown) => deps.log.warn("orphan upload not removed", { err: e, key }));
+    await refund();
     throw err;
   }
   return { ok: true, name };
@@ -75,7 +91,9 @@ export async function saveBlogImage(deps: Deps, userId: number, bytes: Uint8Arra
 export type DeleteOutcome = { ok: true } | { ok: false; reason: "NOT_FOUND" | "FORBIDDEN" };
 
 /**
- * Deletes the caller's own upload. Blob first, then the ownership row: if the row delete fails
+ * Deletes the caller's own upload. Deleting does not give its bytes back to the day's quota: the
+ * quota bounds the bytes written per day (store traffic, disk churn), and a refund would let an
+ * upload–delete loop write without bound. Blob first, then the ownership row: if the row delete fails
  * the row survives and a retry finishes the job (deleting a missing blob is a no-op).
  */
 export async function deleteBlogImage(deps: Deps, userId: number, key: string): Promise<DeleteOutcome> {

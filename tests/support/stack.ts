@@ -21,13 +21,18 @@ export interface TestApp {
   settle(): Promise<void>;
 }
 
-/** A fresh app (own isolate-level state) on the shared stack. `env` overrides config values. */
+/**
+ * A fresh app (own isolate-level state) on the shared stack. `env` overrides config values.
+ * The seckill admission limit is off unless a test sets SECKILL_ADMISSION_PER_SECOND (`""` = the
+ * derived default): it is a budget of the one Redis every test of the process shares, so sales
+ * driven at volume by one file would eat into the next file's second.
+ */
 export async function createTestApp(env: Record<string, string> = {}, overrides: DepsOverrides & { wrap?: (deps: Deps) => Deps } = {}): Promise<TestApp> {
   const stack = await getStack();
   const pending = new Set<Promise<unknown>>();
   // The listing limit is off unless a test turns it on: in-process tests send every request from
   // one address (tests/support/http.ts) and hammer listing routes (tests/http/listing-limit.test.ts tests it).
-  const config = parseEnv({ ...stack.env, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent", RUN_CRON: "false", LISTING_IP_LIMIT: "0", ...env });
+  const config = parseEnv({ ...stack.env, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent", RUN_CRON: "false", LISTING_IP_LIMIT: "0", SECKILL_ADMISSION_PER_SECOND: "0", ...env });
   const built = createDeps(config, {
     log: createLogger(config.LOG_LEVEL),
     waitUntil: (p) => {

@@ -5,6 +5,10 @@
  * publish of a reservation runs). Config: the stack's settings plus
  *
  *   SECKILL_USER_LIMIT=0, SECKILL_IP_LIMIT=0   a swarm from one address must not be rate limited
+ *   SECKILL_ADMISSION_PER_SECOND=0              unless the scenario sets it (group "admission"): the
+ *                                               seckill rows measure the reserve path itself, and this
+ *                                               box drives more reserves per second (~8,400) than the
+ *                                               default cap (8,000/s) would admit
  *   PUBLIC_URL = this server's URL               QStash delivers the write messages back here
  *   ORDER_PAY_TIMEOUT_SECONDS=86400              the delayed close messages never fire in a run
  *   LOG_LEVEL=silent, RUN_CRON=false             no log I/O, no jobs (sweep/reconcile) in the way
@@ -59,6 +63,7 @@ if (!Number.isInteger(port) || port <= 0) throw new Error("PORT is required");
 const selfUrl = `http://127.0.0.1:${port}`;
 
 const config = parseEnv({
+  SECKILL_ADMISSION_PER_SECOND: "0",
   ...stackEnv,
   SECKILL_USER_LIMIT: "0",
   SECKILL_IP_LIMIT: "0",

@@ -95,6 +95,9 @@ export function answerFromMemory(deps: Pick<Deps, "isolate" | "clock">, voucherI
 export async function reserve(deps: Deps, input: { voucherId: number; userId: number; ip: string }): Promise<ReserveResult> {
   const fromMemory = answerFromMemory(deps, input.voucherId, input.userId);
   if (fromMemory) return fromMemory;
+  // Rate-limit blocks Redis reported, and a spent admission budget: refused with no Redis call.
+  const refused = deps.isolate.seckillAdmission.refusedFromMemory(deps.clock.now(), input.voucherId, input.userId, input.ip);
+  if (refused) return refused;
   const { soldOut, holders } = deps.isolate;
   const now = deps.clock.now();
   const holderKey = `${input.voucherId}:${input.userId}`;
@@ -104,6 +107,10 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   // Window checks the isolate can answer from the cached config, without Redis.
   if (now < cfg.beginMs) return { ok: false, reason: "NOT_STARTED", message: messages.NOT_STARTED };
   if (now >= cfg.endMs) return { ok: false, reason: "ENDED", message: messages.ENDED };
+
+  // The global admission limit (admission.ts): at most R attempts per second reach Redis.
+  const notAdmitted = await deps.isolate.seckillAdmission.admit(deps, cfg.voucherId);
+  if (notAdmitted) return notAdmitted;
 
   const orderId = (await idsFor(deps).next()).toString();
   const reservation: Reservation = { orderId, userId: input.userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue };
@@ -136,6 +143,7 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
       return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER, orderId };
     }
     case 6:
+      deps.isolate.seckillAdmission.rememberBlock(cfg.voucherId, input.userId, input.ip, b, now + a);
       return { ok: false, reason: "RATE_LIMITED", message: b === 2 ? "too many attempts from this address" : "too many attempts", retryAfterMs: a };
     case 7:
       return { ok: false, reason: "LIMIT_REACHED", message: messages.LIMIT_REACHED };

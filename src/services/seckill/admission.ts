@@ -1,0 +1,212 @@
+/**
+ * Seckill admission (issue 11): at most R attempts per second per voucher reach Redis, across all
+ * isolates, and callers Redis has rate-limited are answered from the isolate until their window
+ * ends. Both refusals are answered from memory with no Redis call.
+ *
+ * Why leases (and not a counter per attempt): a global limit needs a shared counter, but asking
+ * it once per attempt would double the cost of an admitted attempt (today exactly one command, the
+ * reserve EVALSHA) and still cost one command per refused attempt — the very load the limit is
+ * there to shed. So each isolate leases tokens in chunks (lua/seckill-admission.lua: one command
+ * grants up to `want` tokens of the voucher's current second and says whether any are left) and
+ * spends them locally. A refused attempt costs 0 Redis: the isolate knows the second's budget is
+ * spent (the script said so) and answers 429 until the next second.
+ *
+ * Chunk size adapts to this isolate's demand: about a tenth of a second's worth of its attempts
+ * (so a busy isolate leases ~10 times a second, an idle one once per burst), at least the callers
+ * waiting, and never more than a tenth of R — so one isolate holds at most R/10 unspent tokens at
+ * a time and cannot starve the others for more than a fraction of a second. The lease overhead is
+ * then ≤ ~10 commands per second per busy isolate and voucher (≤ 0.2% of R = 8,000).
+ *
+ * Tokens belong to one epoch second (the isolate's clock; isolates are NTP-synced, so skew is a few
+ * ms): leftovers die with the second (never spent in the next one, which would let that second
+ * pass R), and a lease whose reply arrives after its second ended is void. Unspent tokens are lost
+ * admissions, never extra ones: the cap holds whatever the isolates do.
+ *
+ * Several vouchers on sale at once: the script also counts a total across all vouchers (each lease
+ * counts as one command there), capped at floor(REDIS_COMMANDS_PER_SECOND × SECKILL_ADMISSION_SHARE),
+ * so their sum can never pass the database's budget; SECKILL_ADMISSION_PER_SECOND (default: that
+ * whole cap) keeps one hot sale from taking all of it.
+ */
+import { LRUCache } from "lru-cache";
+import type { Deps } from "../../deps.ts";
+import type { Config } from "../../env.ts";
+import { keys } from "../../redis/keys.ts";
+import { scriptsFor } from "../../redis/scripts.ts";
+import type { ReserveResult } from "./reserve.ts";
+
+export interface AdmissionLimits {
+  /** Attempts per second per voucher that may reach Redis. */
+  perVoucher: number;
+  /** Attempts + leases per second across all vouchers. */
+  total: number;
+}
+
+type AdmissionConfig = Pick<Config, "REDIS_COMMANDS_PER_SECOND" | "SECKILL_ADMISSION_SHARE" | "SECKILL_ADMISSION_PER_SECOND">;
+
+/** The limits config asks for; null when admission is off (SECKILL_ADMISSION_PER_SECOND=0). */
+export function admissionLimits(c: AdmissionConfig): AdmissionLimits | null {
+  if (c.SECKILL_ADMISSION_PER_SECOND === 0) return null;
+  // At least 2: a lease takes one unit of the total for itself.
+  const total = Math.max(2, Math.floor(c.REDIS_COMMANDS_PER_SECOND * c.SECKILL_ADMISSION_SHARE));
+  return { perVoucher: Math.min(total - 1, c.SECKILL_ADMISSION_PER_SECOND ?? total), total };
+}
+
+/** Leases a busy isolate aims for per second and voucher (chunk ≈ demand / this). */
+const LEASES_PER_SECOND = 10;
+/** One isolate's chunk never exceeds perVoucher / this. */
+const MAX_CHUNK_DIVISOR = 10;
+/** Lifetime of the per-second counters in Redis, ms (only their own second reads them). */
+const COUNTER_TTL_MS = 5_000;
+
+/** One voucher's admission state in this isolate, for the second `second`. */
+interface Gate {
+  /** Epoch second (floor(ms / 1000)) the fields below describe. */
+  second: number;
+  /** Tokens leased for `second` and not yet spent. */
+  tokens: number;
+  /** Redis said the voucher's budget for `second` is spent: refuse until the next second. */
+  spent: boolean;
+  /** The lease in flight, shared by every caller waiting for a token. */
+  lease: Promise<void> | undefined;
+  /** Callers waiting for `lease`. */
+  waiting: number;
+  /** Attempts seen in `second`, and in the second before (chunk sizing). */
+  seen: number;
+  seenBefore: number;
+}
+
+const MESSAGES = {
+  user: "too many attempts",
+  ip: "too many attempts from this address",
+  admission: "too many buyers at this moment; retry in a second",
+} as const;
+
+/**
+ * This isolate's admission memory (deps.isolate.seckillAdmission): gates by voucher (LRU, 1,000
+ * vouchers; each a few numbers, valid for one second) and the rate-limit blocks Redis reported
+ * (LRU, 100,000 entries "voucherId:u:userId" / "voucherId:a:ip" → epoch ms until which the caller
+ * is refused; never longer than the limit's window, since reserve-stock.lua's retryAfterMs is
+ * bounded by it). Expiry is checked against deps.clock by the reader.
+ */
+export class SeckillAdmission {
+  readonly limits: AdmissionLimits | null;
+  readonly gates = new LRUCache<number, Gate>({ max: 1_000 });
+  readonly blocks = new LRUCache<string, number>({ max: 100_000 });
+  /** Leases sent, tokens granted, attempts refused from memory (admission, rate-limit blocks). */
+  readonly stats = { leases: 0, granted: 0, refused: 0, blockedFromMemory: 0 };
+
+  constructor(config: AdmissionConfig) {
+    this.limits = admissionLimits(config);
+  }
+
+  private gateOf(voucherId: number, second: number): Gate {
+    let g = this.gates.get(voucherId);
+    if (!g) {
+      g = { second, tokens: 0, spent: false, lease: undefined, waiting: 0, seen: 0, seenBefore: 0 };
+      this.gates.set(voucherId, g);
+    } else if (g.second !== second) {
+      // A new second: the old one's tokens and verdict are void (a clock step back also lands here).
+      g.seenBefore = second === g.second + 1 ? g.seen : 0;
+      g.second = second;
+      g.tokens = 0;
+      g.spent = false;
+      g.seen = 0;
+    }
+    return g;
+  }
+
+  /**
+   * What the isolate can refuse without Redis: a rate-limit block Redis reported for this user or
+   * address, or a voucher whose admission budget for this second is spent. Synchronous and
+   * allocation-free on the common (undefined) path; used by reserve() and the fast lane.
+   */
+  refusedFromMemory(now: number, voucherId: number, userId: number, ip: string | undefined): ReserveResult | undefined {
+    if (this.blocks.size > 0) {
+      const user = this.blockedUntil(`${voucherId}:u:${userId}`, now);
+      if (user !== undefined) return this.refuse(MESSAGES.user, user - now, true);
+      if (ip !== undefined) {
+        const addr = this.blockedUntil(`${voucherId}:a:${ip}`, now);
+        if (addr !== undefined) return this.refuse(MESSAGES.ip, addr - now, true);
+      }
+    }
+    const g = this.gates.peek(voucherId);
+    const second = Math.floor(now / 1000);
+    if (g !== undefined && g.spent && g.tokens === 0 && g.second === second) return this.refuse(MESSAGES.admission, (second + 1) * 1000 - now, false);
+    return undefined;
+  }
+
+  private blockedUntil(key: string, now: number): number | undefined {
+    const until = this.blocks.get(key);
+    if (until === undefined) return undefined;
+    if (until > now) return until;
+    this.blocks.delete(key);
+    return undefined;
+  }
+
+  private refuse(message: string, retryAfterMs: number, block: boolean): ReserveResult {
+    if (block) this.stats.blockedFromMemory++;
+    else this.stats.refused++;
+    return { ok: false, reason: "RATE_LIMITED", message, retryAfterMs };
+  }
+
+  /** Remembers a RATE_LIMITED answer of reserve-stock.lua (`scope` 2 = the address, else the user). */
+  rememberBlock(voucherId: number, userId: number, ip: string, scope: number, untilMs: number): void {
+    this.blocks.set(scope === 2 ? `${voucherId}:a:${ip}` : `${voucherId}:u:${userId}`, untilMs);
+  }
+
+  /**
+   * The gate: undefined when the attempt may go to Redis (a token was spent), or the refusal.
+   * Waits for at most one lease round trip (shared by every caller of the turn) when the isolate
+   * has no token and the second's budget is not known to be spent. A failed lease rejects like the
+   * reserve command would (Redis is down for both).
+   */
+  async admit(deps: Pick<Deps, "redis" | "clock">, voucherId: number): Promise<ReserveResult | undefined> {
+    const lim = this.limits;
+    if (!lim) return undefined;
+    let counted = false;
+    for (;;) {
+      const now = deps.clock.now();
+      const second = Math.floor(now / 1000);
+      const g = this.gateOf(voucherId, second);
+      if (!counted) {
+        g.seen++;
+        counted = true;
+      }
+      if (g.tokens > 0) {
+        g.tokens--;
+        return undefined;
+      }
+      if (g.spent) return this.refuse(MESSAGES.admission, (second + 1) * 1000 - now, false);
+      g.waiting++;
+      try {
+        g.lease ??= this.lease(deps, voucherId, g, second, lim);
+        await g.lease;
+      } finally {
+        g.waiting--;
+      }
+    }
+  }
+
+  private async lease(deps: Pick<Deps, "redis">, voucherId: number, g: Gate, second: number, lim: AdmissionLimits): Promise<void> {
+    try {
+      // One turn, so the callers parsed in the same read of the sockets count in `waiting`.
+      await new Promise<void>((r) => setTimeout(r, 0));
+      const maxChunk = Math.max(1, Math.ceil(lim.perVoucher / MAX_CHUNK_DIVISOR));
+      const pace = Math.ceil(Math.max(g.seen, g.seenBefore) / LEASES_PER_SECOND);
+      const want = Math.min(maxChunk, Math.max(1, g.waiting, pace));
+      this.stats.leases++;
+      const [granted, left] = await scriptsFor(deps.redis).seckillAdmission.exec(
+        [keys.seckill.admission(voucherId, second), keys.seckill.admissionTotal(second)],
+        [String(want), String(lim.perVoucher), String(lim.total), String(COUNTER_TTL_MS)],
+      );
+      this.stats.granted += granted;
+      // Granted for a second that has ended: void (they were counted in that second's budget).
+      if (g.second !== second) return;
+      g.tokens += granted;
+      if (left <= 0) g.spent = true;
+    } finally {
+      // One lease per gate at a time (later callers join it), so this is always that lease.
+      g.lease = undefined;
+    }
+  }
+}
