@@ -19,7 +19,7 @@
 
   All keys carry the shop's hash tag (see src/redis/keys.ts), so the script is valid on a cluster.
 
-  KEYS[1]    meta hash {begin, end (epoch ms), initial, buckets, dailyLimit}
+  KEYS[1]    meta hash {begin, end (epoch ms), initial, buckets, dailyLimit, rules, campaign}
   KEYS[2]    released set (order ids)
   KEYS[3]    buyers set (user ids)
   KEYS[4]    outbox hash (orderId -> payload JSON) of the voucher's shop
@@ -29,30 +29,33 @@
   ARGV[2]    end, epoch ms
   ARGV[3]    initial stock, units
   ARGV[4]    daily limit across the shop (0 = none)
-  ARGV[5]    n = number of settled (not active) order ids that follow
-  ARGV[6 .. 5+n]  settled order ids
-  ARGV[6+n ..]    pairs orderId, userId that held a unit when read
+  ARGV[5]    purchase-limit rules, "scope:K:N,…" ("" = none; see reserve-stock.lua)
+  ARGV[6]    campaign id ("" = none; informational, the campaign is in the rule logs' key names)
+  ARGV[7]    n = number of settled (not active) order ids that follow
+  ARGV[8 .. 7+n]  settled order ids
+  ARGV[8+n ..]    pairs orderId, userId that held a unit when read
 
   Returns {loaded, stock, buyers}: loaded 0 when meta exists (someone loaded it meanwhile; nothing
   changed), else 1 with the stock (units, summed) and |buyers| written.
 ]]
 local metaKey, releasedKey, buyersKey, outboxKey, dueKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local beginMs, endMs, initial, dailyLimit = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local settled = tonumber(ARGV[5])
+local rules, campaign = ARGV[5], ARGV[6]
+local settled = tonumber(ARGV[7])
 local nBuckets = #KEYS - 5
 
 if redis.call("EXISTS", metaKey) == 1 then
   return { 0, 0, 0 }
 end
 
-for i = 6, 5 + settled do
+for i = 8, 7 + settled do
   if redis.call("SADD", releasedKey, ARGV[i]) == 1 then
     redis.call("HDEL", outboxKey, ARGV[i])
     redis.call("ZREM", dueKey, ARGV[i])
   end
 end
 
-for i = 6 + settled, #ARGV - 1, 2 do
+for i = 8 + settled, #ARGV - 1, 2 do
   if redis.call("SISMEMBER", releasedKey, ARGV[i]) == 0 then
     redis.call("SADD", buyersKey, ARGV[i + 1])
   end
@@ -67,5 +70,5 @@ for i = 6, #KEYS do
   redis.call("SET", KEYS[i], share)
 end
 
-redis.call("HSET", metaKey, "begin", beginMs, "end", endMs, "initial", initial, "buckets", nBuckets, "dailyLimit", dailyLimit)
+redis.call("HSET", metaKey, "begin", beginMs, "end", endMs, "initial", initial, "buckets", nBuckets, "dailyLimit", dailyLimit, "rules", rules, "campaign", campaign)
 return { 1, target, buyers }

@@ -32,7 +32,7 @@ import { scriptsFor } from "../../redis/scripts.ts";
 import { parseSqlUtc } from "../../util/time.ts";
 import { withLockRetry } from "./mysql-retry.ts";
 import { releaseInRedis } from "./orders.ts";
-import type { SeckillConfig } from "./config.ts";
+import { reloadArgs, type SeckillConfig } from "./config.ts";
 import { registeredSeckills } from "./registry.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 
@@ -185,7 +185,7 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
     const settledIds = orders.filter((o) => !isActive(o)).map((o) => o.id);
     const [loaded, stock, buyers] = await scripts.reloadSeckill.exec(
       [metaKey, releasedKey, buyersKey, outboxKey, keys.seckill.outboxDue(shopId), ...bucketKeys],
-      [String(cfg.beginMs), String(cfg.endMs), String(initial), String(cfg.dailyLimit), String(settledIds.length), ...settledIds, ...holders.flat()],
+      [...reloadArgs(cfg), String(settledIds.length), ...settledIds, ...holders.flat()],
     );
     if (loaded === 1) {
       // The legacy registry set is not under the shop's hash tag, so it cannot be in the script.
