@@ -260,14 +260,17 @@ describe("purchase rules: releases and reloads", () => {
     }
   }, 60_000);
 
-  test("rules survive a Redis reload: the voucher's keys and cached config deleted, reconcile reloads them from MySQL and the rules still hold", async () => {
+  test("rules survive a Redis reload: the vouchers' keys, rule logs and cached config deleted, reconcile reloads them from MySQL with the holders' logs and the rules still hold", async () => {
     const t = await createTestApp(ENV);
     const a = await cfgOf(t, (await createSeckill(t, { stock: 5, purchaseRules: [shopRule(1, 7)] })).voucherId);
     const b = await cfgOf(t, (await createSeckill(t, { stock: 5, shopId: a.shopId, purchaseRules: [shopRule(1, 7), campaignRule(1, 7)], campaign: "c1" })).voucherId);
     const [u, w] = userIds(2) as [number, number];
     const ip = "10.0.0.6";
-    expect((await reserve(t.deps, { voucherId: a.voucherId, userId: u, ip })).ok).toBe(true);
+    const held = await reserve(t.deps, { voucherId: a.voucherId, userId: u, ip });
+    if (!held.ok) throw new Error("reservation refused");
     await t.settle();
+    // As after a flush: the user's rule logs are gone too.
+    await t.deps.redis.del(keys.seckill.ruleShop(a.shopId, u), keys.seckill.ruleCampaign(a.shopId, "c1", u));
     for (const cfg of [a, b]) {
       await t.deps.redis.del(
         keys.seckill.meta(cfg.shopId, cfg.voucherId),
@@ -282,6 +285,10 @@ describe("purchase rules: releases and reloads", () => {
     await reconcile(fresh.deps, Date.now());
     expect(await fresh.deps.redis.hget(keys.seckill.meta(b.shopId, b.voucherId), "rules")).toBe("shop:1:7,campaign:1:7");
     expect(await fresh.deps.redis.hget(keys.seckill.meta(b.shopId, b.voucherId), "campaign")).toBe("c1");
+    // The holder's order is back in its shop log, scored with its reservation time (MySQL keeps whole seconds).
+    const score = Number(await fresh.deps.redis.zscore(keys.seckill.ruleShop(a.shopId, u), held.orderId));
+    expect(Math.abs(score - Date.now())).toBeLessThan(60_000);
+    expect(await fresh.deps.redis.ttl(keys.seckill.ruleShop(a.shopId, u))).toBeGreaterThan(6 * 86400);
     expect(await reserve(fresh.deps, { voucherId: b.voucherId, userId: u, ip })).toMatchObject({ reason: "LIMIT_REACHED" });
     expect((await reserve(fresh.deps, { voucherId: b.voucherId, userId: w, ip })).ok).toBe(true);
     expect(await reserve(fresh.deps, { voucherId: a.voucherId, userId: w, ip })).toMatchObject({ reason: "LIMIT_REACHED" });

@@ -61,9 +61,9 @@ export function seckillConfigFromRow(row: Row): SeckillConfig {
   };
 }
 
-/** reload-seckill.lua's ARGV[1..6] for a config (sale window, stock, daily limit, rules, campaign). */
+/** reload-seckill.lua's ARGV[1..7] for a config (sale window, stock, daily limit, rules, campaign, buckets). */
 export function reloadArgs(cfg: SeckillConfig): string[] {
-  return [String(cfg.beginMs), String(cfg.endMs), String(cfg.initialStock), String(cfg.dailyLimit), encodeRules(cfg.purchaseRules ?? []), cfg.campaign ?? ""];
+  return [String(cfg.beginMs), String(cfg.endMs), String(cfg.initialStock), String(cfg.dailyLimit), encodeRules(cfg.purchaseRules ?? []), cfg.campaign ?? "", String(cfg.buckets)];
 }
 
 /** The buyer's home bucket (0-based). Users spread evenly; a buyer always starts at the same one. */

@@ -34,6 +34,7 @@ import { withLockRetry } from "./mysql-retry.ts";
 import { releaseInRedis } from "./orders.ts";
 import { reloadArgs, type SeckillConfig } from "./config.ts";
 import { registeredSeckills } from "./registry.ts";
+import { ruleKeys } from "./rules.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 
 const parseReservation = (raw: unknown): Reservation => (typeof raw === "string" ? JSON.parse(raw) : raw) as Reservation;
@@ -170,10 +171,14 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
   // Who held a unit when read: every active order at T2, and every outbox entry at S1 that T2 does
   // not show as cancelled. Both reads are in the past by the time Redis is changed; the scripts
   // re-check each pair against the released set atomically (see lua/reconcile-buyers.lua).
-  const holders: [string, string][] = [
-    ...orders.filter(isActive).map((o): [string, string] => [o.id, o.userId]),
-    ...outboxAtS1.filter((r) => byId.get(r.orderId) === undefined || isActive(byId.get(r.orderId) as OrderFact)).map((r): [string, string] => [r.orderId, String(r.userId)]),
+  // With their reservation times (ms), which a reload puts back into the purchase-rule logs.
+  const timedHolders: [string, string, number][] = [
+    ...orders.filter(isActive).map((o): [string, string, number] => [o.id, o.userId, o.reservedAt]),
+    ...outboxAtS1
+      .filter((r) => byId.get(r.orderId) === undefined || isActive(byId.get(r.orderId) as OrderFact))
+      .map((r): [string, string, number] => [r.orderId, String(r.userId), r.reservedAt]),
   ];
+  const holders = timedHolders.map(([orderId, userId]): [string, string] => [orderId, userId]);
 
   if (!metaExists) {
     // Redis never got the voucher (creation-time load failed) or lost it. While meta is absent
@@ -183,9 +188,10 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
     // leaves their units in stock and their users out of the buyers.
     drift.push("voucher missing in Redis");
     const settledIds = orders.filter((o) => !isActive(o)).map((o) => o.id);
+    // Each holder's purchase-rule logs follow the buckets (none without rules).
     const [loaded, stock, buyers] = await scripts.reloadSeckill.exec(
-      [metaKey, releasedKey, buyersKey, outboxKey, keys.seckill.outboxDue(shopId), ...bucketKeys],
-      [...reloadArgs(cfg), String(settledIds.length), ...settledIds, ...holders.flat()],
+      [metaKey, releasedKey, buyersKey, outboxKey, keys.seckill.outboxDue(shopId), ...bucketKeys, ...timedHolders.flatMap(([, userId]) => ruleKeys(cfg, Number(userId)))],
+      [...reloadArgs(cfg), String(settledIds.length), ...settledIds, ...timedHolders.flatMap(([orderId, userId, at]) => [orderId, userId, String(at)])],
     );
     if (loaded === 1) {
       // The legacy registry set is not under the shop's hash tag, so it cannot be in the script.
