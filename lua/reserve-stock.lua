@@ -8,9 +8,10 @@
   or none of it (apart from the attempt logs, which record attempts): every check runs before the
   first write, so a refused attempt leaves no trace in stock, buyers, counters or rule logs.
 
-  Purchase-limit rules (src/services/seckill/rules.ts): meta `rules` is "scope:K:N,…" in the
-  caller's key order. Rule i refuses when its log has K orders reserved in (now − N days, now].
-  A voucher without rules reads no log (the field comes with the same HMGET).
+  Purchase-limit rules (src/services/seckill/rules.ts): meta `rules` is "scope:K:N,…" (canonical
+  order, shop first), and the caller passes one log per rule in that order. Rule i refuses when
+  its log holds K orders reserved in (now − N days, now]. A voucher without rules runs no extra
+  command (the field comes with the same HMGET).
 
   All keys carry the shop's hash tag (see src/redis/keys.ts), so the script is valid on a cluster.
 
@@ -33,7 +34,8 @@
   ARGV[7]   per-IP window, ms
   ARGV[8]   outbox payload (JSON)
   ARGV[9]   daily counter TTL, seconds
-  ARGV[10]  r = number of rule logs passed (absent = 0); must match the meta's rules
+  ARGV[10]  the caller's rules, encoded like meta `rules` (absent = none); must equal meta's, so
+            the rule logs passed are the ones the meta's rules mean (r = their number)
   ARGV[11]  rule-log horizon, ms (PURCHASE_RULE_MAX_DAYS): older entries count for no rule and are trimmed
 
   Returns {code, a, b}:
@@ -46,7 +48,8 @@
     {6, retryAfterMs, w} RATE_LIMITED, w = 1 user limit, 2 IP limit
     {7, limit, 0}        LIMIT_REACHED (daily limit across the shop)
     {7, limit, i}        LIMIT_REACHED (purchase rule i, 1-based in meta order)
-  A meta whose rules do not match r is an error reply (a caller with another configuration).
+  A meta whose rules differ from ARGV[10] is an error reply: a caller with another configuration
+  (a manual edit of the rules) is refused rather than checked against the wrong logs.
 ]]
 local metaKey, buyersKey, outboxKey, dueKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local userLogKey, ipLogKey, dailyKey = KEYS[5], KEYS[6], KEYS[7]
@@ -58,7 +61,7 @@ local userLimit, userWindow = tonumber(ARGV[4]), tonumber(ARGV[5])
 local ipLimit, ipWindow = tonumber(ARGV[6]), tonumber(ARGV[7])
 local payload = ARGV[8]
 local dailyTtl = tonumber(ARGV[9])
-local nRules = tonumber(ARGV[10] or "0")
+local callerRules = ARGV[10] or ""
 
 -- Sliding-window log: drop entries older than the window, then compare the count with the limit.
 -- Returns ms until the oldest entry leaves the window when full, else 0.
@@ -87,15 +90,15 @@ end
 local meta = redis.call("HMGET", metaKey, "begin", "end", "dailyLimit", "rules")
 if not meta[1] then return {1, 0, 0} end
 -- rules[i] = {K, N in ms}; its log is KEYS[7 + i].
+local metaRules = meta[4] or ""
+if metaRules ~= callerRules then
+  return redis.error_reply("reserve-stock: the voucher's purchase rules are '" .. metaRules .. "', the caller's '" .. callerRules .. "'")
+end
 local rules = {}
-if meta[4] and meta[4] ~= "" then
-  for _, limit, days in string.gmatch(meta[4], "(%a+):(%d+):(%d+)") do
-    rules[#rules + 1] = {tonumber(limit), tonumber(days) * 86400000}
-  end
+for _, limit, days in string.gmatch(metaRules, "(%a+):(%d+):(%d+)") do
+  rules[#rules + 1] = {tonumber(limit), tonumber(days) * 86400000}
 end
-if #rules ~= nRules then
-  return redis.error_reply("reserve-stock: the voucher has " .. #rules .. " purchase rule(s), the caller passed " .. nRules .. " rule log(s)")
-end
+local nRules = #rules
 local beginMs, endMs, dailyLimit = tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[3] or "0")
 if now < beginMs then return {2, beginMs, 0} end
 if now >= endMs then return {3, endMs, 0} end

@@ -59,17 +59,18 @@ describe("purchase-rule logs in the seckill scripts", () => {
     };
   };
   const DAY = 86_400_000;
-  const reserveCall = (k: ReturnType<typeof voucherKeys>, user: string, orderId: string, now: number, logs: string[]) => [
+  const RULES = "shop:5:30,campaign:2:7";
+  const reserveCall = (k: ReturnType<typeof voucherKeys>, user: string, orderId: string, now: number, logs: string[], rules = RULES) => [
     [k.meta, k.buyers, k.outbox, k.due, k.userLog, k.ipLog, k.daily(user), ...logs, k.stock],
-    [user, orderId, String(now), "0", "1000", "0", "1000", "{}", "172800", ...(logs.length > 0 ? [String(logs.length), String(90 * DAY)] : [])],
+    [user, orderId, String(now), "0", "1000", "0", "1000", "{}", "172800", ...(rules ? [rules, String(90 * DAY)] : [])],
   ];
 
-  test("reserve-stock: the K-th order in the window passes, the K+1-th is refused with the rule's index and writes nothing; a caller whose rule logs do not match the meta gets an error", async () => {
+  test("reserve-stock: the K-th order in the window passes, the K+1-th is refused with the rule's index and writes nothing; a caller whose rules are not the meta's gets an error", async () => {
     const redis = await client();
     const s = createScripts(redis);
     const k = voucherKeys();
     const now = Date.now();
-    await redis.hset(k.meta, { begin: now - DAY, end: now + 100 * DAY, dailyLimit: 0, rules: "shop:5:30,campaign:2:7" });
+    await redis.hset(k.meta, { begin: now - DAY, end: now + 100 * DAY, dailyLimit: 0, rules: RULES });
     await redis.set(k.stock, 10);
     const logs = (u: string) => [k.log("shop", u), k.log("c", u)];
     // Campaign log already holds one order of another voucher, 7 days minus 1 ms ago.
@@ -87,11 +88,16 @@ describe("purchase-rule logs in the seckill scripts", () => {
     await redis.srem(k.buyers, "u1");
     const [keys3, args3] = reserveCall(k, "u1", "o3", now + 1, logs("u1"));
     expect((await s.reserveStock.exec(keys3 as string[], args3 as string[]))[0]).toBe(0);
-    // Rule logs missing from the call (or extra ones) never let a reservation through unchecked.
-    const [keys4, args4] = reserveCall(k, "u2", "o4", now, []);
-    await expect(s.reserveStock.exec(keys4 as string[], args4 as string[])).rejects.toThrow("purchase rule");
-    const [keys5, args5] = reserveCall(k, "u2", "o5", now, [k.log("shop", "u2")]);
-    await expect(s.reserveStock.exec(keys5 as string[], args5 as string[])).rejects.toThrow("purchase rule");
+    // A caller whose rules are not the meta's (none, fewer, other limits) never gets a reservation through unchecked.
+    const mismatches: [string[], string][] = [
+      [[], ""],
+      [[k.log("shop", "u2")], "shop:5:30"],
+      [logs("u2"), "shop:9:30,campaign:2:7"],
+    ];
+    for (const [passed, rules] of mismatches) {
+      const [keys4, args4] = reserveCall(k, "u2", "o4", now, passed, rules);
+      await expect(s.reserveStock.exec(keys4 as string[], args4 as string[])).rejects.toThrow("purchase rules");
+    }
     expect(await redis.get(k.stock)).toBe(8);
   });
 

@@ -11,7 +11,7 @@ import { keys } from "../../redis/keys.ts";
 import { idsFor } from "../../redis/ids.ts";
 import { dayParts } from "../../util/time.ts";
 import { bucketKeysFor, type SeckillConfig } from "./config.ts";
-import { DAY_MS, ruleKeys, ruleMessage, type RuleSubject } from "./rules.ts";
+import { DAY_MS, encodeRules, ruleKeys, ruleMessage, type RuleSubject } from "./rules.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 import { holderMemoMs } from "../../isolate.ts";
 
@@ -63,9 +63,10 @@ export function reserveArgs(
     // The daily counter outlives its day by one, so a release on the next day still finds it.
     String(2 * 86400),
   ];
-  // Purchase rules: how many logs reserveKeys passed, and how far back a log is kept (ms).
-  const nRules = cfg?.purchaseRules?.length ?? 0;
-  if (nRules > 0) args.push(String(nRules), String(c.PURCHASE_RULE_MAX_DAYS * DAY_MS));
+  // Purchase rules (the script checks they are the meta's, so the logs reserveKeys passed are
+  // the right ones) and how far back a log is kept, ms. Nothing for a voucher without rules.
+  const rules = cfg?.purchaseRules ?? [];
+  if (rules.length > 0) args.push(encodeRules(rules), String(c.PURCHASE_RULE_MAX_DAYS * DAY_MS));
   return args;
 }
 
