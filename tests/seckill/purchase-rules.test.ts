@@ -8,7 +8,7 @@ import { closeExpired } from "../../src/jobs/orders.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { scriptsFor } from "../../src/redis/scripts.ts";
 import { loadSeckillConfig, type SeckillConfig } from "../../src/services/seckill/config.ts";
-import { closeOrder, writeOrder } from "../../src/services/seckill/orders.ts";
+import { closeOrder, findReservation, writeOrder } from "../../src/services/seckill/orders.ts";
 import { parseReservation } from "../../src/services/seckill/outbox.ts";
 import { reconcile } from "../../src/services/seckill/reconcile.ts";
 import { reserve, reserveArgs, reserveKeys, serviceDay } from "../../src/services/seckill/reserve.ts";
@@ -259,6 +259,36 @@ describe("purchase rules: releases and reloads", () => {
       await t.stop();
     }
   }, 60_000);
+
+  test("reconcile repairs a close that died between its commit and its release: the quota comes back (also when the buyer was lost from Redis)", async () => {
+    const t = await createTestApp(ENV);
+    const a = await createSeckill(t, { stock: 5, purchaseRules: [shopRule(1, 7)] });
+    const b = await createSeckill(t, { stock: 5, shopId: a.shopId, purchaseRules: [shopRule(1, 7)] });
+    const [u, w] = userIds(2) as [number, number];
+    const ip = "10.0.0.7";
+    const ids: string[] = [];
+    for (const user of [u, w]) {
+      const res = await reserve(t.deps, { voucherId: a.voucherId, userId: user, ip });
+      if (!res.ok) throw new Error("reservation refused");
+      await t.settle();
+      const r = await findReservation(t.deps, res.orderId);
+      if (!r) throw new Error("reservation not in the outbox");
+      await writeOrder(t.deps, r);
+      ids.push(res.orderId);
+    }
+    // The close's MySQL transaction committed (a minute ago), then the process died before the Redis release.
+    await t.deps.db.execute("UPDATE tb_voucher_order SET status = 4, update_time = NOW() - INTERVAL 2 MINUTE WHERE id IN (?, ?)", ids.map((id) => BigInt(id)));
+    await t.deps.db.execute("UPDATE tb_seckill_voucher SET stock = stock + 2 WHERE voucher_id = ?", [a.voucherId]);
+    // w was also lost from the buyers set: reconcile marks that order released without a release.
+    await t.deps.redis.srem(keys.seckill.buyers(a.shopId, a.voucherId), String(w));
+    expect(await reserve(t.deps, { voucherId: b.voucherId, userId: u, ip })).toMatchObject({ reason: "LIMIT_REACHED" });
+    await reconcile(t.deps, Date.now());
+    for (const [user, id] of [[u, ids[0]], [w, ids[1]]] as const) {
+      expect(await t.deps.redis.zscore(keys.seckill.ruleShop(a.shopId, user), id as string)).toBeNull();
+      expect((await reserve(t.deps, { voucherId: b.voucherId, userId: user, ip })).ok).toBe(true);
+    }
+    await t.settle();
+  });
 
   test("rules survive a Redis reload: the vouchers' keys, rule logs and cached config deleted, reconcile reloads them from MySQL with the holders' logs and the rules still hold", async () => {
     const t = await createTestApp(ENV);

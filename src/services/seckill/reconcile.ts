@@ -224,8 +224,15 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
       const other = orders.some((x) => x.userId === o.userId && x.id !== o.id && isActive(x)) || outboxAtS1.some((r) => String(r.userId) === o.userId && r.orderId !== o.id);
       if (buyersAtS1.has(o.userId) && !other) {
         if (await releaseInRedis(deps, { orderId: o.id, userId: Number(o.userId), voucherId, reservedAt: o.reservedAt })) released++;
-      } else if ((await deps.redis.sadd(releasedKey, o.id)) === 1) {
-        marked++;
+      } else {
+        // The order is cancelled either way, so it leaves its purchase-rule logs too (ZREM by
+        // order id: idempotent), in the same atomic step as the mark, so a crash cannot leave
+        // it marked released while still holding quota.
+        const tx = deps.redis.multi();
+        tx.sadd(releasedKey, o.id);
+        for (const log of ruleKeys(cfg, Number(o.userId))) tx.zrem(log, o.id);
+        const [added] = await tx.exec<[number, ...number[]]>();
+        if (added === 1) marked++;
       }
     }
     if (released + marked > 0) {
