@@ -294,11 +294,19 @@ describe("purchase rules: releases and reloads", () => {
     const t = await createTestApp(ENV);
     const a = await cfgOf(t, (await createSeckill(t, { stock: 5, purchaseRules: [shopRule(1, 7)] })).voucherId);
     const b = await cfgOf(t, (await createSeckill(t, { stock: 5, shopId: a.shopId, purchaseRules: [shopRule(1, 7), campaignRule(1, 7)], campaign: "c1" })).voucherId);
-    const [u, w] = userIds(2) as [number, number];
+    const [u, w, x] = userIds(3) as [number, number, number];
     const ip = "10.0.0.6";
     const held = await reserve(t.deps, { voucherId: a.voucherId, userId: u, ip });
     if (!held.ok) throw new Error("reservation refused");
+    // x's order was closed in MySQL, and the close died before its Redis release.
+    const closed = await reserve(t.deps, { voucherId: a.voucherId, userId: x, ip });
+    if (!closed.ok) throw new Error("reservation refused");
     await t.settle();
+    const r = await findReservation(t.deps, closed.orderId);
+    if (!r) throw new Error("reservation not in the outbox");
+    await writeOrder(t.deps, r);
+    await t.deps.db.execute("UPDATE tb_voucher_order SET status = 4 WHERE id = ?", [BigInt(closed.orderId)]);
+    await t.deps.db.execute("UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = ?", [a.voucherId]);
     // As after a flush: the user's rule logs are gone too.
     await t.deps.redis.del(keys.seckill.ruleShop(a.shopId, u), keys.seckill.ruleCampaign(a.shopId, "c1", u));
     for (const cfg of [a, b]) {
@@ -322,6 +330,9 @@ describe("purchase rules: releases and reloads", () => {
     expect(await reserve(fresh.deps, { voucherId: b.voucherId, userId: u, ip })).toMatchObject({ reason: "LIMIT_REACHED" });
     expect((await reserve(fresh.deps, { voucherId: b.voucherId, userId: w, ip })).ok).toBe(true);
     expect(await reserve(fresh.deps, { voucherId: a.voucherId, userId: w, ip })).toMatchObject({ reason: "LIMIT_REACHED" });
+    // The closed order gave its quota back.
+    expect(await fresh.deps.redis.zscore(keys.seckill.ruleShop(a.shopId, x), closed.orderId)).toBeNull();
+    expect((await reserve(fresh.deps, { voucherId: b.voucherId, userId: x, ip })).ok).toBe(true);
     await fresh.settle();
   });
 });

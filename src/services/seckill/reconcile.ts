@@ -187,7 +187,19 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
     // the released set. Orders not active at T2 are marked released: the rebuilt state already
     // leaves their units in stock and their users out of the buyers.
     drift.push("voucher missing in Redis");
-    const settledIds = orders.filter((o) => !isActive(o)).map((o) => o.id);
+    const settledOrders = orders.filter((o) => !isActive(o));
+    const settledIds = settledOrders.map((o) => o.id);
+    // Orders not active never count for a purchase rule again (states are monotone), but one
+    // whose close died before its release still sits in its user's rule logs, and the reload
+    // marks it released, so no later release would take it out: remove it here. ZREM by order id
+    // is right at any moment, hence outside the reload's atomic step; done before it, so a crash
+    // in between repeats both on the next pass.
+    const stale = settledOrders.flatMap((o) => ruleKeys(cfg, Number(o.userId)).map((log): [string, string] => [log, o.id]));
+    for (let i = 0; i < stale.length; i += 500) {
+      const p = deps.redis.pipeline();
+      for (const [log, id] of stale.slice(i, i + 500)) p.zrem(log, id);
+      await p.exec();
+    }
     // Each holder's purchase-rule logs follow the buckets (none without rules).
     const [loaded, stock, buyers] = await scripts.reloadSeckill.exec(
       [metaKey, releasedKey, buyersKey, outboxKey, keys.seckill.outboxDue(shopId), ...bucketKeys, ...timedHolders.flatMap(([, userId]) => ruleKeys(cfg, Number(userId)))],
