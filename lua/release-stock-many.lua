@@ -10,25 +10,36 @@
   KEYS[2]            buyers set
   KEYS[3]            outbox hash
   KEYS[4]            outbox-due zset
-  KEYS[4+2i-1]       order i's per-user daily counter (of its reservation day)    (i = 1..n)
-  KEYS[4+2i]         order i's stock bucket to credit
+  then one block of s keys per order i (i = 1..n; s = (#KEYS − 4) / n, the same for every order
+  since they are of one voucher):
+    order i's per-user daily counter (of its reservation day)
+    order i's stock bucket to credit
+    order i's user's purchase-rule logs (s − 2 of them, none for a voucher without rules)
   ARGV[2i-1]         order i's id
   ARGV[2i]           order i's user id
+
+  The order leaves its rule logs (ZREM) in the same once-only step, so a cancelled order gives
+  its purchase quota back exactly once (ZREM by order id would be idempotent anyway).
 
   Returns the number of orders released now (the others had been released before).
 ]]
 local releasedKey, buyersKey, outboxKey, dueKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local n = #ARGV / 2
+local stride = (#KEYS - 4) / n
+if n == 0 then return 0 end
+if stride < 2 or stride % 1 ~= 0 then return redis.error_reply("release-stock-many: keys do not match the orders") end
 local released = 0
 for i = 1, n do
   local orderId, userId = ARGV[2 * i - 1], ARGV[2 * i]
-  local dailyKey, bucketKey = KEYS[4 + 2 * i - 1], KEYS[4 + 2 * i]
+  local base = 4 + stride * (i - 1)
+  local dailyKey, bucketKey = KEYS[base + 1], KEYS[base + 2]
   if redis.call("SADD", releasedKey, orderId) == 1 then
     redis.call("INCR", bucketKey)
     redis.call("SREM", buyersKey, userId)
     redis.call("HDEL", outboxKey, orderId)
     redis.call("ZREM", dueKey, orderId)
     if tonumber(redis.call("GET", dailyKey) or "0") > 0 then redis.call("DECR", dailyKey) end
+    for k = base + 3, base + stride do redis.call("ZREM", KEYS[k], orderId) end
     released = released + 1
   end
 end

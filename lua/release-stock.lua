@@ -11,6 +11,8 @@
   KEYS[4]  outbox-due zset
   KEYS[5]  per-user daily counter of the reservation's day
   KEYS[6]  stock bucket to credit
+  KEYS[7..] the user's purchase-rule logs of the voucher (none without rules): the order leaves
+           them, giving its quota back, in the same once-only step
   ARGV[1]  order id
   ARGV[2]  user id
 
@@ -25,4 +27,5 @@ redis.call("SREM", buyersKey, userId)
 redis.call("HDEL", outboxKey, orderId)
 redis.call("ZREM", dueKey, orderId)
 if tonumber(redis.call("GET", dailyKey) or "0") > 0 then redis.call("DECR", dailyKey) end
+for i = 7, #KEYS do redis.call("ZREM", KEYS[i], orderId) end
 return 1

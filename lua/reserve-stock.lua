@@ -3,19 +3,27 @@
 
   Checks, in order: the per-user and per-IP attempt limits (exact sliding-window logs), that the
   voucher exists, its sale window, one order per user, the per-user daily limit across the shop,
-  the stock; then takes one unit, records the buyer and writes the reservation to the outbox.
-  Either all of that happens or none of it (apart from the attempt logs, which record attempts).
+  the voucher's purchase-limit rules, the stock; then takes one unit, records the buyer, records
+  the order in each rule log and writes the reservation to the outbox. Either all of that happens
+  or none of it (apart from the attempt logs, which record attempts): every check runs before the
+  first write, so a refused attempt leaves no trace in stock, buyers, counters or rule logs.
+
+  Purchase-limit rules (src/services/seckill/rules.ts): meta `rules` is "scope:K:N,…" (canonical
+  order, shop first), and the caller passes one log per rule in that order. Rule i refuses when
+  its log holds K orders reserved in (now − N days, now]. A voucher without rules runs no extra
+  command (the field comes with the same HMGET).
 
   All keys carry the shop's hash tag (see src/redis/keys.ts), so the script is valid on a cluster.
 
-  KEYS[1]   meta hash {begin, end (epoch ms), dailyLimit}
+  KEYS[1]   meta hash {begin, end (epoch ms), dailyLimit, rules}
   KEYS[2]   buyers set (user ids)
   KEYS[3]   outbox hash (orderId -> payload JSON)
   KEYS[4]   outbox-due zset (orderId -> reserved at, ms)
   KEYS[5]   per-user attempt log zset
   KEYS[6]   per-IP attempt log zset
   KEYS[7]   per-user daily counter across the shop (integer string)
-  KEYS[8..] stock buckets: the buyer's home bucket first, then the others in probe order
+  KEYS[8 .. 7+r]  the user's rule logs (ZSET orderId -> reserved at, ms), one per meta rule, in order
+  KEYS[8+r ..]    stock buckets: the buyer's home bucket first, then the others in probe order
 
   ARGV[1]   user id
   ARGV[2]   order id (decimal string; unique, so also the attempt-log member)
@@ -26,6 +34,9 @@
   ARGV[7]   per-IP window, ms
   ARGV[8]   outbox payload (JSON)
   ARGV[9]   daily counter TTL, seconds
+  ARGV[10]  the caller's rules, encoded like meta `rules` (absent = none); must equal meta's, so
+            the rule logs passed are the ones the meta's rules mean (r = their number)
+  ARGV[11]  rule-log horizon, ms (PURCHASE_RULE_MAX_DAYS): older entries count for no rule and are trimmed
 
   Returns {code, a, b}:
     {0, bucket, left}    reserved; bucket = index into the bucket list (1 = home), left = its stock
@@ -36,6 +47,9 @@
     {5, 0, 0}            DUPLICATE_ORDER
     {6, retryAfterMs, w} RATE_LIMITED, w = 1 user limit, 2 IP limit
     {7, limit, 0}        LIMIT_REACHED (daily limit across the shop)
+    {7, limit, i}        LIMIT_REACHED (purchase rule i, 1-based in meta order)
+  A meta whose rules differ from ARGV[10] is an error reply: a caller with another configuration
+  (a manual edit of the rules) is refused rather than checked against the wrong logs.
 ]]
 local metaKey, buyersKey, outboxKey, dueKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local userLogKey, ipLogKey, dailyKey = KEYS[5], KEYS[6], KEYS[7]
@@ -47,6 +61,7 @@ local userLimit, userWindow = tonumber(ARGV[4]), tonumber(ARGV[5])
 local ipLimit, ipWindow = tonumber(ARGV[6]), tonumber(ARGV[7])
 local payload = ARGV[8]
 local dailyTtl = tonumber(ARGV[9])
+local callerRules = ARGV[10] or ""
 
 -- Sliding-window log: drop entries older than the window, then compare the count with the limit.
 -- Returns ms until the oldest entry leaves the window when full, else 0.
@@ -72,8 +87,18 @@ if ipLimit > 0 then
   redis.call("PEXPIRE", ipLogKey, ipWindow)
 end
 
-local meta = redis.call("HMGET", metaKey, "begin", "end", "dailyLimit")
+local meta = redis.call("HMGET", metaKey, "begin", "end", "dailyLimit", "rules")
 if not meta[1] then return {1, 0, 0} end
+-- rules[i] = {K, N in ms}; its log is KEYS[7 + i].
+local metaRules = meta[4] or ""
+if metaRules ~= callerRules then
+  return redis.error_reply("reserve-stock: the voucher's purchase rules are '" .. metaRules .. "', the caller's '" .. callerRules .. "'")
+end
+local rules = {}
+for _, limit, days in string.gmatch(metaRules, "(%a+):(%d+):(%d+)") do
+  rules[#rules + 1] = {tonumber(limit), tonumber(days) * 86400000}
+end
+local nRules = #rules
 local beginMs, endMs, dailyLimit = tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[3] or "0")
 if now < beginMs then return {2, beginMs, 0} end
 if now >= endMs then return {3, endMs, 0} end
@@ -84,13 +109,20 @@ if dailyLimit > 0 and (tonumber(redis.call("GET", dailyKey) or "0") >= dailyLimi
   return {7, dailyLimit, 0}
 end
 
+-- Rolling windows: orders reserved after now − N count (one reserved exactly N days ago no longer does).
+for i = 1, nRules do
+  if redis.call("ZCOUNT", KEYS[7 + i], "(" .. (now - rules[i][2]), "+inf") >= rules[i][1] then
+    return {7, rules[i][1], i}
+  end
+end
+
 -- Home bucket first; if it is empty, probe the others so stock left anywhere is sold.
 local chosen, left = 0, 0
-for i = 8, #KEYS do
+for i = 8 + nRules, #KEYS do
   local stock = tonumber(redis.call("GET", KEYS[i]) or "0")
   if stock > 0 then
     left = redis.call("DECR", KEYS[i])
-    chosen = i - 7
+    chosen = i - 7 - nRules
     break
   end
 end
@@ -102,5 +134,17 @@ redis.call("ZADD", dueKey, now, orderId)
 if dailyLimit > 0 then
   redis.call("INCR", dailyKey)
   redis.call("EXPIRE", dailyKey, dailyTtl)
+end
+-- A log is shared by vouchers whose rules may have different N: trim only what no rule can count
+-- (older than the horizon), and only ever lengthen the TTL, so it covers the longest window of any
+-- entry (TTL is -1/-2 for no TTL / no key, both below any window).
+if nRules > 0 then
+  local horizon = tonumber(ARGV[11])
+  for i = 1, nRules do
+    local key, ttl = KEYS[7 + i], math.ceil(rules[i][2] / 1000)
+    redis.call("ZREMRANGEBYSCORE", key, "-inf", now - horizon)
+    redis.call("ZADD", key, now, orderId)
+    if redis.call("TTL", key) < ttl then redis.call("EXPIRE", key, ttl) end
+  end
 end
 return {0, chosen, left}

@@ -120,6 +120,14 @@ export const EnvSchema = z.object({
   TWILIO_API_URL: z.url().default("https://api.twilio.com"),
   /** Seconds an order may stay unpaid before it is closed and its stock released. */
   ORDER_PAY_TIMEOUT_SECONDS: z.coerce.number().int().min(5).default(900),
+  /**
+   * Purchase-limit rules (`purchaseRules` of a seckill voucher, src/services/seckill/rules.ts):
+   * the longest window N a rule may have, days. Also how far back a rule log keeps entries, so
+   * lowering it below an existing rule's N shortens that rule's window to this many days.
+   */
+  PURCHASE_RULE_MAX_DAYS: z.coerce.number().int().min(1).max(3660).default(90),
+  /** The largest K ("at most K per user") a purchase-limit rule may have. */
+  PURCHASE_RULE_MAX_LIMIT: z.coerce.number().int().min(1).max(10_000).default(100),
   /** Seckill attempts per user per voucher per window (exact sliding window; 0 = off). */
   SECKILL_USER_LIMIT: z.coerce.number().int().min(0).default(5),
   SECKILL_USER_WINDOW_MS: z.coerce.number().int().min(100).default(10_000),

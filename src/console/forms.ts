@@ -7,6 +7,7 @@ import { z } from "zod";
 import type { Deps } from "../deps.ts";
 import { refreshVoucherList, saleWindow } from "../routes/voucher.ts";
 import { createSeckillVoucher } from "../services/seckill/config.ts";
+import { CampaignId, checkRules, type PurchaseRule, type RuleScope } from "../services/seckill/rules.ts";
 import { insertVoucher, shopExists } from "../services/shops.ts";
 
 export type FieldErrors = Partial<Record<string, string>>;
@@ -47,10 +48,60 @@ const SeckillForm = VoucherForm.extend({
   endTime: z.string().trim().min(10, "must be YYYY-MM-DDTHH:mm:ss").max(40),
   buckets: optionalNum(1, 64, 1),
   shopDailyLimit: optionalNum(0, 1000, 0),
+  // Purchase-limit rules as flat fields: a scope's rule exists when its K or N is filled in (the
+  // bounds are POST /api/voucher/seckill's, checked by checkRules).
+  shopRuleLimit: optionalNum(0, Number.MAX_SAFE_INTEGER, 0),
+  shopRuleDays: optionalNum(0, Number.MAX_SAFE_INTEGER, 0),
+  campaign: optionalText(64),
+  campaignRuleLimit: optionalNum(0, Number.MAX_SAFE_INTEGER, 0),
+  campaignRuleDays: optionalNum(0, Number.MAX_SAFE_INTEGER, 0),
 });
 
+const RULE_FIELDS: Record<RuleScope, { limit: "shopRuleLimit" | "campaignRuleLimit"; days: "shopRuleDays" | "campaignRuleDays" }> = {
+  shop: { limit: "shopRuleLimit", days: "shopRuleDays" },
+  campaign: { limit: "campaignRuleLimit", days: "campaignRuleDays" },
+};
+
+/** The form's rule fields → the API's rules, with each error on its own field. */
+function formRules(body: z.infer<typeof SeckillForm>, c: Deps["config"]): { ok: true; rules: PurchaseRule[] } | { ok: false; errors: FieldErrors } {
+  const rules: PurchaseRule[] = [];
+  const errors: FieldErrors = {};
+  for (const scope of ["shop", "campaign"] as const) {
+    const f = RULE_FIELDS[scope];
+    const limit = body[f.limit];
+    const days = body[f.days];
+    if (limit === 0 && days === 0) continue;
+    if (limit === 0) errors[f.limit] = "must be at least 1 (or leave both empty)";
+    else if (days === 0) errors[f.days] = "must be at least 1 (or leave both empty)";
+    else rules.push({ scope, limit, days });
+  }
+  if (Object.keys(errors).length > 0) return { ok: false, errors };
+  if (body.campaign !== null) {
+    const id = CampaignId.safeParse(body.campaign);
+    if (!id.success) return { ok: false, errors: { campaign: id.error.issues[0]?.message ?? "invalid campaign" } };
+  }
+  const checked = checkRules(rules, body.campaign, c);
+  if (checked.ok) return { ok: true, rules: checked.rules };
+  const m = /^purchaseRules\.(\d+)\.(limit|days)$/.exec(checked.field);
+  const rule = m ? rules[Number(m[1])] : undefined;
+  const field = rule && m ? RULE_FIELDS[rule.scope][m[2] as "limit" | "days"] : "campaign";
+  return { ok: false, errors: { [field]: checked.message } };
+}
+
 export const VOUCHER_FIELDS = ["shopId", "title", "subTitle", "rules", "payValue", "actualValue"] as const;
-export const SECKILL_FIELDS = [...VOUCHER_FIELDS, "stock", "beginTime", "endTime", "buckets", "shopDailyLimit"] as const;
+export const SECKILL_FIELDS = [
+  ...VOUCHER_FIELDS,
+  "stock",
+  "beginTime",
+  "endTime",
+  "buckets",
+  "shopDailyLimit",
+  "shopRuleLimit",
+  "shopRuleDays",
+  "campaign",
+  "campaignRuleLimit",
+  "campaignRuleDays",
+] as const;
 
 export type FormResult = { ok: true; voucherId: number } | { ok: false; errors: FieldErrors };
 
@@ -82,13 +133,16 @@ export async function submitSeckill(deps: Deps, values: FormValues): Promise<For
   const errors: FieldErrors = {};
   if (!window.ok) errors[window.field] = window.message;
   if (body.buckets > body.stock) errors.buckets = "more buckets than stock";
-  if (!window.ok || Object.keys(errors).length > 0) return { ok: false, errors };
+  const rules = formRules(body, deps.config);
+  if (!rules.ok) Object.assign(errors, rules.errors);
+  if (!window.ok || !rules.ok || Object.keys(errors).length > 0) return { ok: false, errors };
   if (!(await shopExists(deps, body.shopId))) return { ok: false, errors: { shopId: "unknown shop" } };
   const cfg = await createSeckillVoucher(deps, {
     ...body,
     beginMs: window.beginMs,
     endMs: window.endMs,
     dailyLimit: body.shopDailyLimit,
+    purchaseRules: rules.rules,
   });
   await refreshVoucherList(deps, body.shopId);
   return { ok: true, voucherId: cfg.voucherId };

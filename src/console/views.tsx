@@ -105,6 +105,11 @@ const SECKILL_FIELDS: FieldSpec[] = [
   { name: "endTime", label: "Sale ends", placeholder: "YYYY-MM-DDTHH:mm:ss", required: true },
   { name: "buckets", label: "Stock buckets (1–64)", placeholder: "1", hint: "Splits a hot voucher's stock over Redis keys" },
   { name: "shopDailyLimit", label: "Orders per user per day in this shop (0 = no rule)", placeholder: "0" },
+  { name: "shopRuleLimit", label: "Shop rule: at most K orders per user…", hint: "Across the shop's vouchers with a shop rule; empty = no rule" },
+  { name: "shopRuleDays", label: "…over the last N days (shop rule)" },
+  { name: "campaign", label: "Campaign (per shop; required with a campaign rule)", placeholder: "summer-2026" },
+  { name: "campaignRuleLimit", label: "Campaign rule: at most K orders per user…", hint: "Across this shop's vouchers of the campaign; empty = no rule" },
+  { name: "campaignRuleDays", label: "…over the last N days (campaign rule)" },
 ];
 
 export interface VoucherRow {

@@ -35,7 +35,7 @@ export const keys = {
    * classic `seckill:stock:{id}` / `seckill:order:{id}` had no tag and could not be clustered.)
    */
   seckill: {
-    /** Hash {begin, end (epoch ms), initial, buckets, dailyLimit}: its existence means "voucher exists". */
+    /** Hash {begin, end (epoch ms), initial, buckets, dailyLimit, rules, campaign}: its existence means "voucher exists". */
     meta: (shopId: number, voucherId: number) => `seckill:{s${shopId}}:v${voucherId}:meta`,
     /** Stock bucket `i` (0-based), integer string. One bucket = the classic single stock key. */
     stock: (shopId: number, voucherId: number, bucket: number) => `seckill:{s${shopId}}:v${voucherId}:stock:${bucket}`,
@@ -48,6 +48,13 @@ export const keys = {
     ipLog: (shopId: number, voucherId: number, ip: string) => `seckill:{s${shopId}}:v${voucherId}:rl:ip:${ip}`,
     /** Per user per day (service zone, yyyyMMdd) orders across the shop's seckill vouchers. */
     daily: (shopId: number, userId: number, day: string) => `seckill:{s${shopId}}:daily:${day}:${userId}`,
+    /**
+     * Purchase-rule logs (src/services/seckill/rules.ts): ZSET orderId → reserved at (ms) of one
+     * user's orders of the vouchers carrying a shop rule / naming the campaign. A campaign is per
+     * shop (its log is under the shop's tag, so the reservation script stays cluster-valid).
+     */
+    ruleShop: (shopId: number, userId: number) => `seckill:{s${shopId}}:pr:shop:${userId}`,
+    ruleCampaign: (shopId: number, campaign: string, userId: number) => `seckill:{s${shopId}}:pr:c:${campaign}:${userId}`,
     /** Reservations not yet acknowledged by the MySQL writer: hash orderId → payload JSON. */
     outbox: (shopId: number) => `seckill:{s${shopId}}:outbox`,
     /** Same entries by reservation time (ZSET orderId → ms), for the sweep. */

@@ -11,6 +11,7 @@ import { doc, type RouteDoc, v } from "../openapi/describe.ts";
 import { NumericId, Voucher } from "../openapi/schemas.ts";
 import { insertVoucher, loadVouchersOfShop, shopExists } from "../services/shops.ts";
 import { createSeckillVoucher } from "../services/seckill/config.ts";
+import { CampaignId, checkRules, PurchaseRulesInput } from "../services/seckill/rules.ts";
 import type { AppEnv } from "../types.ts";
 import { servePrepared } from "../http/edge.ts";
 import { parseParams } from "../http/params.ts";
@@ -38,6 +39,10 @@ const SeckillBody = VoucherBody.extend({
   buckets: z.number().int().min(1).max(64).default(1),
   /** Max seckill orders per user per day across this shop's vouchers (0 = no rule). */
   shopDailyLimit: z.number().int().min(0).max(1000).default(0),
+  /** Purchase-limit rules `[{scope: "shop" | "campaign", limit: K, days: N}]` (services/seckill/rules.ts); none by default. */
+  purchaseRules: PurchaseRulesInput.default([]),
+  /** The (per-shop) campaign a campaign rule counts across; required iff there is one. */
+  campaign: CampaignId.nullable().default(null),
 });
 
 /**
@@ -70,7 +75,7 @@ const ShopIdParam = z.object({ shopId: Id });
 const CREATE_SECKILL: RouteDoc = {
   tag: "operator",
   summary: "Create a seckill (flash-sale) voucher and load its stock and sale window into Redis",
-  description: "`beginTime`/`endTime`: `YYYY-MM-DDTHH:mm:ss` in the service zone (or with an offset), or epoch ms; a sale lasts 1 s to 366 days and begins within 366 days of now. `buckets` splits a hot voucher's stock over Redis keys.",
+  description: "`beginTime`/`endTime`: `YYYY-MM-DDTHH:mm:ss` in the service zone (or with an offset), or epoch ms; a sale lasts 1 s to 366 days and begins within 366 days of now. `buckets` splits a hot voucher's stock over Redis keys. `purchaseRules` (optional, one per scope): `{scope: \"shop\" | \"campaign\", limit: K, days: N}` = at most K orders per user across the shop's rule-carrying vouchers / the vouchers naming `campaign` (per shop) in the last N×24 h; a refused reservation answers `LIMIT_REACHED`.",
   access: "operator",
   data: NumericId,
   errors: ["INVALID_INPUT"],
@@ -97,9 +102,11 @@ export const voucher = new Hono<AppEnv>()
     const window = saleWindow(body.beginTime, body.endTime, deps.config.SERVICE_TIME_ZONE, deps.clock.now());
     if (!window.ok) return c.json(fail("INVALID_INPUT", window.message), 400);
     const { beginMs, endMs } = window;
+    const rules = checkRules(body.purchaseRules, body.campaign, deps.config);
+    if (!rules.ok) return c.json(fail("INVALID_INPUT", `${rules.field}: ${rules.message}`), 400);
     if (!(await shopExists(deps, body.shopId))) return c.json(fail("INVALID_INPUT", "unknown shop"), 400);
     if (body.buckets > body.stock) return c.json(fail("INVALID_INPUT", "more buckets than stock"), 400);
-    const cfg = await createSeckillVoucher(deps, { ...body, beginMs, endMs, dailyLimit: body.shopDailyLimit });
+    const cfg = await createSeckillVoucher(deps, { ...body, beginMs, endMs, dailyLimit: body.shopDailyLimit, purchaseRules: rules.rules });
     await refreshVoucherList(deps, body.shopId);
     return c.json(ok(cfg.voucherId));
   });

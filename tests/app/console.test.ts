@@ -1,5 +1,6 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import { SESSION_COOKIE } from "../../src/console/session.ts";
+import { keys } from "../../src/redis/keys.ts";
 import { findReservation, writeOrder } from "../../src/services/seckill/orders.ts";
 import { call, loginAs } from "../support/http.ts";
 import { createShop, createShopType } from "../support/fixtures.ts";
@@ -173,6 +174,20 @@ describe("console forms", () => {
     expect(list).toContain("on sale");
   });
 
+  test("purchase-limit rules entered in the form are stored and loaded like the API's", async () => {
+    const { cookie, csrf } = await signIn();
+    const shopId = await createShop(t, await createShopType(t));
+    const title = `rules-${crypto.randomUUID().slice(0, 8)}`;
+    const fields = { ...seckillFields(shopId, title), shopRuleLimit: "3", shopRuleDays: "7", campaign: "spring", campaignRuleLimit: "1", campaignRuleDays: "30", _csrf: csrf };
+    const res = await t.app.request("/console/vouchers/seckill", { method: "POST", headers: { ...FORM, cookie }, body: form(fields) });
+    expect(res.status).toBe(303);
+    const voucherId = Number(/^\/console\/sale\/(\d+)$/.exec(res.headers.get("location") ?? "")?.[1]);
+    const row = (await t.deps.db.execute("SELECT campaign, purchase_rules FROM tb_seckill_config WHERE voucher_id = ?", [voucherId])).rows[0] as { campaign: string; purchase_rules: string };
+    expect(row.campaign).toBe("spring");
+    expect(JSON.parse(row.purchase_rules)).toEqual([{ scope: "shop", limit: 3, days: 7 }, { scope: "campaign", limit: 1, days: 30 }]);
+    expect(await t.deps.redis.hget(keys.seckill.meta(shopId, voucherId), "rules")).toBe("shop:3:7,campaign:1:30");
+  });
+
   test("creating a normal voucher through the form works", async () => {
     const { cookie, csrf } = await signIn();
     const shopId = await createShop(t, await createShopType(t));
@@ -193,6 +208,12 @@ describe("console forms", () => {
       ["buckets", { stock: "2", buckets: "3" }],
       ["shopId", { shopId: "999999999" }],
       ["payValue", { payValue: "12.5" }],
+      ["shopRuleDays", { shopRuleLimit: "2" }],
+      ["shopRuleLimit", { shopRuleLimit: "1000000", shopRuleDays: "7" }],
+      ["campaign", { campaignRuleLimit: "2", campaignRuleDays: "7" }],
+      ["campaign", { campaign: "summer" }],
+      ["campaign", { campaign: "a:b", campaignRuleLimit: "2", campaignRuleDays: "7" }],
+      ["campaignRuleDays", { campaign: "summer", campaignRuleLimit: "2", campaignRuleDays: "400" }],
     ];
     for (const [field, change] of cases) {
       const title = `bad-${crypto.randomUUID().slice(0, 8)}`;

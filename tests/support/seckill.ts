@@ -11,7 +11,18 @@ export interface SeckillFixture {
 
 export async function createSeckill(
   t: TestApp,
-  opts: { stock: number; buckets?: number; shopDailyLimit?: number; shopId?: number; beginMs?: number; endMs?: number; payValue?: number },
+  opts: {
+    stock: number;
+    buckets?: number;
+    shopDailyLimit?: number;
+    shopId?: number;
+    beginMs?: number;
+    endMs?: number;
+    payValue?: number;
+    /** Sent only when given (the classic body has neither). */
+    purchaseRules?: { scope: "shop" | "campaign"; limit: number; days: number }[];
+    campaign?: string;
+  },
 ): Promise<SeckillFixture> {
   const shopId = opts.shopId ?? (await createShop(t, await createShopType(t)));
   const now = Date.now();
@@ -27,6 +38,8 @@ export async function createSeckill(
       shopDailyLimit: opts.shopDailyLimit ?? 0,
       beginTime: opts.beginMs ?? now - 3600_000,
       endTime: opts.endMs ?? now + 3600_000,
+      ...(opts.purchaseRules ? { purchaseRules: opts.purchaseRules } : {}),
+      ...(opts.campaign !== undefined ? { campaign: opts.campaign } : {}),
     },
   });
   if (!res.body.success || typeof res.body.data !== "number") throw new Error(`create seckill failed: ${JSON.stringify(res.body)}`);

@@ -17,6 +17,7 @@ import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
 import { homeBucket } from "./config.ts";
+import { ruleKeys } from "./rules.ts";
 import { withLockRetry } from "./mysql-retry.ts";
 import { findReservation, outboxEntries } from "./outbox.ts";
 import { serviceDay } from "./reserve.ts";
@@ -58,7 +59,15 @@ export async function releaseManyInRedis(deps: Deps, orders: readonly OrderRef[]
     const k: string[] = [keys.seckill.released(cfg.shopId, voucherId), keys.seckill.buyers(cfg.shopId, voucherId), keys.seckill.outbox(cfg.shopId), keys.seckill.outboxDue(cfg.shopId)];
     const a: string[] = [];
     for (const o of list) {
-      k.push(keys.seckill.daily(cfg.shopId, o.userId, serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE)), keys.seckill.stock(cfg.shopId, voucherId, homeBucket(o.userId, cfg.buckets)));
+      // The rule logs come from the voucher's (immutable) rules, so a release finds the keys its
+      // reservation wrote whether or not the voucher was reloaded in between (a reload restores
+      // meta, not the logs, which are per shop/campaign and user). release-stock-many.lua infers
+      // the per-order block size from the key count.
+      k.push(
+        keys.seckill.daily(cfg.shopId, o.userId, serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE)),
+        keys.seckill.stock(cfg.shopId, voucherId, homeBucket(o.userId, cfg.buckets)),
+        ...ruleKeys(cfg, o.userId),
+      );
       a.push(o.orderId, String(o.userId));
     }
     released += await scriptsFor(deps.redis).releaseStockMany.exec(k, a);

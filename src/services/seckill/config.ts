@@ -7,6 +7,7 @@ import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
 import { insertVoucher, type VoucherInput } from "../shops.ts";
+import { encodeRules, parseRulesColumn, type PurchaseRule } from "./rules.ts";
 
 export interface SeckillConfig {
   voucherId: number;
@@ -19,6 +20,13 @@ export interface SeckillConfig {
   endMs: number;
   /** Price, cents. */
   payValue: number;
+  /**
+   * Purchase-limit rules, canonical order (rules.ts); immutable like the rest. Optional only
+   * because configs cached before rules existed lack it: absent = none.
+   */
+  purchaseRules?: readonly PurchaseRule[];
+  /** The campaign (per shop) named by a campaign rule; null/absent = none. */
+  campaign?: string | null;
 }
 
 type Row = Record<string, string | number | null>;
@@ -26,7 +34,7 @@ type Row = Record<string, string | number | null>;
 export async function loadSeckillConfig(deps: Deps, voucherId: number): Promise<SeckillConfig | null> {
   const row = (
     await deps.db.execute(
-      `SELECT c.voucher_id, c.shop_id, c.initial_stock, c.buckets, c.shop_daily_limit, s.begin_time, s.end_time, v.pay_value
+      `SELECT c.voucher_id, c.shop_id, c.initial_stock, c.buckets, c.shop_daily_limit, c.campaign, c.purchase_rules, s.begin_time, s.end_time, v.pay_value
          FROM tb_seckill_config c
          JOIN tb_seckill_voucher s ON s.voucher_id = c.voucher_id
          JOIN tb_voucher v ON v.id = c.voucher_id
@@ -48,7 +56,14 @@ export function seckillConfigFromRow(row: Row): SeckillConfig {
     beginMs: parseSqlUtc(String(row.begin_time)),
     endMs: parseSqlUtc(String(row.end_time)),
     payValue: Number(row.pay_value),
+    purchaseRules: parseRulesColumn(row.purchase_rules, Number(row.voucher_id)),
+    campaign: row.campaign === null || row.campaign === undefined ? null : String(row.campaign),
   };
+}
+
+/** reload-seckill.lua's ARGV[1..7] for a config (sale window, stock, daily limit, rules, campaign, buckets). */
+export function reloadArgs(cfg: SeckillConfig): string[] {
+  return [String(cfg.beginMs), String(cfg.endMs), String(cfg.initialStock), String(cfg.dailyLimit), encodeRules(cfg.purchaseRules ?? []), cfg.campaign ?? "", String(cfg.buckets)];
 }
 
 /** The buyer's home bucket (0-based). Users spread evenly; a buyer always starts at the same one. */
@@ -73,7 +88,7 @@ export async function loadSeckillIntoRedis(deps: Pick<Deps, "redis">, cfg: Secki
   const bucketKeys = Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(shopId, voucherId, i));
   const [loaded] = await scriptsFor(deps.redis).reloadSeckill.exec(
     [keys.seckill.meta(shopId, voucherId), keys.seckill.released(shopId, voucherId), keys.seckill.buyers(shopId, voucherId), keys.seckill.outbox(shopId), keys.seckill.outboxDue(shopId), ...bucketKeys],
-    [String(cfg.beginMs), String(cfg.endMs), String(cfg.initialStock), String(cfg.dailyLimit), "0"],
+    [...reloadArgs(cfg), "0"],
   );
   // The legacy registry set (the jobs read MySQL now; kept for tools that list it).
   await deps.redis.sadd(keys.seckill.active(), `${shopId}:${voucherId}`);
@@ -86,6 +101,9 @@ export interface NewSeckill extends VoucherInput {
   endMs: number;
   buckets: number;
   dailyLimit: number;
+  /** Checked by the caller (rules.ts checkRules): canonical, campaign iff a campaign rule. */
+  purchaseRules?: readonly PurchaseRule[];
+  campaign?: string | null;
 }
 
 /**
@@ -93,15 +111,18 @@ export interface NewSeckill extends VoucherInput {
  * call fails; the voucher exists in MySQL and the reconcile job loads it on its next pass.
  */
 export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis">, v: NewSeckill): Promise<SeckillConfig> {
+  const rules = [...(v.purchaseRules ?? [])];
   const voucherId = await deps.db.transaction(async (tx) => {
     const id = await insertVoucher(tx, v, 1);
     await tx.execute("INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (?, ?, ?, ?)", [id, v.stock, toSqlUtc(v.beginMs), toSqlUtc(v.endMs)]);
-    await tx.execute("INSERT INTO tb_seckill_config (voucher_id, shop_id, initial_stock, buckets, shop_daily_limit) VALUES (?, ?, ?, ?, ?)", [
+    await tx.execute("INSERT INTO tb_seckill_config (voucher_id, shop_id, initial_stock, buckets, shop_daily_limit, campaign, purchase_rules) VALUES (?, ?, ?, ?, ?, ?, ?)", [
       id,
       v.shopId,
       v.stock,
       v.buckets,
       v.dailyLimit,
+      v.campaign ?? null,
+      rules.length > 0 ? JSON.stringify(rules) : null,
     ]);
     return id;
   });
@@ -114,6 +135,8 @@ export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis">, v: 
     beginMs: v.beginMs,
     endMs: v.endMs,
     payValue: v.payValue,
+    purchaseRules: rules,
+    campaign: v.campaign ?? null,
   };
   await loadSeckillIntoRedis(deps, cfg);
   return cfg;

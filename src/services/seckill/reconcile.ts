@@ -32,8 +32,9 @@ import { scriptsFor } from "../../redis/scripts.ts";
 import { parseSqlUtc } from "../../util/time.ts";
 import { withLockRetry } from "./mysql-retry.ts";
 import { releaseInRedis } from "./orders.ts";
-import type { SeckillConfig } from "./config.ts";
+import { reloadArgs, type SeckillConfig } from "./config.ts";
 import { registeredSeckills } from "./registry.ts";
+import { ruleKeys } from "./rules.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 
 const parseReservation = (raw: unknown): Reservation => (typeof raw === "string" ? JSON.parse(raw) : raw) as Reservation;
@@ -170,10 +171,14 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
   // Who held a unit when read: every active order at T2, and every outbox entry at S1 that T2 does
   // not show as cancelled. Both reads are in the past by the time Redis is changed; the scripts
   // re-check each pair against the released set atomically (see lua/reconcile-buyers.lua).
-  const holders: [string, string][] = [
-    ...orders.filter(isActive).map((o): [string, string] => [o.id, o.userId]),
-    ...outboxAtS1.filter((r) => byId.get(r.orderId) === undefined || isActive(byId.get(r.orderId) as OrderFact)).map((r): [string, string] => [r.orderId, String(r.userId)]),
+  // With their reservation times (ms), which a reload puts back into the purchase-rule logs.
+  const timedHolders: [string, string, number][] = [
+    ...orders.filter(isActive).map((o): [string, string, number] => [o.id, o.userId, o.reservedAt]),
+    ...outboxAtS1
+      .filter((r) => byId.get(r.orderId) === undefined || isActive(byId.get(r.orderId) as OrderFact))
+      .map((r): [string, string, number] => [r.orderId, String(r.userId), r.reservedAt]),
   ];
+  const holders = timedHolders.map(([orderId, userId]): [string, string] => [orderId, userId]);
 
   if (!metaExists) {
     // Redis never got the voucher (creation-time load failed) or lost it. While meta is absent
@@ -182,10 +187,23 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
     // the released set. Orders not active at T2 are marked released: the rebuilt state already
     // leaves their units in stock and their users out of the buyers.
     drift.push("voucher missing in Redis");
-    const settledIds = orders.filter((o) => !isActive(o)).map((o) => o.id);
+    const settledOrders = orders.filter((o) => !isActive(o));
+    const settledIds = settledOrders.map((o) => o.id);
+    // Orders not active never count for a purchase rule again (states are monotone), but one
+    // whose close died before its release still sits in its user's rule logs, and the reload
+    // marks it released, so no later release would take it out: remove it here. ZREM by order id
+    // is right at any moment, hence outside the reload's atomic step; done before it, so a crash
+    // in between repeats both on the next pass.
+    const stale = settledOrders.flatMap((o) => ruleKeys(cfg, Number(o.userId)).map((log): [string, string] => [log, o.id]));
+    for (let i = 0; i < stale.length; i += 500) {
+      const p = deps.redis.pipeline();
+      for (const [log, id] of stale.slice(i, i + 500)) p.zrem(log, id);
+      await p.exec();
+    }
+    // Each holder's purchase-rule logs follow the buckets (none without rules).
     const [loaded, stock, buyers] = await scripts.reloadSeckill.exec(
-      [metaKey, releasedKey, buyersKey, outboxKey, keys.seckill.outboxDue(shopId), ...bucketKeys],
-      [String(cfg.beginMs), String(cfg.endMs), String(initial), String(cfg.dailyLimit), String(settledIds.length), ...settledIds, ...holders.flat()],
+      [metaKey, releasedKey, buyersKey, outboxKey, keys.seckill.outboxDue(shopId), ...bucketKeys, ...timedHolders.flatMap(([, userId]) => ruleKeys(cfg, Number(userId)))],
+      [...reloadArgs(cfg), String(settledIds.length), ...settledIds, ...timedHolders.flatMap(([orderId, userId, at]) => [orderId, userId, String(at)])],
     );
     if (loaded === 1) {
       // The legacy registry set is not under the shop's hash tag, so it cannot be in the script.
@@ -218,8 +236,15 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
       const other = orders.some((x) => x.userId === o.userId && x.id !== o.id && isActive(x)) || outboxAtS1.some((r) => String(r.userId) === o.userId && r.orderId !== o.id);
       if (buyersAtS1.has(o.userId) && !other) {
         if (await releaseInRedis(deps, { orderId: o.id, userId: Number(o.userId), voucherId, reservedAt: o.reservedAt })) released++;
-      } else if ((await deps.redis.sadd(releasedKey, o.id)) === 1) {
-        marked++;
+      } else {
+        // The order is cancelled either way, so it leaves its purchase-rule logs too (ZREM by
+        // order id: idempotent), in the same atomic step as the mark, so a crash cannot leave
+        // it marked released while still holding quota.
+        const tx = deps.redis.multi();
+        tx.sadd(releasedKey, o.id);
+        for (const log of ruleKeys(cfg, Number(o.userId))) tx.zrem(log, o.id);
+        const [added] = await tx.exec<[number, ...number[]]>();
+        if (added === 1) marked++;
       }
     }
     if (released + marked > 0) {

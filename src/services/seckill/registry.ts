@@ -18,7 +18,7 @@ type Row = Record<string, string | number | null>;
 export async function registeredSeckills(deps: Pick<Deps, "db">, now: number): Promise<SeckillConfig[]> {
   const rows = (
     await deps.db.execute(
-      `SELECT c.voucher_id, c.shop_id, c.initial_stock, c.buckets, c.shop_daily_limit, s.begin_time, s.end_time, v.pay_value
+      `SELECT c.voucher_id, c.shop_id, c.initial_stock, c.buckets, c.shop_daily_limit, c.campaign, c.purchase_rules, s.begin_time, s.end_time, v.pay_value
          FROM tb_seckill_voucher s
          JOIN tb_seckill_config c ON c.voucher_id = s.voucher_id
          JOIN tb_voucher v ON v.id = s.voucher_id

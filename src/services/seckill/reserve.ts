@@ -11,6 +11,7 @@ import { keys } from "../../redis/keys.ts";
 import { idsFor } from "../../redis/ids.ts";
 import { dayParts } from "../../util/time.ts";
 import { bucketKeysFor, type SeckillConfig } from "./config.ts";
+import { DAY_MS, encodeRules, ruleKeys, ruleMessage, type RuleSubject } from "./rules.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 import { holderMemoMs } from "../../isolate.ts";
 
@@ -38,16 +39,19 @@ export function reserveKeys(cfg: SeckillConfig, userId: number, ip: string, day:
     keys.seckill.userLog(shopId, voucherId, userId),
     keys.seckill.ipLog(shopId, voucherId, ip),
     keys.seckill.daily(shopId, userId, day),
+    // The voucher's purchase-rule logs (none without rules: the classic call is unchanged).
+    ...ruleKeys(cfg, userId),
     ...bucketKeysFor(cfg, userId),
   ];
 }
 
 /** ARGV of one reservation call, in the order reserve-stock.lua documents. */
 export function reserveArgs(
-  c: Pick<Deps["config"], "SECKILL_USER_LIMIT" | "SECKILL_USER_WINDOW_MS" | "SECKILL_IP_LIMIT" | "SECKILL_IP_WINDOW_MS">,
+  c: Pick<Deps["config"], "SECKILL_USER_LIMIT" | "SECKILL_USER_WINDOW_MS" | "SECKILL_IP_LIMIT" | "SECKILL_IP_WINDOW_MS" | "PURCHASE_RULE_MAX_DAYS">,
   r: Reservation,
+  cfg?: RuleSubject,
 ): string[] {
-  return [
+  const args = [
     String(r.userId),
     r.orderId,
     String(r.reservedAt),
@@ -59,6 +63,11 @@ export function reserveArgs(
     // The daily counter outlives its day by one, so a release on the next day still finds it.
     String(2 * 86400),
   ];
+  // Purchase rules (the script checks they are the meta's, so the logs reserveKeys passed are
+  // the right ones) and how far back a log is kept, ms. Nothing for a voucher without rules.
+  const rules = cfg?.purchaseRules ?? [];
+  if (rules.length > 0) args.push(encodeRules(rules), String(c.PURCHASE_RULE_MAX_DAYS * DAY_MS));
+  return args;
 }
 
 const messages = {
@@ -117,7 +126,7 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   const c = deps.config;
   const day = serviceDay(now, c.SERVICE_TIME_ZONE);
   // One EVALSHA, sharing its round trip with the other reservations of this event-loop turn.
-  const [code, a, b] = await deps.isolate.reserveBatch.exec(deps.redis, reserveKeys(cfg, input.userId, input.ip, day), reserveArgs(c, reservation));
+  const [code, a, b] = await deps.isolate.reserveBatch.exec(deps.redis, reserveKeys(cfg, input.userId, input.ip, day), reserveArgs(c, reservation, cfg));
   switch (code) {
     case 0:
       // The outbox entry is written; what remains (index entry, the shop's drain for this
@@ -146,7 +155,8 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
       deps.isolate.seckillAdmission.rememberBlock(cfg.voucherId, input.userId, input.ip, b, now + a);
       return { ok: false, reason: "RATE_LIMITED", message: b === 2 ? "too many attempts from this address" : "too many attempts", retryAfterMs: a };
     case 7:
-      return { ok: false, reason: "LIMIT_REACHED", message: messages.LIMIT_REACHED };
+      // b = 0: the daily shop limit; b = i: the voucher's purchase rule i (1-based, canonical order).
+      return { ok: false, reason: "LIMIT_REACHED", message: b === 0 ? messages.LIMIT_REACHED : ruleMessage(cfg, b) };
     default:
       throw new Error(`reserve-stock.lua returned unknown code ${code}`);
   }
