@@ -10,6 +10,7 @@ import { SaleCounters } from "./console/counters.ts";
 import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
 import { IsolateIds } from "./redis/ids.ts";
+import type { Resilience } from "./resilience.ts";
 import { ScriptBatcher } from "./redis/script-batch.ts";
 import { luaSources, scriptsFor } from "./redis/scripts.ts";
 import { createLoginLimiters, type LoginLimiters } from "./services/auth.ts";
@@ -66,6 +67,13 @@ export interface Isolate {
    * console's live view (console/counters.ts): plain counters, at most 1,000 vouchers.
    */
   saleCounters: SaleCounters;
+  /**
+   * Per-dependency timeout + circuit breaker (src/resilience.ts): redis, mysql, qstash, sms,
+   * payments. Each remembers its breaker state (closed/open/halfOpen/isolated), the consecutive
+   * failure count (≤ BREAKER_THRESHOLD), the last opening time and failure message, and five
+   * counters: a fixed size. Built by createDeps around the SDK transports; shown by /health.
+   */
+  resilience: Resilience;
 }
 
 /** Upper bound of a holder memo entry, ms. */
@@ -80,6 +88,8 @@ export function holderMemoMs(config: Pick<Config, "ORDER_PAY_TIMEOUT_SECONDS">):
 export interface IsolatePorts {
   redis: RedisPort;
   clock: Clock;
+  /** The guards createDeps put around the ports. */
+  resilience: Resilience;
 }
 
 export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
@@ -95,5 +105,6 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     sessions: new SessionCache(config),
     uv: new UvBatcher(),
     saleCounters: new SaleCounters(),
+    resilience: ports.resilience,
   };
 }
