@@ -11,9 +11,10 @@
  * healed → the service recovers by itself (no reset), observed by polling conditions.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { Client as DbClient } from "@planetscale/database";
 import { Redis } from "@upstash/redis";
 import { keys } from "../../src/redis/keys.ts";
-import { startFaultProxy, type FaultProxy } from "../support/fault-proxy.ts";
+import { startFaultProxy, type FaultProxy } from "../../scripts/stack/fault-proxy.ts";
 import { call } from "../support/http.ts";
 import { createSeckill } from "../support/seckill.ts";
 import { newShop, newUser, postBlog, type TestUser } from "../support/social.ts";
@@ -22,7 +23,7 @@ import { createTestApp, eventually, getStack, type TestApp } from "../support/st
 const REDIS_TIMEOUT_MS = 100;
 const MYSQL_TIMEOUT_MS = 150;
 const THRESHOLD = 3;
-const HALF_OPEN_AFTER_MS = 1500;
+const HALF_OPEN_AFTER_MS = 3000;
 /** Scheduling slack on a shared 2-core machine: a request may exceed its timeout by this much. */
 const MARGIN_MS = 150;
 
@@ -144,8 +145,9 @@ describe("slow and failing dependencies", () => {
       expect(r.ms).toBeLessThan(REDIS_TIMEOUT_MS / 2);
     }
     // L1 reads: still the fast lane, same latency class as in the quiet phase. (The L1 entry may
-    // have aged past its 2 s freshness: one read refills it from MySQL, Redis being skipped.)
+    // have aged past its 2 s freshness: one read serves it stale and refills it from MySQL.)
     expect((await call(t.app, "GET", `/api/shop/${shopId}`)).status).toBe(200);
+    await t.settle();
     const slow = await l1Reads();
     expect(slow.viaLane).toBe(50);
     expect(slow.p50).toBeLessThan(Math.max(quiet.p50 * 3, quiet.p50 + 0.5));
@@ -179,6 +181,19 @@ describe("slow and failing dependencies", () => {
     const b = (await breakers()).redis;
     expect(b?.state).toBe("open");
     expect(b?.failures).toBeGreaterThanOrEqual(THRESHOLD);
+    // An L1 entry past its freshness is served at once (no wait on Redis) and refreshed from
+    // MySQL in the background: a change made in MySQL behind the cache shows up.
+    const renamed = `renamed-${crypto.randomUUID().slice(0, 8)}`;
+    await new DbClient({ url: (await getStack()).env.DATABASE_URL as string }).execute("UPDATE tb_shop SET name = ? WHERE id = ?", [renamed, shopId]);
+    const stale0 = t.deps.isolate.caches.shop.counters.staleServes;
+    await eventually("the renamed shop is served while Redis is down", async () => {
+      const r = await ms(() => call<{ name: string }>(t.app, "GET", `/api/shop/${shopId}`));
+      expect(r.value.status).toBe(200);
+      expect(r.ms).toBeLessThan(REDIS_TIMEOUT_MS / 2);
+      return r.value.body.data?.name === renamed;
+    }, 15_000, 100);
+    expect(t.deps.isolate.caches.shop.counters.staleServes).toBeGreaterThan(stale0);
+    expect((await breakers()).redis?.state).not.toBe("closed");
     // A read that misses L1 goes to MySQL (Redis skipped), so the shop is still served.
     t.deps.isolate.caches.shop.clearL1();
     const read = await ms(() => call(t.app, "GET", `/api/shop/${shopId}`));
