@@ -13,7 +13,7 @@
  *   SMS, payments   the `fetch` they are given
  *
  * A failure is a timeout, a network error or a 5xx-ish answer that is not the dependency's own
- * (Redis: a reply that is not Upstash's JSON; HTTP: status ≥ 500). A Redis command error
+ * (Redis: a reply that is not Upstash's JSON; QStash and HTTP: status ≥ 500). A Redis command error
  * (NOSCRIPT, WRONGTYPE) or an SQL error is an answer and counts as neither success nor failure.
  * Every failure leaves as `DependencyUnavailableError` (cause kept), which errors.ts turns into a
  * 503 envelope with `Retry-After`; an open breaker throws it without calling anything.
@@ -28,6 +28,7 @@
  * breaker state machine and timeouts; what it lacks — the open time for `Retry-After`, counters for
  * /health, fail-fast while half-open, the error classification per SDK — is this file.
  */
+import { QstashError } from "@upstash/qstash";
 import { errors as redisErrors, type Redis } from "@upstash/redis";
 import { BrokenCircuitError, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen, IsolatedCircuitError, TaskCancelledError, TimeoutStrategy, timeout, wrap, type CircuitBreakerPolicy, type IPolicy } from "cockatiel";
 import type { Config } from "./env.ts";
@@ -243,6 +244,14 @@ export function isRedisFailure(err: unknown): boolean {
   return !(err instanceof redisErrors.UpstashError) || err instanceof redisErrors.UpstashJSONParseError;
 }
 
+/**
+ * QStash: an error with a status below 500 (a refused message, a quota) or none (the SDK's own
+ * validation) is QStash answering; a 5xx, a network error or a timeout is QStash failing.
+ */
+export function isQstashFailure(err: unknown): boolean {
+  return !(err instanceof QstashError) || (typeof err.status === "number" && err.status >= 500);
+}
+
 export type Resilience = Record<DependencyName, Guard>;
 
 type ResilienceConfig = Pick<
@@ -256,7 +265,7 @@ export function createResilience(config: ResilienceConfig, now: () => number = D
   return {
     redis: guard("redis", config.REDIS_TIMEOUT_MS, isRedisFailure),
     mysql: guard("mysql", config.MYSQL_TIMEOUT_MS),
-    qstash: guard("qstash", config.QSTASH_TIMEOUT_MS),
+    qstash: guard("qstash", config.QSTASH_TIMEOUT_MS, isQstashFailure),
     sms: guard("sms", config.SMS_TIMEOUT_MS),
     payments: guard("payments", config.PAYMENTS_TIMEOUT_MS),
   };
