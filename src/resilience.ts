@@ -24,13 +24,17 @@
  * reservation without Redis). In half-open state only the single probe runs; other callers fail
  * fast instead of queueing behind it (cockatiel would make them wait for the probe's verdict).
  *
- * Why cockatiel and a small wrapper: cockatiel is pure TypeScript (bundles for Workers), gives the
- * breaker state machine and timeouts; what it lacks — the open time for `Retry-After`, counters for
- * /health, fail-fast while half-open, the error classification per SDK — is this file.
+ * Why cockatiel and a small wrapper: cockatiel is pure TypeScript and gives the breaker state
+ * machine and timeouts; what it lacks — the open time for `Retry-After`, counters for /health,
+ * fail-fast while half-open, the error classification per SDK — is this file. cockatiel is loaded
+ * with `import()` on a guard's first call, not statically: its module body aborts an
+ * AbortController at top level, which workerd forbids in global scope ("Disallowed operation"),
+ * so a static import kills the Worker at startup (tests/workerd/smoke.test.ts). Loaded from a
+ * handler, it runs fine; until then a guard reads "closed" (nothing has failed yet).
  */
 import { QstashError } from "@upstash/qstash";
 import { errors as redisErrors, type Redis } from "@upstash/redis";
-import { BrokenCircuitError, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen, IsolatedCircuitError, TaskCancelledError, TimeoutStrategy, timeout, wrap, type CircuitBreakerPolicy, type IPolicy } from "cockatiel";
+import type { CircuitBreakerPolicy, IPolicy } from "cockatiel";
 import type { Config } from "./env.ts";
 
 export type DependencyName = "redis" | "mysql" | "qstash" | "sms" | "payments";
@@ -86,12 +90,19 @@ export interface GuardSnapshot {
   retryAfterSeconds: number;
 }
 
-const STATE_NAMES: Record<CircuitState, BreakerStateName> = {
-  [CircuitState.Closed]: "closed",
-  [CircuitState.Open]: "open",
-  [CircuitState.HalfOpen]: "halfOpen",
-  [CircuitState.Isolated]: "isolated",
-};
+/** cockatiel's CircuitState values (Closed 0, Open 1, HalfOpen 2, Isolated 3), by value. */
+const STATE_NAMES: readonly BreakerStateName[] = ["closed", "open", "halfOpen", "isolated"];
+const CLOSED = 0;
+const HALF_OPEN = 2;
+
+type Cockatiel = typeof import("cockatiel");
+
+/** A guard's cockatiel objects, built on its first call (see the file comment). */
+interface Policies {
+  lib: Cockatiel;
+  breaker: CircuitBreakerPolicy;
+  policy: IPolicy;
+}
 
 export interface GuardOptions {
   timeoutMs: number;
@@ -105,8 +116,8 @@ export interface GuardOptions {
 
 /** One dependency's timeout + breaker in one isolate. */
 export class Guard {
-  readonly breaker: CircuitBreakerPolicy;
-  private readonly policy: IPolicy;
+  private policies: Policies | undefined;
+  private loading: Promise<Policies> | undefined;
   private readonly counters = { calls: 0, failures: 0, timeouts: 0, rejected: 0, opened: 0 };
   private lastOpenedAt: number | null = null;
   private lastFailure: string | null = null;
@@ -117,29 +128,43 @@ export class Guard {
     readonly opts: GuardOptions,
   ) {
     this.now = opts.now ?? Date.now;
-    const isFailure = opts.isFailure ?? (() => true);
+  }
+
+  private build(lib: Cockatiel): Policies {
+    const isFailure = this.opts.isFailure ?? (() => true);
     // TaskCancelledError is the timeout's own: always a failure.
-    const handled = handleWhen((err) => err instanceof TaskCancelledError || isFailure(err));
-    this.breaker = circuitBreaker(handled, { halfOpenAfter: opts.halfOpenAfterMs, breaker: new ConsecutiveBreaker(opts.threshold) });
-    this.breaker.onBreak(() => {
+    const handled = lib.handleWhen((err) => err instanceof lib.TaskCancelledError || isFailure(err));
+    const breaker = lib.circuitBreaker(handled, { halfOpenAfter: this.opts.halfOpenAfterMs, breaker: new lib.ConsecutiveBreaker(this.opts.threshold) });
+    breaker.onBreak(() => {
       this.counters.opened++;
       this.lastOpenedAt = this.now();
     });
-    this.policy = wrap(this.breaker, timeout(opts.timeoutMs, TimeoutStrategy.Aggressive));
+    return { lib, breaker, policy: lib.wrap(breaker, lib.timeout(this.opts.timeoutMs, lib.TimeoutStrategy.Aggressive)) };
+  }
+
+  private load(): Policies | Promise<Policies> {
+    if (this.policies) return this.policies;
+    this.loading ??= import("cockatiel").then((lib) => (this.policies = this.build(lib)));
+    return this.loading;
+  }
+
+  /** cockatiel's CircuitState value; Closed until the first call has loaded cockatiel. */
+  private get stateValue(): number {
+    return this.policies ? this.policies.breaker.state : CLOSED;
   }
 
   get state(): BreakerStateName {
-    return STATE_NAMES[this.breaker.state];
+    return STATE_NAMES[this.stateValue] ?? "isolated";
   }
 
   /** Open, probing or isolated: non-core features should not call the dependency now. */
   get degraded(): boolean {
-    return this.breaker.state !== CircuitState.Closed;
+    return this.stateValue !== CLOSED;
   }
 
   /** ms until a probe may run: the rest of the open period (at least 1 s when not closed). */
   retryAfterMs(): number {
-    if (this.breaker.state === CircuitState.Closed) return 0;
+    if (this.stateValue === CLOSED) return 0;
     const left = this.lastOpenedAt === null ? this.opts.halfOpenAfterMs : this.lastOpenedAt + this.opts.halfOpenAfterMs - this.now();
     return Math.max(1000, left);
   }
@@ -158,18 +183,22 @@ export class Guard {
     this.counters.calls++;
     // cockatiel lets one call probe a half-open breaker and parks the others until its verdict
     // (up to a whole timeout): refuse them at once instead.
-    if (this.breaker.state === CircuitState.HalfOpen) {
+    if (this.stateValue === HALF_OPEN) {
       this.counters.rejected++;
       throw this.unavailable();
     }
+    const p = this.policies ?? (await this.load());
     try {
-      return await this.policy.execute(({ signal }) => fn(signal));
+      // A fresh parent signal per call: cockatiel's default is one module-level AbortSignal, and
+      // workerd ties an AbortSignal to the request that created it ("Cannot perform I/O on behalf
+      // of a different request"), so every later request would fail on it.
+      return await p.policy.execute(({ signal }) => fn(signal), new AbortController().signal);
     } catch (err) {
-      if (err instanceof BrokenCircuitError || err instanceof IsolatedCircuitError) {
+      if (err instanceof p.lib.BrokenCircuitError || err instanceof p.lib.IsolatedCircuitError) {
         this.counters.rejected++;
         throw this.unavailable();
       }
-      if (err instanceof TaskCancelledError) {
+      if (err instanceof p.lib.TaskCancelledError) {
         this.counters.failures++;
         this.counters.timeouts++;
         this.lastFailure = `timed out after ${this.opts.timeoutMs} ms`;
@@ -278,14 +307,15 @@ export function resilienceSnapshot(r: Resilience): Record<DependencyName, GuardS
 /**
  * Puts `guard` around every HTTP request of an @upstash/redis client. The SDK, given an aborted
  * AbortSignal object, answers a fake 200 whose result is the abort reason; the timeout's
- * TaskCancelledError (Aggressive) wins the race first, and a reply that arrives after the
- * deadline is dropped, so that fake result never reaches a caller.
+ * rejection (Aggressive) wins the race first, and a reply that arrives after the deadline is
+ * dropped, so that fake result never reaches a caller.
  */
 export function guardRedis(redis: Redis, guard: Guard): Redis {
   redis.use((req, next) =>
     guard.run(async (signal) => {
       const res = await next({ ...req, signal });
-      if (signal.aborted) throw new TaskCancelledError("redis request aborted");
+      // (The timeout's own rejection has already reached the caller; this only discards the reply.)
+      if (signal.aborted) throw new Error("redis request aborted after its timeout");
       return res;
     }),
   );
