@@ -166,7 +166,8 @@ export class Guard {
   retryAfterMs(): number {
     if (this.stateValue === CLOSED) return 0;
     const left = this.lastOpenedAt === null ? this.opts.halfOpenAfterMs : this.lastOpenedAt + this.opts.halfOpenAfterMs - this.now();
-    return Math.max(1000, left);
+    // Clamped: an injected clock that jumps (tests) must not make Retry-After 0 or absurd.
+    return Math.min(Math.max(1000, left), Math.max(1000, this.opts.halfOpenAfterMs));
   }
 
   /** The error a caller gets when this dependency is skipped on purpose (degraded feature). */
@@ -218,12 +219,13 @@ export class Guard {
    * inside it and handed on buffered (these dependencies answer small JSON). A 5xx is returned to
    * the SDK as is (it makes its own error) but counts as a failure.
    */
-  fetch(base: typeof fetch = fetch): typeof fetch {
+  fetch(base?: typeof fetch): typeof fetch {
     const guarded = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
       let status = 0;
       try {
         return await this.run(async (signal) => {
-          const res = await base(input, { ...init, signal: init?.signal ? AbortSignal.any([init.signal, signal]) : signal });
+          // The global fetch is looked up per call (a test or bench may wrap it after createDeps).
+          const res = await (base ?? fetch)(input, { ...init, signal: init?.signal ? AbortSignal.any([init.signal, signal]) : signal });
           const body = await res.arrayBuffer();
           status = res.status;
           const copy = new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
