@@ -1,5 +1,5 @@
 /**
- * Chaos: Redis and MySQL made slow and made to fail behind HTTP fault proxies (tests/support/
+ * Chaos: Redis and MySQL made slow and made to fail behind HTTP fault proxies (scripts/stack/
  * fault-proxy.ts) in front of the Upstash-REST and PlanetScale-HTTP stand-ins, with the app's
  * production SDKs and its per-dependency timeouts and breakers (src/resilience.ts).
  *
