@@ -14,6 +14,7 @@ import { type BlobStore, createBlobStore } from "./blob/index.ts";
 import { createPaymentProvider, type PaymentProvider } from "./payments/provider.ts";
 import { OrderGroups } from "./services/seckill/pipeline.ts";
 import { createIsolate, type Isolate } from "./isolate.ts";
+import { createResilience, guardMethods, guardRedis } from "./resilience.ts";
 
 export type RedisPort = Redis;
 /** `execute` runs on a fresh session per call; `transaction` pins one session (one MySQL connection). */
@@ -67,15 +68,23 @@ export interface DepsOverrides {
 
 export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps {
   const log = overrides.log ?? createLogger(config.LOG_LEVEL);
-  const redis = new Redis({
-    url: config.UPSTASH_REDIS_REST_URL,
-    token: config.UPSTASH_REDIS_REST_TOKEN,
-    // The SDK's default retries network errors ~4 s; a request should fail fast and fall back.
-    retry: config.REDIS_RETRY ? undefined : false,
-    enableTelemetry: false,
-  });
-  const db = new DbClient({ url: config.DATABASE_URL, fetch: overrides.fetch });
-  const queue = new QstashClient({ baseUrl: config.QSTASH_URL, token: config.QSTASH_TOKEN, enableTelemetry: false });
+  // Per-dependency timeouts and breakers (src/resilience.ts), hooked in at each SDK's transport.
+  const clock = overrides.clock ?? systemClock;
+  const resilience = createResilience(config, () => clock.now());
+  const redis = guardRedis(
+    new Redis({
+      url: config.UPSTASH_REDIS_REST_URL,
+      token: config.UPSTASH_REDIS_REST_TOKEN,
+      // The SDK's default retries network errors ~4 s; a request should fail fast and fall back.
+      retry: config.REDIS_RETRY ? undefined : false,
+      enableTelemetry: false,
+    }),
+    resilience.redis,
+  );
+  const db = new DbClient({ url: config.DATABASE_URL, fetch: resilience.mysql.fetch(overrides.fetch) });
+  // No SDK retries: they would multiply QSTASH_TIMEOUT_MS, and the outbox sweep re-publishes.
+  const qstash = new QstashClient({ baseUrl: config.QSTASH_URL, token: config.QSTASH_TOKEN, enableTelemetry: false, retry: false });
+  const queue: QueuePort = guardMethods(qstash, ["publish", "publishJSON", "batchJSON"], resilience.qstash);
   const receiver = new Receiver({
     currentSigningKey: config.QSTASH_CURRENT_SIGNING_KEY,
     nextSigningKey: config.QSTASH_NEXT_SIGNING_KEY,
@@ -85,9 +94,8 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     ((p: Promise<unknown>) => {
       p.catch((err: unknown) => log.error("background task failed", { err }));
     });
-  const sms = overrides.sms ?? createSms(config, log, overrides.fetch);
-  const clock = overrides.clock ?? systemClock;
-  const payments = overrides.payments ?? createPaymentProvider(config, log, () => clock.now(), overrides.fetch);
+  const sms = overrides.sms ?? createSms(config, log, resilience.sms.fetch(overrides.fetch));
+  const payments = overrides.payments ?? createPaymentProvider(config, log, () => clock.now(), resilience.payments.fetch(overrides.fetch));
   const blobs = overrides.blobs ?? createBlobStore(config, overrides.fetch);
-  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, orderGroups: new OrderGroups(), isolate: createIsolate(config, { redis, clock }), waitUntil };
+  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, orderGroups: new OrderGroups(), isolate: createIsolate(config, { redis, clock, resilience }), waitUntil };
 }

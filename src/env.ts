@@ -55,6 +55,37 @@ export const EnvSchema = z.object({
   HEALTH_TIMEOUT_MS: z.coerce.number().int().positive().default(1500),
   /** Redis SDK retries network errors ~4 s by default; off by default so health reports fast. */
   REDIS_RETRY: bool.default(false),
+  /**
+   * Resilience (src/resilience.ts): every call to a dependency runs under a per-isolate timeout and
+   * circuit breaker built once per isolate. Timeouts, ms, per call (the whole HTTP exchange, body
+   * included; the SDKs' own retries are off, so this is also the longest a caller waits):
+   *   Redis    Upstash REST at the edge answers in ~1–5 ms (p99 tens of ms across regions); 250 ms
+   *            is ~50× typical, long enough for a GC pause or a cold TLS connection, short enough
+   *            that a stuck Redis costs a request a quarter second, not the SDK's ~4 s of retries.
+   *   MySQL    PlanetScale HTTP: a few tens of ms; the writer's transactions (a group's INSERTs) are
+   *            the longest calls, ~100–300 ms under a sale: 2 s.
+   *   QStash   one publish/batch call, ~20–100 ms; 3 s (the outbox sweep re-publishes what timed out).
+   *   SMS      Twilio Messages API, ~200–800 ms: 5 s (a login code is worth waiting for).
+   *   Payments the provider's API: 5 s.
+   */
+  REDIS_TIMEOUT_MS: z.coerce.number().int().min(10).max(60_000).default(250),
+  MYSQL_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(2_000),
+  QSTASH_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(3_000),
+  SMS_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
+  PAYMENTS_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
+  /**
+   * A dependency's breaker opens after this many consecutive failed calls (timeouts, network
+   * errors, 5xx; a Redis command error or an SQL error is an answer, not a failure). 5: one slow
+   * burst of a busy isolate trips it within a few requests; a single lost packet never does.
+   */
+  BREAKER_THRESHOLD: z.coerce.number().int().min(1).max(1_000).default(5),
+  /**
+   * An open breaker lets one probe call through after this long, ms (half-open): success closes
+   * it, failure re-opens it for the same time. Callers meanwhile fail fast with 503 and
+   * `Retry-After` = the time left. 5 s: recovery is noticed within seconds, and a dead dependency
+   * sees one probe per 5 s per isolate.
+   */
+  BREAKER_HALF_OPEN_AFTER_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
   /** Bun entry only: listening port. */
   PORT: z.coerce.number().int().min(0).max(65535).default(8787),
   /**

@@ -9,6 +9,7 @@
 import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
+import { DependencyUnavailableError } from "./resilience.ts";
 import type { AppEnv } from "./types.ts";
 
 export type ErrorCode =
@@ -117,11 +118,26 @@ function statusToCode(status: number): ErrorCode {
   }
 }
 
+/** Retry-After of a DependencyUnavailableError somewhere in a cause chain (≤ 4 deep), seconds. */
+function dependencyRetryAfterSeconds(cause: unknown): number | undefined {
+  for (let i = 0; i < 4 && cause instanceof Error; i++, cause = cause.cause) {
+    if (cause instanceof DependencyUnavailableError) return cause.retryAfterMs / 1000;
+  }
+  return undefined;
+}
+
 /** The app's `onError`: AppError, then any HTTPException (validators, body limit), then unknown. */
 export function handleError(err: Error, c: Context<AppEnv>): Response {
   const requestId = c.get("requestId");
+  if (err instanceof DependencyUnavailableError) {
+    // A timeout, a failure or an open breaker (src/resilience.ts): the dependency is named, and
+    // Retry-After is the time until the breaker's next probe — never a 500.
+    c.header("Retry-After", String(Math.max(1, Math.ceil(err.retryAfterMs / 1000))));
+    return c.json(fail("UNAVAILABLE", `${err.message}; try again shortly`, requestId), 503);
+  }
   if (err instanceof AppError) {
-    if (err.retryAfterSeconds !== undefined) c.header("Retry-After", String(Math.max(1, Math.ceil(err.retryAfterSeconds))));
+    const retryAfter = err.retryAfterSeconds ?? dependencyRetryAfterSeconds(err.cause);
+    if (retryAfter !== undefined) c.header("Retry-After", String(Math.max(1, Math.ceil(retryAfter))));
     return c.json(fail(err.code, err.message, requestId), err.status as ContentfulStatusCode);
   }
   if (err instanceof HTTPException) {

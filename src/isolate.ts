@@ -12,6 +12,7 @@ import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
 import { ListingLimiter } from "./http/listing-limit.ts";
 import { IsolateIds } from "./redis/ids.ts";
+import type { Resilience } from "./resilience.ts";
 import { ScriptBatcher } from "./redis/script-batch.ts";
 import { luaSources, scriptsFor } from "./redis/scripts.ts";
 import { createLoginLimiters, type LoginLimiters } from "./services/auth.ts";
@@ -91,6 +92,13 @@ export interface Isolate {
    * each with an ephemeral cache of blocked users (at most 10,000 per bucket, oldest forgotten first).
    */
   writeLimiters: WriteLimiters;
+  /**
+   * Per-dependency timeout + circuit breaker (src/resilience.ts): redis, mysql, qstash, sms,
+   * payments. Each remembers its breaker state (closed/open/halfOpen/isolated), the consecutive
+   * failure count (≤ BREAKER_THRESHOLD), the last opening time and failure message, and five
+   * counters: a fixed size. Built by createDeps around the SDK transports; shown by /health.
+   */
+  resilience: Resilience;
 }
 
 /** Upper bound of a holder memo entry, ms. */
@@ -105,6 +113,8 @@ export function holderMemoMs(config: Pick<Config, "ORDER_PAY_TIMEOUT_SECONDS">):
 export interface IsolatePorts {
   redis: RedisPort;
   clock: Clock;
+  /** The guards createDeps put around the ports. */
+  resilience: Resilience;
 }
 
 export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
@@ -123,5 +133,6 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     listingLimit: config.LISTING_IP_LIMIT > 0 ? new ListingLimiter(config) : undefined,
     seckillAdmission: new SeckillAdmission(config),
     writeLimiters: createWriteLimiters(config, ports.redis),
+    resilience: ports.resilience,
   };
 }

@@ -198,6 +198,7 @@ export class CacheModule<K extends string | number, V, P = never> {
     }
     const running = this.inflight.get(id);
     if (running) return await running;
+    if (cached && deps.isolate.resilience.redis.degraded) return this.serveStaleWhileRedisDown(deps, key, cached);
     const p = this.fetchL2(deps, key, cached).finally(() => this.inflight.delete(id));
     this.inflight.set(id, p);
     return await p;
@@ -237,6 +238,36 @@ export class CacheModule<K extends string | number, V, P = never> {
     const entry = this.l1.peek(String(key));
     if (entry && entry.value === value && entry.prepared !== undefined) return entry.prepared;
     return prepare(value);
+  }
+
+  /**
+   * Redis's breaker is open or probing (src/resilience.ts): the read serves what this isolate has
+   * at once instead of queueing behind Redis (single-flight would otherwise park every reader of
+   * the key behind one call that may take a whole REDIS_TIMEOUT_MS, e.g. the half-open probe), and
+   * one background origin load per key refreshes L1 from MySQL — so the value is never staler than
+   * a MySQL round trip plus its L1 freshness. A failed refresh leaves the stale value in place.
+   */
+  private serveStaleWhileRedisDown(deps: Deps, key: K, cached: L1Entry<V, P>): V | null {
+    this.counters.staleServes++;
+    const id = String(key);
+    if (!this.rebuilding.has(id)) {
+      this.rebuilding.add(id);
+      // Taken before the load, like every read path: a write seen meanwhile keeps this value from being promoted.
+      const gen = this.writeGen;
+      const task = (async () => {
+        try {
+          this.counters.originLoads++;
+          this.remember(id, await this.def.load(deps, key), gen);
+        } catch (err) {
+          this.counters.errors++;
+          deps.log.warn("cache origin refresh failed (Redis down, stale value kept)", { module: this.name, key: id, err });
+        } finally {
+          this.rebuilding.delete(id);
+        }
+      })();
+      deps.waitUntil(task);
+    }
+    return cached.value;
   }
 
   /** Write path: the caller wrote MySQL first; this overwrites (not deletes) L2 and L1. */

@@ -14,6 +14,7 @@ import { queryInt } from "../http/validate.ts";
 import { doc, v } from "../openapi/describe.ts";
 import { listRefunds } from "../services/seckill/payments.ts";
 import { formatInZone } from "../util/time.ts";
+import { resilienceSnapshot } from "../resilience.ts";
 
 const RefundsQuery = z.object({
   state: z.enum(["requested", "failed", "succeeded", "open"]).optional(),
@@ -23,6 +24,10 @@ const RefundsQuery = z.object({
 
 export const admin = new Hono<AppEnv>()
   .use(requireOperator)
+  .get("/resilience", doc({ tag: "operator", summary: "This isolate's circuit breakers per dependency: state, timeout, calls, failures, timeouts, rejected, openings, last failure", access: "operator", data: { type: "object" } }, (c) => {
+    // Memory only (no dependency is called): it answers while everything is down.
+    return c.json(ok(resilienceSnapshot(c.get("deps").isolate.resilience)));
+  }))
   .get("/cache", doc({ tag: "operator", summary: "Cache counters per module, summed across isolates", access: "operator", data: { type: "object" } }, async (c) => {
     const deps = c.get("deps");
     return c.json(ok(await cachesFor(deps).metrics.report(deps)));

@@ -1,4 +1,5 @@
 import type { Deps } from "../deps.ts";
+import { type DependencyName, type GuardSnapshot, resilienceSnapshot } from "../resilience.ts";
 
 export interface ProbeResult {
   ok: boolean;
@@ -11,6 +12,12 @@ export interface HealthReport {
   ok: boolean;
   redis: ProbeResult;
   mysql: ProbeResult;
+  /**
+   * This isolate's circuit breakers (src/resilience.ts), per dependency. The probes above run
+   * through them: an open breaker answers "circuit open" without probing, and after
+   * BREAKER_HALF_OPEN_AFTER_MS a /health call may be the probe that closes it again.
+   */
+  breakers: Record<DependencyName, GuardSnapshot>;
 }
 
 /** Races a probe against a timeout so a hung dependency reports "down" instead of hanging /health. */
@@ -35,7 +42,7 @@ async function probe(run: () => Promise<unknown>, timeoutMs: number): Promise<Pr
 const round = (ms: number) => Math.round(ms * 100) / 100;
 
 /** Redis and MySQL are probed in parallel and reported separately; either down → not ok. */
-export async function checkHealth(deps: Pick<Deps, "redis" | "db" | "config">): Promise<HealthReport> {
+export async function checkHealth(deps: Pick<Deps, "redis" | "db" | "config" | "isolate">): Promise<HealthReport> {
   const timeout = deps.config.HEALTH_TIMEOUT_MS;
   const [redis, mysql] = await Promise.all([
     probe(async () => {
@@ -44,5 +51,5 @@ export async function checkHealth(deps: Pick<Deps, "redis" | "db" | "config">): 
     }, timeout),
     probe(() => deps.db.execute("SELECT 1"), timeout),
   ]);
-  return { ok: redis.ok && mysql.ok, redis, mysql };
+  return { ok: redis.ok && mysql.ok, redis, mysql, breakers: resilienceSnapshot(deps.isolate.resilience) };
 }

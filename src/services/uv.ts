@@ -158,8 +158,14 @@ export class UvBatcher {
   }
 
   /** Starts a background flush when the open batch is due (cheap otherwise: one clock read). */
-  maybeFlush(deps: Pick<Deps, "clock" | "waitUntil" | "redis" | "log">): void {
+  maybeFlush(deps: Pick<Deps, "clock" | "waitUntil" | "redis" | "log" | "isolate">): void {
     if (this.flushing || (!(deps.clock.now() >= this.dueAt) && this.pendingCount < this.opts.batchSize)) return;
+    // UV counting degrades first (src/resilience.ts): while Redis's breaker is open or probing,
+    // the batch waits (bounded by maxPending) and no request's background work touches Redis.
+    if (deps.isolate.resilience.redis.degraded) {
+      this.dueAt = deps.clock.now() + this.opts.flushEveryMs;
+      return;
+    }
     deps.waitUntil(this.flush(deps));
   }
 

@@ -104,6 +104,12 @@ describe("Workers bundle in workerd (miniflare)", () => {
         const body = (await res.json()) as { success: boolean; data: { ok: boolean; redis: { ok: boolean; error?: string }; mysql: { ok: boolean; error?: string } } };
         expect({ status: res.status, body }).toMatchObject({ status: 200, body: { success: true, data: { ok: true, redis: { ok: true }, mysql: { ok: true } } } });
         expect(res.headers.get("x-request-id")).toBeString();
+        // The breakers (cockatiel, loaded on first use) work across requests in workerd: a second
+        // request's probes run through the guards the first one built, and both stay closed.
+        const again = (await (await mf!.dispatchFetch("http://edge.test/health")).json()) as { data: { ok: boolean; breakers: Record<string, { state: string; calls: number }> } };
+        expect(again.data.ok).toBe(true);
+        expect(again.data.breakers.redis).toMatchObject({ state: "closed" });
+        expect(again.data.breakers.mysql?.calls).toBeGreaterThanOrEqual(2);
       }),
     15_000,
   );

@@ -1,0 +1,134 @@
+/**
+ * The per-dependency guards (src/resilience.ts) one by one: what counts as a failure, the SDKs'
+ * own retries being off, the SMS and QStash timeouts, and the half-open fail-fast.
+ */
+import { describe, expect, test } from "bun:test";
+import { startFaultProxy } from "../../scripts/stack/fault-proxy.ts";
+import { DependencyUnavailableError, Guard } from "../../src/resilience.ts";
+import { call, uniquePhone } from "../support/http.ts";
+import { createTestApp, eventually, getStack } from "../support/stack.ts";
+
+const MARGIN_MS = 150;
+
+const elapsed = async <T>(fn: () => Promise<T>): Promise<{ result: T | undefined; error: unknown; ms: number }> => {
+  const started = performance.now();
+  try {
+    return { result: await fn(), error: undefined, ms: performance.now() - started };
+  } catch (error) {
+    return { result: undefined, error, ms: performance.now() - started };
+  }
+};
+
+describe("what trips a breaker", () => {
+  test("Redis command errors (WRONGTYPE, NOSCRIPT during script loading) are answers: the breaker stays closed and the error is the SDK's", async () => {
+    const t = await createTestApp({ BREAKER_THRESHOLD: "1" });
+    const key = `guard-test:${crypto.randomUUID()}`;
+    await t.deps.redis.set(key, "x");
+    for (let i = 0; i < 3; i++) {
+      const r = await elapsed(() => t.deps.redis.lpush(key, "a"));
+      expect(r.error).toBeInstanceOf(Error);
+      expect(r.error).not.toBeInstanceOf(DependencyUnavailableError);
+      expect(String((r.error as Error).message)).toContain("WRONGTYPE");
+    }
+    // A script unknown to the server: EVALSHA answers NOSCRIPT, the SDK falls back to EVAL.
+    const script = t.deps.redis.createScript<number>(`return ${Math.floor(Math.random() * 1e9)}`);
+    expect(typeof (await script.exec([], []))).toBe("number");
+    const s = t.deps.isolate.resilience.redis.snapshot();
+    expect(s.state).toBe("closed");
+    expect(s.failures).toBe(0);
+    await t.deps.redis.del(key);
+  });
+
+  test("a gateway's 502 to Redis is a failure: with threshold 1 the breaker opens and the next call makes no request", async () => {
+    const stack = await getStack();
+    const proxy = startFaultProxy(stack.env.UPSTASH_REDIS_REST_URL as string);
+    try {
+      const t = await createTestApp({ UPSTASH_REDIS_REST_URL: proxy.url, BREAKER_THRESHOLD: "1", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
+      proxy.set({ kind: "fail" });
+      const first = await elapsed(() => t.deps.redis.get("guard-test:any"));
+      expect(first.error).toBeInstanceOf(DependencyUnavailableError);
+      expect((first.error as DependencyUnavailableError).reason).toBe("failed");
+      expect(t.deps.isolate.resilience.redis.state).toBe("open");
+      const seen = proxy.seen;
+      const second = await elapsed(() => t.deps.redis.get("guard-test:any"));
+      expect((second.error as DependencyUnavailableError).reason).toBe("open");
+      expect((second.error as DependencyUnavailableError).retryAfterMs).toBeGreaterThan(50_000);
+      expect(proxy.seen).toBe(seen);
+    } finally {
+      await proxy.stop();
+    }
+  });
+});
+
+describe("timeouts bound every dependency call", () => {
+  test("QStash: a publish to a hung QStash fails after QSTASH_TIMEOUT_MS, once (the SDK's retries are off)", async () => {
+    const stack = await getStack();
+    const proxy = startFaultProxy(stack.env.QSTASH_URL as string);
+    try {
+      const t = await createTestApp({ QSTASH_URL: proxy.url, QSTASH_TIMEOUT_MS: "200" });
+      proxy.set({ kind: "delay", ms: 5_000 });
+      const r = await elapsed(() => t.deps.queue.publishJSON({ url: `${t.deps.config.PUBLIC_URL}/internal/nowhere`, body: { x: 1 } }));
+      expect(r.error).toBeInstanceOf(DependencyUnavailableError);
+      expect((r.error as DependencyUnavailableError).dependency).toBe("qstash");
+      expect(r.ms).toBeLessThan(200 + MARGIN_MS);
+      // Failing outright: one attempt, not the SDK's default six.
+      proxy.set({ kind: "fail" });
+      const before = proxy.seen;
+      const failed = await elapsed(() => t.deps.queue.publishJSON({ url: `${t.deps.config.PUBLIC_URL}/internal/nowhere`, body: { x: 2 } }));
+      expect(failed.error).toBeInstanceOf(Error);
+      expect(proxy.seen - before).toBe(1);
+    } finally {
+      await proxy.stop();
+    }
+  });
+
+  test("SMS: a hung provider makes POST /api/user/code a 503 after SMS_TIMEOUT_MS, not a hang", async () => {
+    const hung = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Promise<Response>(() => {}) });
+    try {
+      const t = await createTestApp({
+        SMS_PROVIDER: "twilio",
+        TWILIO_ACCOUNT_SID: "ACtest",
+        TWILIO_AUTH_TOKEN: "token",
+        TWILIO_FROM: "+15550000000",
+        TWILIO_API_URL: `http://127.0.0.1:${hung.port}`,
+        SMS_TIMEOUT_MS: "200",
+      });
+      const started = performance.now();
+      const res = await call(t.app, "POST", `/api/user/code?phone=${uniquePhone()}`, { ip: "10.9.9.9" });
+      expect(performance.now() - started).toBeLessThan(200 + MARGIN_MS);
+      expect(res.status).toBe(503);
+      expect(res.body.code).toBe("UNAVAILABLE");
+      expect(t.deps.isolate.resilience.sms.snapshot().timeouts).toBe(1);
+    } finally {
+      await hung.stop(true);
+    }
+  });
+});
+
+describe("half-open", () => {
+  test("while the single probe runs, other callers are refused at once instead of queueing behind it; its success closes the breaker", async () => {
+    const guard = new Guard("redis", { timeoutMs: 5_000, threshold: 1, halfOpenAfterMs: 100 });
+    await expect(guard.run(async () => Promise.reject(new Error("boom")))).rejects.toBeInstanceOf(DependencyUnavailableError);
+    expect(guard.state).toBe("open");
+    // Wait (on the condition) until the breaker lets a probe through: the first call that does is it.
+    let release: () => void = () => {};
+    let probe: Promise<string> | undefined;
+    await eventually("the breaker admits a probe", async () => {
+      const gate = new Promise<string>((resolve) => {
+        release = () => resolve("ok");
+      });
+      const attempt = guard.run(() => gate);
+      const admitted = guard.state === "halfOpen";
+      if (admitted) probe = attempt;
+      else await attempt.catch(() => {});
+      return admitted;
+    }, 5_000, 20);
+    const other = await elapsed(() => guard.run(async () => "not run"));
+    expect(other.error).toBeInstanceOf(DependencyUnavailableError);
+    expect(other.ms).toBeLessThan(20);
+    release();
+    expect(await probe).toBe("ok");
+    expect(guard.state).toBe("closed");
+    expect(await guard.run(async () => "fine")).toBe("fine");
+  });
+});
