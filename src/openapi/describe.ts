@@ -93,6 +93,14 @@ function success(data: z.ZodType | JsonSchema | undefined): JsonSchema {
   return { allOf: [ref("Success"), { type: "object", properties: { data: outputSchema(data) } }] };
 }
 
+const RETRY_AFTER = { "Retry-After": { description: "seconds until a retry may succeed", schema: { type: "integer" } } };
+
+/** What the five listing routes say about their per-address limit (http/listing-limit.ts). */
+export const LISTING_LIMIT_NOTE =
+  "Listing/search routes share one budget per client address (IPv6: per /64): LISTING_IP_LIMIT requests per LISTING_IP_WINDOW_MS across them, answered from the isolate's memory; over it, 429 RATE_LIMITED with Retry-After.";
+/** What the non-core routes say about degrading (http/degrade.ts). */
+export const NON_CORE_NOTE = "Non-core: while Redis's circuit breaker is open or probing, answered 503 UNAVAILABLE with Retry-After at once, without calling Redis.";
+
 const STATUS_TEXT: Record<number, string> = {
   400: "Malformed input (bad JSON, wrong types, out-of-range ids)",
   401: "Not logged in, or missing/invalid credentials or signature",
@@ -102,7 +110,7 @@ const STATUS_TEXT: Record<number, string> = {
   413: "Body too large",
   429: "Rate limited (see `Retry-After`)",
   500: "Unexpected error (the envelope carries the request id, never a stack trace)",
-  503: "A dependency is unavailable",
+  503: "A dependency is unavailable (timed out, failing, or its circuit breaker is open), or a non-core feature is switched off while Redis's is (see `Retry-After`)",
 };
 
 const json = (schema: JsonSchema) => ({ "application/json": { schema } });
@@ -125,7 +133,8 @@ function responsesOf(spec: RouteDoc, implied: readonly ErrorCode[]): Record<stri
   for (const [status, codes] of [...byStatus].sort(([a], [b]) => a - b)) {
     responses[status] = {
       description: `${STATUS_TEXT[status] ?? "Error"}: ${codes.join(", ")}`,
-      ...(status === 429 ? { headers: { "Retry-After": { description: "seconds until a retry may succeed", schema: { type: "integer" } } } } : {}),
+      // 429s and 503s carry Retry-After (errors.ts handleError): the limit's window, or the breaker's next probe.
+      ...(status === 429 || status === 503 ? { headers: RETRY_AFTER } : {}),
       content: json(failure(codes)),
     };
   }
@@ -207,8 +216,6 @@ export const v = <T extends z.ZodType, Target extends keyof ValidationTargets>(t
       }) as DescribeRouteOptions,
   );
 };
-
-const RETRY_AFTER = { "Retry-After": { description: "seconds until a retry may succeed", schema: { type: "integer" } } };
 
 /**
  * The description http/idempotency.ts's middleware carries on the routes that take an

@@ -6,7 +6,7 @@ import { BODY_LIMITS, jsonBody } from "../http/body.ts";
 import { idempotentUser } from "../http/idempotency.ts";
 import { nonCore } from "../http/degrade.ts";
 import { Current, Id, IdParam, JsonId, queryInt, varchar } from "../http/validate.ts";
-import { doc, v } from "../openapi/describe.ts";
+import { doc, LISTING_LIMIT_NOTE, NON_CORE_NOTE, v } from "../openapi/describe.ts";
 import { Blog, FeedPage, NumericId, UserCard } from "../openapi/schemas.ts";
 import { blogsOfUser, createBlog, firstLikers, getBlog, hotBlogs, toggleLike } from "../services/blog.ts";
 import { readFeedPage } from "../services/feed.ts";
@@ -38,7 +38,7 @@ const FeedQuery = z.object({
   offset: queryInt(0, 100_000).default(0),
 });
 
-const publicRoutes = new Hono<MaybeUserEnv>().get("/hot", optionalUser, doc({ tag: "notes", summary: "Notes by likes, 10 a page; `isLike` for the caller when signed in", access: "optional-user", data: z.array(Blog) }, v("query", z.object({ current: Current }))), async (c) => {
+const publicRoutes = new Hono<MaybeUserEnv>().get("/hot", optionalUser, doc({ tag: "notes", summary: "Notes by likes, 10 a page; `isLike` for the caller when signed in", description: LISTING_LIMIT_NOTE, access: "optional-user", data: z.array(Blog), errors: ["RATE_LIMITED"] }, v("query", z.object({ current: Current }))), async (c) => {
   const viewer = c.get("user");
   return c.json(ok(await hotBlogs(c.get("deps"), c.req.valid("query").current, viewer ? viewer.id : null)));
 });
@@ -51,11 +51,11 @@ const authed = new Hono<UserEnv>()
     const res = await createBlog(c.get("deps"), c.get("user").id, c.req.valid("json"));
     return res.ok ? c.json(ok(res.id)) : c.json(fail("INVALID_INPUT", "unknown shop"), 400);
   })
-  .put("/like/:id", nonCore("likes"), jsonBody(BODY_LIMITS.none), doc({ tag: "notes", summary: "Like or unlike a note (toggle)", access: "user", outcomes: ["NOT_FOUND"] }, v("param", IdParam)), idempotentUser(BODY_LIMITS.none), async (c) => {
+  .put("/like/:id", nonCore("likes"), jsonBody(BODY_LIMITS.none), doc({ tag: "notes", summary: "Like or unlike a note (toggle)", description: NON_CORE_NOTE, access: "user", outcomes: ["NOT_FOUND"], errors: ["UNAVAILABLE"] }, v("param", IdParam)), idempotentUser(BODY_LIMITS.none), async (c) => {
     const res = await toggleLike(c.get("deps"), c.req.valid("param").id, c.get("user").id);
     return c.json(res.ok ? ok() : fail("NOT_FOUND", "blog not found"));
   })
-  .get("/likes/:id", nonCore("likes"), doc({ tag: "notes", summary: "The first 5 users who liked a note, in like order", access: "user", data: z.array(UserCard) }, v("param", IdParam)), async (c) => c.json(ok(await firstLikers(c.get("deps"), c.req.valid("param").id))))
+  .get("/likes/:id", nonCore("likes"), doc({ tag: "notes", summary: "The first 5 users who liked a note, in like order", description: NON_CORE_NOTE, access: "user", data: z.array(UserCard), errors: ["UNAVAILABLE"] }, v("param", IdParam)), async (c) => c.json(ok(await firstLikers(c.get("deps"), c.req.valid("param").id))))
   .get("/of/me", doc({ tag: "notes", summary: "The caller's notes, newest first, 10 a page", access: "user", data: z.array(Blog) }, v("query", z.object({ current: Current }))), async (c) => {
     const me = c.get("user").id;
     return c.json(ok(await blogsOfUser(c.get("deps"), me, c.req.valid("query").current, me)));
@@ -64,7 +64,7 @@ const authed = new Hono<UserEnv>()
     const { id, current } = c.req.valid("query");
     return c.json(ok(await blogsOfUser(c.get("deps"), id, current, c.get("user").id)));
   })
-  .get("/of/follow", nonCore("the feed"), doc({ tag: "notes", summary: "Feed of followed users' notes, scroll paging: pass back `minTime` as `lastId` and `offset`", access: "user", data: FeedPage }, v("query", FeedQuery)), async (c) => {
+  .get("/of/follow", nonCore("the feed"), doc({ tag: "notes", summary: "Feed of followed users' notes, scroll paging: pass back `minTime` as `lastId` and `offset`", description: NON_CORE_NOTE, access: "user", data: FeedPage, errors: ["UNAVAILABLE"] }, v("query", FeedQuery)), async (c) => {
     const deps = c.get("deps");
     const { lastId, offset } = c.req.valid("query");
     return c.json(ok(await readFeedPage(deps, c.get("user").id, { minTime: lastId, offset }, deps.config.FEED_PAGE_SIZE)));

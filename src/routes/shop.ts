@@ -7,7 +7,7 @@ import { requireOperator } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
 import { idempotentOperator } from "../http/idempotency.ts";
 import { Current, Id, IdParam, INT_UNSIGNED_MAX, JsonId, varchar } from "../http/validate.ts";
-import { doc, v } from "../openapi/describe.ts";
+import { doc, LISTING_LIMIT_NOTE, v } from "../openapi/describe.ts";
 import { NumericId, Shop as ShopSchema, ShopType } from "../openapi/schemas.ts";
 import type { Deps } from "../deps.ts";
 import {
@@ -85,7 +85,7 @@ export const shop = new Hono<AppEnv>()
   .get(
     "/of/type",
     doc(
-      { tag: "shops", summary: "Shops of a type, 5 a page; with x/y (together) nearest first within 5 km, each with `distance` in metres", access: "public", data: z.array(ShopSchema) },
+      { tag: "shops", summary: "Shops of a type, 5 a page; with x/y (together) nearest first within 5 km, each with `distance` in metres", description: LISTING_LIMIT_NOTE, access: "public", data: z.array(ShopSchema), errors: ["RATE_LIMITED"] },
       v("query", z.object({ typeId: Id, current: Current, x: Lon.optional(), y: Lat.optional() }).refine((q) => (q.x === undefined) === (q.y === undefined), "x and y go together")),
     ),
     async (c) => {
@@ -99,7 +99,7 @@ export const shop = new Hono<AppEnv>()
       return c.json(ok(list));
     },
   )
-  .get("/of/name", doc({ tag: "shops", summary: "Shops whose name contains `name`, 10 a page", access: "public", data: z.array(ShopSchema) }, v("query", z.object({ name: z.string().trim().max(64).default(""), current: Current }))), async (c) => {
+  .get("/of/name", doc({ tag: "shops", summary: "Shops whose name contains `name`, 10 a page", description: LISTING_LIMIT_NOTE, access: "public", data: z.array(ShopSchema), errors: ["RATE_LIMITED"] }, v("query", z.object({ name: z.string().trim().max(64).default(""), current: Current }))), async (c) => {
     const { name, current } = c.req.valid("query");
     return c.json(ok(await shopsByName(c.get("deps"), name, current, NAME_PAGE_SIZE)));
   })
@@ -126,5 +126,5 @@ export const shop = new Hono<AppEnv>()
 
 export const shopType = new Hono<AppEnv>().get(
   "/list",
-  doc({ tag: "shops", summary: "Shop types, ordered by `sort` (ETag / If-None-Match: 304)", access: "public", data: z.array(ShopType), errors: ["UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).shopTypes, "all", "shop types")),
+  doc({ tag: "shops", summary: "Shop types, ordered by `sort` (ETag / If-None-Match: 304)", description: LISTING_LIMIT_NOTE, access: "public", data: z.array(ShopType), errors: ["RATE_LIMITED", "UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).shopTypes, "all", "shop types")),
 );

@@ -45,11 +45,11 @@ const SECKILL: RouteDoc = {
   tag: "orders",
   summary: "Seckill: reserve one unit of a flash-sale voucher; `data` is the order id",
   description:
-    "The order is written to MySQL behind a queue (`GET /api/voucher-order/{id}` reports `queued` until then). `DUPLICATE_ORDER` carries the order the buyer already holds in `data`. Attempts are limited per user and per client address, and per voucher per second across the deployment (SECKILL_ADMISSION_*): 429 with Retry-After, answered without Redis once known.",
+    "The order is written to MySQL behind a queue (`GET /api/voucher-order/{id}` reports `queued` until then). `DUPLICATE_ORDER` carries the order the buyer already holds in `data`. Attempts are limited per user and per client address, and per voucher per second across the deployment (SECKILL_ADMISSION_*): 429 with Retry-After, answered without Redis once known. Without Redis (timed out, failing, or its breaker open) it fails closed: 503 UNAVAILABLE with Retry-After, nothing reserved.",
   access: "user",
   data: OrderIdText,
   outcomes: ["SOLD_OUT", "DUPLICATE_ORDER", "NOT_STARTED", "ENDED", "NOT_FOUND", "LIMIT_REACHED"],
-  errors: ["RATE_LIMITED"],
+  errors: ["RATE_LIMITED", "UNAVAILABLE"],
 };
 
 export const voucherOrder = new Hono<UserEnv>()

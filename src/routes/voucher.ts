@@ -7,7 +7,7 @@ import { requireOperator } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
 import { idempotentOperator } from "../http/idempotency.ts";
 import { Id, JsonId, varchar } from "../http/validate.ts";
-import { doc, type RouteDoc, v } from "../openapi/describe.ts";
+import { doc, LISTING_LIMIT_NOTE, type RouteDoc, v } from "../openapi/describe.ts";
 import { NumericId, Voucher } from "../openapi/schemas.ts";
 import { insertVoucher, loadVouchersOfShop, shopExists } from "../services/shops.ts";
 import { createSeckillVoucher } from "../services/seckill/config.ts";
@@ -87,7 +87,7 @@ export async function refreshVoucherList(deps: Deps, shopId: number): Promise<vo
 }
 
 export const voucher = new Hono<AppEnv>()
-  .get("/list/:shopId", doc({ tag: "vouchers", summary: "Vouchers of a shop on sale; seckill ones with `stock`, `beginTime`, `endTime`. Amounts in cents", access: "public", params: ShopIdParam, data: z.array(Voucher), errors: ["UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).vouchers, parseParams(ShopIdParam, c.req.param()).shopId, "vouchers")))
+  .get("/list/:shopId", doc({ tag: "vouchers", summary: "Vouchers of a shop on sale; seckill ones with `stock`, `beginTime`, `endTime`. Amounts in cents", description: LISTING_LIMIT_NOTE, access: "public", params: ShopIdParam, data: z.array(Voucher), errors: ["RATE_LIMITED", "UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).vouchers, parseParams(ShopIdParam, c.req.param()).shopId, "vouchers")))
   .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a normal voucher", access: "operator", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", VoucherBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");

@@ -103,6 +103,30 @@ describe("OpenAPI document (/openapi.json)", () => {
     expect(seckill.responses["429"]).toMatchObject({ headers: { "Retry-After": {} } });
   });
 
+  test("limits and degradation are documented: listing routes 429 RATE_LIMITED, non-core and seckill 503 UNAVAILABLE, uploads 429 RATE_LIMITED / QUOTA_EXCEEDED, each with Retry-After", async () => {
+    const { app } = await createTestApp();
+    const doc = await documentOf(app);
+    const op = (path: string, method: string) => doc.paths[path]?.[method] as Operation;
+    const answers = (path: string, method: string, status: string) => {
+      const o = op(path, method);
+      return { codes: codesIn(jsonSchemaOf(o, status)).sort(), retryAfter: (o.responses[status] as { headers?: Record<string, unknown> } | undefined)?.headers?.["Retry-After"] !== undefined };
+    };
+    for (const path of ["/api/shop/of/type", "/api/shop/of/name", "/api/blog/hot", "/api/voucher/list/{shopId}", "/api/shop-type/list"]) {
+      expect([path, answers(path, "get", "429")]).toEqual([path, { codes: ["RATE_LIMITED"], retryAfter: true }]);
+    }
+    for (const [path, method] of [
+      ["/api/blog/of/follow", "get"],
+      ["/api/blog/like/{id}", "put"],
+      ["/api/blog/likes/{id}", "get"],
+      ["/api/user/sign", "post"],
+      ["/api/user/sign/count", "get"],
+      ["/api/voucher-order/seckill/{voucherId}", "post"],
+    ] as const) {
+      expect([path, answers(path, method, "503")]).toEqual([path, { codes: ["UNAVAILABLE"], retryAfter: true }]);
+    }
+    expect(answers("/api/upload/blog", "post", "429")).toEqual({ codes: ["QUOTA_EXCEEDED", "RATE_LIMITED"], retryAfter: true });
+  });
+
   test("protected routes name their security scheme and answer 401; operator routes take the operator Bearer, callbacks are signed", async () => {
     const { app } = await createTestApp();
     const doc = await documentOf(app);
