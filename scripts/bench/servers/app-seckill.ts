@@ -151,8 +151,16 @@ function ioKind(url: string, body: string | undefined): string {
 const SCRIPT_BY_SHA = new Map(Object.entries(luaSources).map(([name, src]) => [sha1(src), name]));
 const COMMAND = /\["([A-Za-z]+)"(?:,"([0-9a-f]{40})")?/g;
 let redisCmds = new Map<string, number>();
+/**
+ * Every command the app's client sent, by the epoch second it was sent in (the admission limit is
+ * per clock second, so its claim is read per second, not as a window average). Emptied by reset;
+ * a round lasts seconds, so this holds a handful of entries.
+ */
+let redisPerSecond = new Map<number, number>();
 function countRedisCommands(body: string): void {
+  const second = Math.floor(Date.now() / 1000);
   for (const m of body.matchAll(COMMAND)) {
+    redisPerSecond.set(second, (redisPerSecond.get(second) ?? 0) + 1);
     const name = m[1]!.toLowerCase();
     const kind = name === "evalsha" ? `evalsha ${SCRIPT_BY_SHA.get(m[2] ?? "") ?? "?"}` : name;
     redisCmds.set(kind, (redisCmds.get(kind) ?? 0) + 1);
@@ -323,6 +331,7 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
         io: Object.fromEntries([...io].map(([k, v]) => [k, { n: v.n, ms: Math.round(v.ms) }])),
         served,
         redis: Object.fromEntries(redisCmds),
+        redisPerSecond: Object.fromEntries(redisPerSecond),
       };
       if (m.reset) {
         drains = 0;
@@ -336,6 +345,7 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
         io = new Map();
         served = 0;
         redisCmds = new Map();
+        redisPerSecond = new Map();
       }
       return out;
     }
