@@ -75,10 +75,14 @@ export class CacheMetrics {
     for (const [k, v] of snapshot) this.flushed.set(k, v);
   }
 
-  /** GET /admin/cache/hot: the hottest keys across isolates (after flushing this isolate), or null when hot keys are off. */
-  async hotReport(deps: Deps): Promise<import("./hot.ts").HotReport | null> {
+  /**
+   * GET /admin/cache/hot: the hottest keys across isolates (after flushing this isolate), or null
+   * when hot keys are off. `flushed`: the caller has just flushed (the console's ops page calls it
+   * right after `report`), so the report costs its one pipeline and no second flush.
+   */
+  async hotReport(deps: Deps, opts: { flushed?: boolean } = {}): Promise<import("./hot.ts").HotReport | null> {
     if (!this.hot) return null;
-    await this.flush(deps);
+    if (!opts.flushed) await this.flush(deps);
     return await this.hot.report(deps, this.modules);
   }
 

@@ -75,6 +75,23 @@ interface IpCount {
   prev: number;
 }
 
+/** What the operators' console shows of one isolate's listing limiter (ListingLimiter.snapshot). */
+export interface ListingLimitSnapshot {
+  limit: number;
+  windowMs: number;
+  /** Addresses (limit keys) remembered, of at most `max`. */
+  tracked: number;
+  max: number;
+  /** Addresses whose sliding estimate is at the limit now: their next request is refused. */
+  blocked: number;
+  /** Addresses with counts not yet sent to Redis. */
+  pendingSync: number;
+  /** Epoch ms of the last sync started (null: none yet). */
+  lastSyncAt: number | null;
+  /** The busiest addresses by sliding estimate (requests in the window, all isolates as last known). */
+  top: { address: string; estimate: number; blocked: boolean }[];
+}
+
 export type ListingLimitConfig = Pick<Config, "LISTING_IP_LIMIT" | "LISTING_IP_WINDOW_MS" | "LISTING_SYNC_MS" | "LISTING_IP_MAX">;
 
 /** One isolate's listing limiter (deps.isolate.listingLimit). */
@@ -126,6 +143,45 @@ export class ListingLimiter {
     // (+1 ms: at the boundary itself the estimate still equals the limit.)
     if (cur < this.limit) return Math.max(1, Math.ceil(this.windowMs * (1 - (this.limit - cur) / e.prev) - elapsed) + 1);
     return Math.max(1, Math.ceil(this.windowMs - elapsed + this.windowMs * (1 - this.limit / cur)) + 1);
+  }
+
+  /**
+   * The sliding estimate `check` compares with the limit, without counting or rolling the window
+   * over (read-only: a snapshot must not change a decision).
+   */
+  private estimate(e: IpCount, now: number): number {
+    const w = Math.floor(now / this.windowMs);
+    const weight = 1 - (now - w * this.windowMs) / this.windowMs;
+    if (e.window === w) return e.mine + e.others + e.prev * weight;
+    if (e.window === w - 1) return (e.mine + e.others) * weight;
+    return 0;
+  }
+
+  /**
+   * Read-only view for the operators' console, from memory (no Redis): one pass over the tracked
+   * addresses (≤ LISTING_IP_MAX, default 20,000; LRU iteration does not change recency).
+   */
+  snapshot(now: number, top = 10): ListingLimitSnapshot {
+    let blocked = 0;
+    const all: ListingLimitSnapshot["top"] = [];
+    for (const [address, e] of this.ips.entries()) {
+      const estimate = this.estimate(e, now);
+      if (estimate === 0) continue;
+      const over = estimate >= this.limit;
+      if (over) blocked++;
+      all.push({ address, estimate: Math.round(estimate * 10) / 10, blocked: over });
+    }
+    all.sort((a, b) => b.estimate - a.estimate);
+    return {
+      limit: this.limit,
+      windowMs: this.windowMs,
+      tracked: this.ips.size,
+      max: this.max,
+      blocked,
+      pendingSync: this.dirty.size,
+      lastSyncAt: Number.isFinite(this.lastSync) ? this.lastSync : null,
+      top: all.slice(0, top),
+    };
   }
 
   /** Schedules a background sync when one is due (at most one per LISTING_SYNC_MS, one at a time). */

@@ -75,6 +75,20 @@ interface Gate {
   seenBefore: number;
 }
 
+/** What the operators' console shows of this isolate's admission memory (SeckillAdmission.snapshot). */
+export interface AdmissionSnapshot {
+  /** Null when admission is off. */
+  limits: AdmissionLimits | null;
+  /** Counters since the isolate started: leases sent, tokens granted, attempts refused from memory. */
+  stats: { leases: number; granted: number; refused: number; blockedFromMemory: number };
+  /** Vouchers with a gate (at most 1,000); `gates` lists the most recently used `top` of them. */
+  vouchers: number;
+  gates: { voucherId: number; tokens: number; spent: boolean; seen: number; leasing: boolean }[];
+  /** Rate-limit blocks remembered (at most 100,000), and of those the ones not yet over at `now`. */
+  blocks: number;
+  blocksActive: number;
+}
+
 const MESSAGES = {
   user: "too many attempts",
   ip: "too many attempts from this address",
@@ -97,6 +111,25 @@ export class SeckillAdmission {
 
   constructor(config: AdmissionConfig) {
     this.limits = admissionLimits(config);
+  }
+
+  /**
+   * Read-only view for the operators' console, from memory (no Redis). A gate of an earlier second
+   * shows 0 tokens and not spent (that is what `admit` would make of it). Cost: one pass over the
+   * remembered blocks (≤ 100,000 numbers) and the first `top` gates; nothing is touched (LRU
+   * iteration does not change recency), so reading it changes no admission decision.
+   */
+  snapshot(now: number, top = 20): AdmissionSnapshot {
+    const second = Math.floor(now / 1000);
+    const gates: AdmissionSnapshot["gates"] = [];
+    for (const [voucherId, g] of this.gates.entries()) {
+      if (gates.length >= top) break;
+      const current = g.second === second;
+      gates.push({ voucherId, tokens: current ? g.tokens : 0, spent: current && g.spent, seen: current ? g.seen : 0, leasing: g.lease !== undefined });
+    }
+    let blocksActive = 0;
+    for (const until of this.blocks.values()) if (until > now) blocksActive++;
+    return { limits: this.limits, stats: { ...this.stats }, vouchers: this.gates.size, gates, blocks: this.blocks.size, blocksActive };
   }
 
   private gateOf(voucherId: number, second: number): Gate {
