@@ -42,6 +42,24 @@ export function saleState(cfg: Pick<SeckillConfig, "beginMs" | "endMs">, stockLe
   return stockLeft === 0 ? "sold out" : "on sale";
 }
 
+/**
+ * The purchase limits a sale enforces besides one order per buyer, in words (from its config: no
+ * I/O). Daily shop limit, then the rules (services/seckill/rules.ts) in canonical order.
+ */
+export function saleLimits(cfg: Pick<SeckillConfig, "dailyLimit" | "purchaseRules" | "campaign">): string[] {
+  const out: string[] = [];
+  if (cfg.dailyLimit > 0) out.push(`at most ${cfg.dailyLimit} seckill order(s) per user per service day in this shop`);
+  for (const r of cfg.purchaseRules ?? []) {
+    const span = r.days === 1 ? "24 hours" : `${r.days} days`;
+    out.push(
+      r.scope === "shop"
+        ? `shop rule: at most ${r.limit} per user over ${span}, across this shop's vouchers that carry a shop rule`
+        : `campaign "${cfg.campaign ?? ""}" rule: at most ${r.limit} per user over ${span}, across this shop's vouchers of the campaign`,
+    );
+  }
+  return out;
+}
+
 /** The voucher's seckill configuration (cached: immutable after creation), or null. */
 export function saleConfig(deps: Deps, voucherId: number): Promise<SeckillConfig | null> {
   return cachesFor(deps).seckill.get(deps, voucherId);

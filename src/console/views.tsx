@@ -5,6 +5,9 @@ import { Page } from "../routes/site.tsx";
 import { ASSET_PREFIX } from "./assets.ts";
 import { OUTCOMES } from "./counters.ts";
 import type { FieldErrors, FormValues } from "./forms.ts";
+import type { HotReport } from "../cache/hot.ts";
+import type { ListingLimitSnapshot } from "../http/listing-limit.ts";
+import type { AdmissionSnapshot } from "../services/seckill/admission.ts";
 import type { SaleSnapshot } from "./sale.ts";
 
 export const CSS_HREF = `${ASSET_PREFIX}console.css`;
@@ -251,7 +254,7 @@ function Stat(props: { k: string; label: string; value: string | number }) {
   );
 }
 
-export function SalePage(props: { csrf: string; s: SaleSnapshot; begin: string; end: string; styles: string[]; scripts: string[] }) {
+export function SalePage(props: { csrf: string; s: SaleSnapshot; begin: string; end: string; limits: string[]; campaign: string | null; styles: string[]; scripts: string[] }) {
   const { s } = props;
   return (
     <Shell title={`Sale of voucher ${s.voucherId}`} csrf={props.csrf} styles={props.styles} scripts={props.scripts}>
@@ -259,6 +262,9 @@ export function SalePage(props: { csrf: string; s: SaleSnapshot; begin: string; 
         <p class="note">
           Shop {s.shopId}, {props.begin} → {props.end} (service zone), initial stock {s.initial}. State: <b data-k="state">{s.state}</b>. Updated{" "}
           <span data-k="updated">now</span>.
+        </p>
+        <p class="note" data-k="limits">
+          Campaign: {props.campaign ?? "none"}. Purchase limits besides one order per buyer: {props.limits.length === 0 ? "none" : props.limits.join("; ")}.
         </p>
         <div class="grid">
           <Stat k="stockLeft" label="stock left (Redis)" value={s.stockLeft} />
@@ -340,10 +346,64 @@ export function OpsPage(props: {
   uvTotal: number;
   refunds: Record<string, unknown>[];
   pipeline: Record<string, unknown>;
+  /** Sections whose dependency failed (shown empty), with the error. */
+  unavailable: string[];
+  /** resilienceSnapshot of the serving isolate, one row per dependency (lastOpenedAt formatted). */
+  breakers: Record<string, unknown>[];
+  /** GET /admin/cache/hot's report (top rows marked `promotedHere`); null when off or unavailable. */
+  hot: { rule: HotReport["rule"]; top: Record<string, unknown>[]; promotedHere: HotReport["promotedHere"] } | null;
+  admission: AdmissionSnapshot;
+  /** Null when the listing limit is off (LISTING_IP_LIMIT=0). */
+  listing: (Omit<ListingLimitSnapshot, "lastSyncAt"> & { lastSyncAt: string | null }) | null;
 }) {
+  const { admission: a, listing: l, hot } = props;
+  const open = props.breakers.filter((b) => b.state !== "closed").map((b) => String(b.dependency));
   return (
     <Shell title="Operations" csrf={props.csrf}>
       {props.flash && <p class={props.flash.ok ? "flash" : "flash bad"}>{props.flash.text}</p>}
+      {props.unavailable.length > 0 && (
+        <p class="flash bad" data-k="unavailable">
+          Shown empty, their dependency did not answer: {props.unavailable.join("; ")}.
+        </p>
+      )}
+      <h2>Dependency breakers (this isolate)</h2>
+      <p class="note" data-k="breakers-open">
+        {open.length === 0 ? "All closed." : `Not closed: ${open.join(", ")} — non-core features are off while Redis's is, seckill fails closed.`} Per
+        isolate, like GET /admin/resilience: another isolate may see otherwise.
+      </p>
+      <Table rows={props.breakers} cols={["dependency", "state", "timeoutMs", "calls", "failures", "timeouts", "rejected", "opened", "lastOpenedAt", "lastFailure", "retryAfterSeconds"]} />
+      <h2>Hot keys (across isolates, this and the previous minute)</h2>
+      {hot ? (
+        <>
+          <p class="note">
+            Promoted at ≥ {hot.rule.reads} fresh L1 reads in {hot.rule.windowMs} ms; a promoted key stays fresh in L1 for {hot.rule.l1TtlMs} ms. Promoted in this
+            isolate: <span data-k="promoted-here">{hot.promotedHere.length === 0 ? "none" : hot.promotedHere.map((k) => `${k.module}:${k.key}`).join(", ")}</span>.
+          </p>
+          <Table rows={hot.top} cols={["module", "key", "reads", "isolates", "promotedHere"]} />
+        </>
+      ) : (
+        <p class="note">Off (HOT_KEY_READS=0) or unavailable.</p>
+      )}
+      <h2>Limiters (this isolate)</h2>
+      <h3>Seckill admission</h3>
+      <p class="note">
+        {a.limits ? `At most ${a.limits.perVoucher} attempts per second per voucher, ${a.limits.total} across vouchers (deployment-wide).` : "Off (SECKILL_ADMISSION_PER_SECOND=0)."}{" "}
+        Rate-limit blocks remembered: <b data-k="blocks">{a.blocks}</b> ({a.blocksActive} still running). Leases {a.stats.leases}, tokens granted {a.stats.granted},
+        refused from memory {a.stats.refused} (admission) + {a.stats.blockedFromMemory} (blocks).
+      </p>
+      <Table rows={a.gates as unknown as Record<string, unknown>[]} cols={["voucherId", "tokens", "spent", "seen", "leasing"]} />
+      <h3>Listing limit per address</h3>
+      {l ? (
+        <>
+          <p class="note">
+            {l.limit} requests per {l.windowMs} ms per address. Tracked <b data-k="listing-tracked">{l.tracked}</b> / {l.max}, at the limit now{" "}
+            <b data-k="listing-blocked">{l.blocked}</b>, waiting for the sync {l.pendingSync}, last sync {l.lastSyncAt ?? "never"}.
+          </p>
+          <Table rows={l.top} cols={["address", "estimate", "blocked"]} />
+        </>
+      ) : (
+        <p class="note">Off (LISTING_IP_LIMIT=0).</p>
+      )}
       <h2>Reconcile (Redis ↔ MySQL)</h2>
       <p class="note">Last report: {props.reconcileAt ?? "never"}. The cron runs it every minute.</p>
       <form method="post" action="/console/ops/reconcile">

@@ -12,7 +12,7 @@ import { z } from "zod";
 import { cachesFor } from "../cache/modules.ts";
 import { ASSET_PREFIX, OWN_FILES, type OwnFile, VENDOR_FILES, type VendorFile, vendorFile } from "../console/assets.ts";
 import { type FormValues, submitSeckill, submitVoucher } from "../console/forms.ts";
-import { type SaleSnapshot, saleConfig, saleSnapshot, saleState } from "../console/sale.ts";
+import { type SaleSnapshot, saleConfig, saleLimits, saleSnapshot, saleState } from "../console/sale.ts";
 import { type ConsoleSession, issueSession, SESSION_COOKIE, SESSION_TTL_MS, verifySession } from "../console/session.ts";
 import { LoginPage, MessagePage, OpsPage, OrdersPage, SalePage, SalesPage, type VoucherRow, VouchersPage } from "../console/views.tsx";
 import { fail } from "../errors.ts";
@@ -23,6 +23,7 @@ import { findReservation, getOrderRow, listOrdersOfUser } from "../services/seck
 import { listRefunds } from "../services/seckill/payments.ts";
 import { reconcile, type ReconcileReport } from "../services/seckill/reconcile.ts";
 import { registeredSeckills } from "../services/seckill/registry.ts";
+import { resilienceSnapshot } from "../resilience.ts";
 import { statusName } from "../services/seckill/types.ts";
 import { isoDay, uvReport } from "../services/uv.ts";
 import type { AppEnv } from "../types.ts";
@@ -223,6 +224,8 @@ export const consolePages = new Hono<ConsoleEnv>()
           s={await saleSnapshot(deps, cfg)}
           begin={present(cfg.beginMs, zone)}
           end={present(cfg.endMs, zone)}
+          limits={saleLimits(cfg)}
+          campaign={cfg.campaign ?? null}
           styles={[`${ASSET_PREFIX}uPlot.min.css`]}
           scripts={[`${ASSET_PREFIX}uPlot.iife.min.js`, `${ASSET_PREFIX}sale.js`]}
         />,
@@ -261,18 +264,41 @@ export const consolePages = new Hono<ConsoleEnv>()
   .get(
     "/ops",
     requireConsole,
-    doc(page("operations: reconcile report, writer, cache hit rates, UV per day, refunds"), async (c) => {
+    doc(page("operations: dependency breakers, limiters, hot keys, reconcile report, writer, cache hit rates, UV per day, refunds"), async (c) => {
       const deps = c.get("deps");
       const zone = deps.config.SERVICE_TIME_ZONE;
       const now = deps.clock.now();
       const to = isoDay(now, zone);
       const from = isoDay(now - 6 * 86_400_000, zone);
-      const [report, cache, uv, refunds] = await Promise.all([
-        deps.redis.get<ReconcileReport>(keys.seckill.reconcileReport()),
-        cachesFor(deps).metrics.report(deps),
-        uvReport(deps, from, to),
-        listRefunds(deps, { limit: 20 }),
+      // Each Redis/MySQL-backed section falls back on its own (named in `unavailable`), so the page
+      // still renders — breakers and limiters are memory — while a dependency is down, which is
+      // when an operator opens it.
+      const unavailable: string[] = [];
+      const orElse =
+        <T,>(section: string, fallback: T) =>
+        (err: unknown): T => {
+          unavailable.push(`${section}: ${err instanceof Error ? err.message : String(err)}`);
+          return fallback;
+        };
+      const metrics = cachesFor(deps).metrics;
+      const [report, { cache, hot }, uv, refunds] = await Promise.all([
+        deps.redis.get<ReconcileReport>(keys.seckill.reconcileReport()).catch(orElse("reconcile report", null)),
+        // The hot report right after the counters' flush: one pipeline more than before, no second flush.
+        metrics
+          .report(deps)
+          .then(async (cache) => ({ cache, hot: await metrics.hotReport(deps, { flushed: true }).catch(orElse("hot keys", null)) }))
+          .catch(orElse("cache hit rates and hot keys", { cache: { modules: {}, isolates: 0 }, hot: null })),
+        uvReport(deps, from, to).catch(orElse("unique visitors", { days: [], total: 0 })),
+        listRefunds(deps, { limit: 20 }).catch(orElse("refunds", [])),
       ]);
+      const promotedHere = new Set((hot?.promotedHere ?? []).map((k) => `${k.module}:${k.key}`));
+      const breakers = Object.entries(resilienceSnapshot(deps.isolate.resilience)).map(([dependency, g]) => ({
+        dependency,
+        ...g,
+        lastOpenedAt: g.lastOpenedAt === null ? null : present(g.lastOpenedAt, zone),
+      }));
+      const admission = deps.isolate.seckillAdmission.snapshot(now);
+      const listing = deps.isolate.listingLimit?.snapshot(now) ?? null;
       const flashes: Record<string, { ok: boolean; text: string }> = {
         ran: { ok: true, text: "Reconcile ran: the report below is the new one." },
         busy: { ok: false, text: "A reconcile run is in progress elsewhere (lock held): try again in a moment." },
@@ -289,6 +315,11 @@ export const consolePages = new Hono<ConsoleEnv>()
           uvTotal={uv.total}
           refunds={refunds.map((r) => ({ ...r, nextAttemptAt: r.nextAttemptAt === null ? null : present(r.nextAttemptAt, zone), createTime: present(r.createTime, zone) }))}
           pipeline={{ ...deps.orderGroups.stats, lockConflicts: deps.orderGroups.lockConflicts } as Record<string, unknown>}
+          unavailable={unavailable}
+          breakers={breakers}
+          hot={hot && { rule: hot.rule, top: hot.top.map((k) => ({ ...k, promotedHere: promotedHere.has(`${k.module}:${k.key}`) ? "yes" : "" })), promotedHere: hot.promotedHere }}
+          admission={admission}
+          listing={listing && { ...listing, lastSyncAt: listing.lastSyncAt === null ? null : present(listing.lastSyncAt, zone) }}
         />,
       );
     }),

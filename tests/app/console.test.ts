@@ -1,4 +1,5 @@
 import { beforeAll, describe, expect, test } from "bun:test";
+import { cachesFor } from "../../src/cache/modules.ts";
 import { SESSION_COOKIE } from "../../src/console/session.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { findReservation, writeOrder } from "../../src/services/seckill/orders.ts";
@@ -18,17 +19,33 @@ beforeAll(async () => {
 
 const form = (fields: Record<string, string>) => new URLSearchParams(fields).toString();
 
-async function login(token: string, headers: Record<string, string> = FORM): Promise<Response> {
-  return await t.app.request("/console/login", { method: "POST", headers, body: form({ token }) });
+/** The cells (text) of the first table row of `html` whose first cell is `first`, or null. */
+function rowOf(html: string, first: string): string[] | null {
+  for (const m of html.matchAll(/<tr>(.*?)<\/tr>/gs)) {
+    const cells = [...(m[1] ?? "").matchAll(/<td[^>]*>(.*?)<\/td>/gs)].map((c) => c[1] ?? "");
+    if (cells[0] === first) return cells;
+  }
+  return null;
+}
+
+/** The ops page's breaker row of one dependency, by column. */
+function breakerRow(html: string, dependency: string): Record<string, string> {
+  const cols = ["dependency", "state", "timeoutMs", "calls", "failures", "timeouts", "rejected", "opened", "lastOpenedAt", "lastFailure", "retryAfterSeconds"];
+  const cells = rowOf(html, dependency) ?? [];
+  return Object.fromEntries(cols.map((c, i) => [c, cells[i] ?? ""]));
+}
+
+async function login(token: string, headers: Record<string, string> = FORM, app: TestApp = t): Promise<Response> {
+  return await app.app.request("/console/login", { method: "POST", headers, body: form({ token }) });
 }
 
 /** Signs in; returns the cookie header and the session's CSRF token (read from a page's form). */
-async function signIn(): Promise<{ cookie: string; csrf: string }> {
-  const res = await login(t.deps.config.ADMIN_TOKEN);
+async function signIn(app: TestApp = t): Promise<{ cookie: string; csrf: string }> {
+  const res = await login(app.deps.config.ADMIN_TOKEN, FORM, app);
   const value = /cityhub_console=([^;]+)/.exec(res.headers.get("set-cookie") ?? "")?.[1];
   if (!value) throw new Error("no session cookie");
   const cookie = `${SESSION_COOKIE}=${value}`;
-  const html = await (await t.app.request("/console", { headers: { cookie } })).text();
+  const html = await (await app.app.request("/console/orders", { headers: { cookie } })).text();
   const csrf = /name="_csrf" value="([0-9a-f]+)"/.exec(html)?.[1];
   if (!csrf) throw new Error("no CSRF token on the page");
   return { cookie, csrf };
@@ -292,6 +309,20 @@ describe("live sale view", () => {
     }
   }, 15_000);
 
+  test("the sale page names the voucher's campaign and purchase limits (from its cached config)", async () => {
+    const { cookie } = await signIn();
+    const sale = await createSeckill(t, { stock: 3, shopDailyLimit: 2, purchaseRules: [{ scope: "campaign", limit: 1, days: 30 }, { scope: "shop", limit: 4, days: 7 }], campaign: "autumn-26" });
+    const html = await (await t.app.request(`/console/sale/${sale.voucherId}`, { headers: { cookie } })).text();
+    const limits = /data-k="limits">([^<]*)</.exec(html)?.[1] ?? "";
+    expect(limits).toContain("Campaign: autumn-26.");
+    expect(limits).toContain("at most 2 seckill order(s) per user per service day in this shop");
+    // Canonical order: shop rule, then campaign rule.
+    expect(limits).toMatch(/shop rule: at most 4 per user over 7 days.*campaign &quot;autumn-26&quot; rule: at most 1 per user over 30 days/);
+    const plain = await createSeckill(t, { stock: 1 });
+    const none = /data-k="limits">([^<]*)</.exec(await (await t.app.request(`/console/sale/${plain.voucherId}`, { headers: { cookie } })).text())?.[1];
+    expect(none).toContain("Campaign: none. Purchase limits besides one order per buyer: none.");
+  });
+
   test("a voucher that is not a seckill one is a 404", async () => {
     const { cookie } = await signIn();
     expect((await t.app.request("/console/sale/999999999", { headers: { cookie } })).status).toBe(404);
@@ -310,6 +341,81 @@ describe("operations", () => {
     expect(html).toContain("Cache hit rates per module");
     expect(html).toContain("Unique visitors per day");
     if (res.headers.get("location")?.endsWith("ran")) expect(html).toContain(`<td class="n">${sale.voucherId}</td>`);
+  });
+
+  test("a dependency's breaker opened by failures shows on the ops page: state, failures, last opening and failure, retry-after — the same numbers as GET /admin/resilience", async () => {
+    // Its own isolate: the breaker stays open for the rest of this app's life.
+    const b = await createTestApp({ BREAKER_THRESHOLD: "3", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
+    const { cookie } = await signIn(b);
+    const before = breakerRow(await (await b.app.request("/console/ops", { headers: { cookie } })).text(), "sms");
+    expect(before).toMatchObject({ state: "closed", failures: "0", retryAfterSeconds: "0", lastOpenedAt: "" });
+    // Three failed calls through the SMS guard's own transport wrapper: a gateway that answers 502.
+    const gateway = b.deps.isolate.resilience.sms.fetch((async () => new Response("bad gateway", { status: 502 })) as unknown as typeof fetch);
+    for (let i = 0; i < 3; i++) expect((await gateway("http://sms.invalid/send")).status).toBe(502);
+    await expect(gateway("http://sms.invalid/send")).rejects.toThrow("sms unavailable (circuit open)");
+    const html = await (await b.app.request("/console/ops", { headers: { cookie } })).text();
+    const row = breakerRow(html, "sms");
+    expect(row).toMatchObject({ state: "open", calls: "4", failures: "3", timeouts: "0", rejected: "1", opened: "1", lastFailure: "HTTP 502" });
+    expect(row.lastOpenedAt).toMatch(/^\d{4}-\d{2}-\d{2}/);
+    expect(Number(row.retryAfterSeconds)).toBeGreaterThan(50);
+    expect(html).toMatch(/data-k="breakers-open">Not closed: sms /);
+    expect(breakerRow(html, "redis").state).toBe("closed");
+    const admin = await call<Record<string, { state: string; failures: number; rejected: number }>>(b.app, "GET", "/admin/resilience", { token: `Bearer ${b.deps.config.ADMIN_TOKEN}` });
+    expect(admin.body.data?.sms).toMatchObject({ state: "open", failures: 3, rejected: 1 });
+  });
+
+  test("with Redis's breaker open the ops page still renders from memory: breakers and limiters shown, the Redis-backed sections named as unavailable", async () => {
+    const b = await createTestApp({ BREAKER_THRESHOLD: "2", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
+    const { cookie } = await signIn(b);
+    const guard = b.deps.isolate.resilience.redis;
+    for (let i = 0; i < 2; i++) await expect(guard.run(() => Promise.reject(new Error("connect ECONNREFUSED (injected)")))).rejects.toThrow("redis unavailable");
+    expect(guard.state).toBe("open");
+    const res = await b.app.request("/console/ops", { headers: { cookie } });
+    expect(res.status).toBe(200);
+    const html = await res.text();
+    expect(breakerRow(html, "redis")).toMatchObject({ state: "open", failures: "2", lastFailure: "connect ECONNREFUSED (injected)" });
+    expect(html).toMatch(/data-k="unavailable">[^<]*reconcile report: redis unavailable \(circuit open\)/);
+    expect(html).toContain("Seckill admission");
+  });
+
+  test("a key hammered in this isolate is promoted and shows on the ops page as hot, marked promoted here", async () => {
+    const { cookie } = await signIn();
+    const shopId = await createShop(t, await createShopType(t));
+    const shops = cachesFor(t.deps).shop;
+    // The first flush after a cache read anchors the write-log cursor; nothing is promoted before it.
+    expect((await call(t.app, "GET", `/api/shop/${shopId}`)).status).toBe(200);
+    await cachesFor(t.deps).metrics.flush(t.deps);
+    for (let i = 0; i < 500 && !shops.isPromoted(shopId); i++) expect((await call(t.app, "GET", `/api/shop/${shopId}`)).status).toBe(200);
+    expect(shops.isPromoted(shopId)).toBe(true);
+    const html = await (await t.app.request("/console/ops", { headers: { cookie } })).text();
+    expect(html).toMatch(new RegExp(`data-k="promoted-here">[^<]*\\b${shops.name}:${shopId}\\b`));
+    // Hot-key rows are (module, key, reads, isolates, promotedHere); the hit-rate table's rows also start with the module.
+    const hotRow = [...html.matchAll(/<tr>(.*?)<\/tr>/gs)].map((m) => [...(m[1] ?? "").matchAll(/<td[^>]*>(.*?)<\/td>/gs)].map((c) => c[1])).find((cells) => cells[0] === shops.name && cells[1] === String(shopId));
+    expect(hotRow?.[4]).toBe("yes");
+    expect(Number(hotRow?.[2])).toBeGreaterThanOrEqual(1);
+    // The same report as GET /admin/cache/hot.
+    const admin = await call<{ top: { module: string; key: string }[] }>(t.app, "GET", "/admin/cache/hot", { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` });
+    expect(admin.body.data?.top.some((k) => k.module === shops.name && k.key === String(shopId))).toBe(true);
+  });
+
+  test("the limiters of this isolate: an address over the listing limit is counted as blocked, and a voucher's admission gate is listed", async () => {
+    // Both limiters are off in tests unless asked for (tests/support/stack.ts).
+    const b = await createTestApp({ LISTING_IP_LIMIT: "3", LISTING_SYNC_MS: "60000", SECKILL_ADMISSION_PER_SECOND: "100" });
+    const { cookie } = await signIn(b);
+    const ip = "203.0.113.77";
+    for (let i = 0; i < 3; i++) expect((await call(b.app, "GET", "/api/shop/of/name?name=x", { ip })).status).toBe(200);
+    expect((await call(b.app, "GET", "/api/shop/of/name?name=x", { ip })).status).toBe(429);
+    const sale = await createSeckill(b, { stock: 2 });
+    const [uid] = userIds(1);
+    const [token] = await sessionsFor(b, [uid ?? 0]);
+    expect((await call(b.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token: token ?? "" })).body.success).toBe(true);
+    const html = await (await b.app.request("/console/ops", { headers: { cookie } })).text();
+    expect(html).toMatch(/data-k="listing-blocked">1</);
+    expect(rowOf(html, ip)?.[2]).toBe("true");
+    expect(Number(/data-k="listing-tracked">(\d+)</.exec(html)?.[1])).toBeGreaterThanOrEqual(1);
+    // (voucherId, tokens, spent, seen, leasing): the second of the attempt may be over by now.
+    expect(rowOf(html, String(sale.voucherId))?.length).toBe(5);
+    expect(html).toContain("At most 100 attempts per second per voucher");
   });
 
   test("order lookup by id and by user", async () => {
