@@ -95,7 +95,12 @@ describe("timeouts bound every dependency call", () => {
       });
       const started = performance.now();
       const res = await call(t.app, "POST", `/api/user/code?phone=${uniquePhone()}`, { ip: "10.9.9.9" });
-      expect(performance.now() - started).toBeLessThan(200 + MARGIN_MS);
+      // Bounded, not hung (a hung provider never answers). The margin is wider than the QStash
+      // test's: besides the SMS call, this first request of a fresh isolate does the route's own
+      // work (rate limit and code through the in-process Redis stand-in), which on two loaded cores
+      // (eight busy loops) added up to ~190 ms over the timeout. The timeout counter below says the
+      // 503 came from the SMS deadline.
+      expect(performance.now() - started).toBeLessThan(200 + 1_000);
       expect(res.status).toBe(503);
       expect(res.body.code).toBe("UNAVAILABLE");
       expect(t.deps.isolate.resilience.sms.snapshot().timeouts).toBe(1);
@@ -125,7 +130,11 @@ describe("half-open", () => {
     }, 5_000, 20);
     const other = await elapsed(() => guard.run(async () => "not run"));
     expect(other.error).toBeInstanceOf(DependencyUnavailableError);
-    expect(other.ms).toBeLessThan(20);
+    // Refused, not queued: a call queued behind the probe could not finish before release() below
+    // (the test would hang), and one waiting on the guard's deadline takes timeoutMs (5 s). The
+    // refusal itself takes ~0.1 ms; the bound is wide because a loaded CI core can deschedule
+    // this process for tens of ms, which says nothing about the guard (it once was 20 ms).
+    expect(other.ms).toBeLessThan(1_000);
     release();
     expect(await probe).toBe("ok");
     expect(guard.state).toBe("closed");
