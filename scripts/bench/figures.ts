@@ -1,5 +1,6 @@
 /**
- * The headline figures of issue 9 ("one Redis command per flash-sale request"), read from a run's
+ * The headline figures of issue 9 ("one Redis command per flash-sale request") and issue 11
+ * ("holding the line": the admission limit, a slow Redis, idempotent replays), read from a run's
  * results: each is one row's ratio or extra column, against the issue's target. run.ts prints
  * them after the table and puts them at the top of latest.md, latest.json and the chart. A figure
  * whose row was not run (--only) is left out.
@@ -7,6 +8,8 @@
 import type { ScenarioResult } from "./lib/report.ts";
 
 export interface Figure {
+  /** The issue whose table the figure answers. */
+  issue: 9 | 11;
   figure: string;
   value: number;
   /** The issue's target: value op bound. */
@@ -19,6 +22,8 @@ export interface Figure {
 }
 
 interface Spec {
+  /** Default 9. */
+  issue?: 11;
   figure: string;
   row: string;
   /** "ratio" or an extras column. */
@@ -67,6 +72,29 @@ const SPECS: Spec[] = [
     bound: 2,
     detail: (r) => `quiet ${f2(r.extras["quiet p50 ms"])} ms, beside hostile bodies ${f2(r.p50Ms)} ms`,
   },
+  // Issue 11: every protection's bench (admission at ≥ 10× R, a slow Redis, idempotent replays).
+  { issue: 11, figure: "admission: sale-start drive ÷ R (attempts/s over the admission limit)", row: "admission-sale", column: "÷ R", op: "≥", bound: 10 },
+  {
+    issue: 11,
+    figure: "admission: busiest clock second's Redis cmds (all, app client) ÷ R",
+    row: "admission-sale",
+    column: "busiest s cmds ÷ R",
+    op: "≤",
+    bound: 1.05,
+    detail: (r) => `${f2(r.extras["max Redis cmds in a clock s"])} cmds; ${f2(r.extras["max admitted/s"])} admitted; leases ${f2(r.extras["lease/s"])}/s`,
+  },
+  { issue: 11, figure: "admission: Redis cmds per refused attempt", row: "admission-sale", column: "Redis cmds/refused", op: "≤", bound: 0.001, detail: (r) => `${f2(r.extras["refused/s"])} refused/s` },
+  {
+    issue: 11,
+    figure: "slow Redis (300 ms): L1 read p99 ÷ the same round's quiet p99",
+    row: "slow-redis-l1",
+    column: "p99 ÷ quiet",
+    op: "≤",
+    bound: 2,
+    detail: (r) => `quiet ${f2(r.extras["quiet p99 ms"])} ms, slow ${f2(r.p99Ms)} ms`,
+  },
+  { issue: 11, figure: "idempotent replay: Redis cmds of the key per request", row: "idem-replay", column: "idem cmds/req", op: "=", bound: 1, detail: (r) => `rps ÷ unkeyed ${f2(r.ratio)}, CPU ${f2(r.cpuUsPerOp)} µs/op` },
+  { issue: 11, figure: "idempotent first run: Redis cmds of the key per request", row: "idem-fresh", column: "idem cmds/req", op: "=", bound: 2, detail: (r) => `rps ÷ unkeyed ${f2(r.ratio)}` },
 ];
 
 export function issueFigures(results: readonly ScenarioResult[]): Figure[] {
@@ -77,7 +105,7 @@ export function issueFigures(results: readonly ScenarioResult[]): Figure[] {
     const value = s.column === "ratio" ? r.ratio : r.extras[s.column];
     if (value === undefined || !Number.isFinite(value)) continue;
     const met = s.op === "≥" ? value >= s.bound : s.op === "≤" ? value <= s.bound : Math.abs(value - s.bound) < 0.005;
-    out.push({ figure: s.figure, value, op: s.op, bound: s.bound, met, source: `${s.row} · ${s.column}`, ...(s.detail ? { detail: s.detail(r) } : {}) });
+    out.push({ issue: s.issue ?? 9, figure: s.figure, value, op: s.op, bound: s.bound, met, source: `${s.row} · ${s.column}`, ...(s.detail ? { detail: s.detail(r) } : {}) });
   }
   return out;
 }
@@ -86,11 +114,11 @@ const fmt = (n: number): string => (n !== 0 && Math.abs(n) < 0.001 ? n.toPrecisi
 
 export function figuresMarkdown(figs: readonly Figure[]): string {
   if (figs.length === 0) return "";
-  const rows = figs.map((f) => `| ${f.figure} | **${fmt(f.value)}** | ${f.op} ${f.bound} | ${f.met ? "yes" : "**no**"} | ${f.source}${f.detail ? ` (${f.detail})` : ""} |`);
-  return ["| issue 9 figure | this run | target | met | row · column |", "|---|--:|---|---|---|", ...rows].join("\n");
+  const rows = figs.map((f) => `| ${f.issue} | ${f.figure} | **${fmt(f.value)}** | ${f.op} ${f.bound} | ${f.met ? "yes" : "**no**"} | ${f.source}${f.detail ? ` (${f.detail})` : ""} |`);
+  return ["| issue | figure | this run | target | met | row · column |", "|--:|---|--:|---|---|---|", ...rows].join("\n");
 }
 
 /** One line per figure for the chart. */
 export function figureLines(figs: readonly Figure[]): Array<{ text: string; met: boolean }> {
-  return figs.map((f) => ({ text: `${f.figure}: ${fmt(f.value)} (target ${f.op} ${f.bound})`, met: f.met }));
+  return figs.map((f) => ({ text: `#${f.issue} ${f.figure}: ${fmt(f.value)} (target ${f.op} ${f.bound})`, met: f.met }));
 }

@@ -81,7 +81,7 @@ export function markdownReport(results: readonly ScenarioResult[], info: RunInfo
     `Run time: ${info.elapsedS.toFixed(0)} s`,
     "",
     ...(figures.length
-      ? ["## Issue 9 figures", "", "Read from the rows below (scripts/bench/figures.ts); every ratio is against a row measured in the same rounds.", "", figuresMarkdown(figures), "", "## All rows", ""]
+      ? ["## Issue figures (9, 11)", "", "Read from the rows below (scripts/bench/figures.ts); every ratio is against a row measured in the same rounds.", "", figuresMarkdown(figures), "", "## All rows", ""]
       : []),
     markdownTable(results),
     "",
@@ -172,7 +172,7 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo, figu
   y += 24;
   if (figures.length) {
     y += 12;
-    parts.push(`<text x="20" y="${y}" class="group">issue 9 figures (green: target met, red: not met)</text>`);
+    parts.push(`<text x="20" y="${y}" class="group">issue 9 and 11 figures (green: target met, red: not met)</text>`);
     y += 8;
     for (const f of figureLines(figures)) {
       y += 19;
