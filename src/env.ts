@@ -217,6 +217,16 @@ export const EnvSchema = z.object({
   ORDER_DRAIN_BUDGET_MS: z.coerce.number().int().min(100).max(60_000).default(10_000),
   /** A claimed group is not handed to another writer for this long, ms (a crashed writer's group is re-claimed after it). */
   ORDER_CLAIM_LEASE_MS: z.coerce.number().int().min(1000).max(600_000).default(30_000),
+  /**
+   * A reservation made in the last ORDER_WINDOW_GRACE_MS of its one-second drain window also
+   * announces the next window, ms. Why: the window's drain is delivered at its end and its
+   * deduplication id is shared by every isolate and the writer's follow-up; a reservation whose
+   * outbox entry lands after that delivery (the Redis round trip; an isolate clock a little behind;
+   * a Worker's clock, which stands still while the isolate computes) would otherwise be announced
+   * under an id already spent and wait for the outbox sweep (a minute or two). Costs no latency and,
+   * in a busy sale, no extra message (the next window is announced once either way).
+   */
+  ORDER_WINDOW_GRACE_MS: z.coerce.number().int().min(0).max(500).default(100),
   /** Payments: `local` is the dev provider that calls our webhook back. */
   PAYMENT_PROVIDER: z.enum(["local"]).default("local"),
   /**

@@ -5,6 +5,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { sweepOutbox } from "../../src/jobs/orders.ts";
+import { drainMessage } from "../../src/queue/orders.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { createLogger, type Logger } from "../../src/log.ts";
 import { loadSeckillConfig, loadSeckillIntoRedis } from "../../src/services/seckill/config.ts";
@@ -254,6 +255,71 @@ describe("bounded lookups", () => {
     expect(seen.body).toMatchObject({ success: true, data: { id, status: "queued" } });
     expect((await call(second.app, "GET", `/api/voucher-order/${id}`, { token: other.token })).body).toMatchObject({ success: false, code: "NOT_FOUND" });
   });
+});
+
+describe("drain windows", () => {
+  /** A clock that stands still at `frozen` while set, and is real time otherwise. */
+  function stoppableClock() {
+    const clock = { frozen: undefined as number | undefined, now: () => clock.frozen ?? Date.now() };
+    return clock;
+  }
+
+  test("a reservation in the last ORDER_WINDOW_GRACE_MS of its window also announces the next window; one earlier in the window does not", async () => {
+    const faults = new Faults().on("queue.batchJSON", "tap");
+    const clock = stoppableClock();
+    const t = await createTestApp({ ...ENV, ORDER_WINDOW_GRACE_MS: "100" }, { clock, wrap: (deps) => faults.wrap(deps) });
+    const { shopId, voucherId } = await createSeckill(t, { stock: 10 });
+    const drainIds = () =>
+      (faults.tapped.get("queue.batchJSON") ?? [])
+        .flatMap((args) => args[0] as Message[])
+        .filter((m) => m.url.endsWith("/internal/orders/drain"))
+        .map((m) => m.deduplicationId);
+    // Early in a window (200 ms in): that window only.
+    const w = Math.floor(Date.now() / 1000) + 1;
+    clock.frozen = w * 1000 + 200;
+    expect((await reserve(t.deps, { voucherId, userId: 1, ip: "10.0.0.1" })).ok).toBe(true);
+    await t.settle();
+    expect(drainIds()).toEqual([`drain-s${shopId}-w${w}`]);
+    // 30 ms before the next window ends: that window and the one after it.
+    clock.frozen = (w + 2) * 1000 - 30;
+    expect((await reserve(t.deps, { voucherId, userId: 2, ip: "10.0.0.1" })).ok).toBe(true);
+    await t.settle();
+    expect(drainIds()).toEqual([`drain-s${shopId}-w${w}`, `drain-s${shopId}-w${w + 1}`, `drain-s${shopId}-w${w + 2}`]);
+    // The next window was announced already: a reservation in it costs no message.
+    clock.frozen = (w + 2) * 1000 + 300;
+    expect((await reserve(t.deps, { voucherId, userId: 3, ip: "10.0.0.1" })).ok).toBe(true);
+    await t.settle();
+    expect(drainIds()).toHaveLength(3);
+  });
+
+  test("an entry that lands after its window's drain was delivered (an isolate clock a little behind) reaches MySQL without the sweep", async () => {
+    const clock = stoppableClock();
+    const t = await serveTestApp({ ...ENV, ORDER_WINDOW_GRACE_MS: "100" }, { clock });
+    try {
+      const { shopId, voucherId } = await createSeckill(t, { stock: 10 });
+      // The window that just ended has had its drain delivered (another isolate's announcement,
+      // or the writer's follow-up), while its outbox was still empty.
+      const w = Math.floor(Date.now() / 1000) - 1;
+      const delivered = t.stack.qstash.stats().delivered;
+      await t.deps.queue.batchJSON([drainMessage(t.deps, shopId, w)]);
+      await eventually("the window's drain delivered", async () => t.stack.qstash.stats().delivered > delivered);
+      // This isolate's clock is 20+ ms behind: it files the reservation under that spent window.
+      clock.frozen = (w + 1) * 1000 - 20;
+      const r = await reserve(t.deps, { voucherId, userId: 7, ip: "10.0.0.1" });
+      clock.frozen = undefined;
+      expect(r.ok).toBe(true);
+      // No cron runs here (RUN_CRON=false): only a drain announced for a later window can write it.
+      // Written and acknowledged (the writer acks after its commit).
+      await eventually(
+        "the straggler's order in MySQL and out of the outbox",
+        async () => (await mysqlCounts(t, voucherId)).orders === 1 && (await t.deps.redis.hlen(keys.seckill.outbox(shopId))) === 0,
+        8_000,
+      );
+    } finally {
+      await t.settle();
+      await t.stop();
+    }
+  }, 20_000);
 });
 
 describe("outbox sweep", () => {

@@ -45,8 +45,8 @@ export class OrderGroups {
   readonly drainedWindow = new Map<number, number>();
   /** Index entries waiting for the next flush: hour → (orderId → shopId). */
   private pendingIndex = new Map<number, Map<string, number>>();
-  /** Shops with reservations since the last flush → window of their latest reservation. */
-  private pendingDrains = new Map<number, number>();
+  /** Shops with reservations since the last flush → the windows to announce (one or two, ascending by insertion). */
+  private pendingDrains = new Map<number, number[]>();
   /** Index keys whose TTL this isolate has set already. */
   private readonly expirySet = new Set<number>();
   private flush: Promise<void> | undefined;
@@ -71,7 +71,15 @@ export class OrderGroups {
     if (!entries) this.pendingIndex.set(hour, (entries = new Map()));
     entries.set(r.orderId, r.shopId);
     const window = Math.floor(r.reservedAt / DRAIN_WINDOW_MS);
-    if ((this.drainedWindow.get(r.shopId) ?? -1) < window) this.pendingDrains.set(r.shopId, Math.max(window, this.pendingDrains.get(r.shopId) ?? -1));
+    // In the window's last ORDER_WINDOW_GRACE_MS, the next window too (see env.ts): its drain is
+    // delivered a whole window after this entry exists, whatever happened to this window's id.
+    const late = Math.floor((r.reservedAt + deps.config.ORDER_WINDOW_GRACE_MS) / DRAIN_WINDOW_MS);
+    for (const w of late > window ? [window, late] : [window]) {
+      if ((this.drainedWindow.get(r.shopId) ?? -1) >= w) continue;
+      const pending = this.pendingDrains.get(r.shopId);
+      if (!pending) this.pendingDrains.set(r.shopId, [w]);
+      else if (!pending.includes(w)) pending.push(w);
+    }
     this.flush ??= new Promise<void>((resolve) => setTimeout(resolve, INDEX_FLUSH_MS)).then(() => this.runFlush(deps));
     return this.flush;
   }
@@ -103,9 +111,13 @@ export class OrderGroups {
         ),
       );
     }
-    const messages = [...drains].filter(([shop, w]) => (this.drainedWindow.get(shop) ?? -1) < w);
+    const messages: [number, number][] = [];
+    for (const [shop, windows] of drains) {
+      // Ascending, and only windows not announced yet (another flush may have run meanwhile).
+      for (const w of windows.sort((a, b) => a - b)) if ((this.drainedWindow.get(shop) ?? -1) < w) messages.push([shop, w]);
+    }
     if (messages.length > 0) {
-      for (const [shop, w] of messages) this.drainedWindow.set(shop, w);
+      for (const [shop, w] of messages) this.drainedWindow.set(shop, Math.max(w, this.drainedWindow.get(shop) ?? -1));
       this.stats.drainPublishes += messages.length;
       work.push(
         deps.queue.batchJSON(messages.map(([shop, w]) => drainMessage(deps, shop, w))).catch((err: unknown) => {
