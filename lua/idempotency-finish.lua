@@ -4,7 +4,7 @@
   Compare-and-set on the claim's own running record: a claim whose lease ran out (and was maybe
   taken by a retry since) must not overwrite or delete what the key holds now.
 
-  KEYS[1]  idem:{hash}
+  KEYS[1]  idem:{caller}:{hash}
   ARGV[1]  the running record this claim set (idempotency-claim.lua ARGV[1])
   ARGV[2]  the done record to store, or "" to release the key (a retry then runs again)
   ARGV[3]  how long the done record is kept, seconds (IDEMPOTENCY_TTL_SECONDS)

@@ -49,6 +49,13 @@ export const EnvSchema = z.object({
    * reconcile report grows with the vouchers). A larger one is answered but not stored, and logged.
    */
   IDEMPOTENCY_MAX_RESPONSE_BYTES: z.coerce.number().int().min(1024).max(1_048_576).default(65_536),
+  /**
+   * New Idempotency-Keys one caller (a user, an operator credential) may claim per clock hour; past
+   * it a keyed request is a 429 (replays of keys already held are not counted; a request without a
+   * key is unaffected). Each stored key lives IDEMPOTENCY_TTL_SECONDS, so this bounds what one account
+   * can make Redis keep: ≤ 24 × this records of ≤ IDEMPOTENCY_MAX_RESPONSE_BYTES. 0 = no quota.
+   */
+  IDEMPOTENCY_KEYS_PER_HOUR: z.coerce.number().int().min(0).max(1_000_000).default(1_000),
   /** Largest accepted request body, bytes. */
   MAX_BODY_BYTES: z.coerce.number().int().positive().default(1_048_576),
   /** Health probe timeout per dependency, milliseconds. */

@@ -192,20 +192,34 @@ async function guard<E extends AppEnv>(c: Context<E>, next: Next, callerOf: Call
   const { type, body } = boundaryFree(c.req.raw.headers.get("content-type") ?? "", await requestBytes(c, typeof cap === "number" ? cap : cap(config)));
   // The fingerprint covers what the route reads: method, concrete path and query, content type, body.
   const head = encoder.encode(`${method}\n${url.pathname}${url.search}\n${type}\n`);
-  const [scope, fingerprint] = await Promise.all([sha256Hex(encoder.encode(`${await callerOf()}\n${method}\n${c.req.routePath}\n${key}`)), sha256Hex(concat(head, body))]);
-  const recordKey = keys.idempotency(scope);
+  const caller = await callerOf();
+  const [callerHash, scope, fingerprint] = await Promise.all([
+    // The caller's own tag (its records and its hourly quota share a slot); 16 bytes suffice to tell callers apart.
+    sha256Hex(encoder.encode(`caller\n${caller}`)).then((h) => h.slice(0, 32)),
+    sha256Hex(encoder.encode(`${caller}\n${method}\n${c.req.routePath}\n${key}`)),
+    sha256Hex(concat(head, body)),
+  ]);
+  const recordKey = keys.idempotency(callerHash, scope);
+  const now = deps.clock.now();
+  const hour = Math.floor(now / 3_600_000);
+  const quotaKey = keys.idempotencyQuota(callerHash, hour);
   const running = `r${JSON.stringify({ f: fingerprint, t: crypto.randomUUID() })}`;
   const scripts = scriptsFor(deps.redis);
 
-  let claim: [number, string?, number?];
+  let claim: [number, (string | number)?, number?];
   try {
-    claim = await scripts.idempotencyClaim.exec([recordKey], [running, String(config.IDEMPOTENCY_LOCK_MS)]);
+    claim = await scripts.idempotencyClaim.exec([recordKey, quotaKey], [running, String(config.IDEMPOTENCY_LOCK_MS), String(config.IDEMPOTENCY_KEYS_PER_HOUR), String((hour + 1) * 3_600_000 - now)]);
   } catch (err) {
     // Running unguarded would break the promise the client asked for: refuse, retryably.
     throw new AppError("UNAVAILABLE", "idempotency store unavailable; retry with the same Idempotency-Key", { cause: err, retryAfterSeconds: 1 });
   }
+  if (claim[0] === 2) {
+    throw new AppError("RATE_LIMITED", `at most ${config.IDEMPOTENCY_KEYS_PER_HOUR} new Idempotency-Keys per hour; retry without a key or later`, {
+      retryAfterSeconds: Math.ceil(Number(claim[1]) / 1000),
+    });
+  }
   if (claim[0] !== 1) {
-    const held = parseRecord(claim[1]);
+    const held = parseRecord(claim[1] as string | undefined);
     if (!held) throw new AppError("INTERNAL", "unreadable idempotency record");
     if (held.f !== fingerprint) throw new AppError("IDEMPOTENCY_KEY_REUSED", "this Idempotency-Key was used with a different request");
     // The first request usually finishes within milliseconds; its lease (claim[2] ms) is only the worst case.

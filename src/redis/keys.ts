@@ -104,7 +104,9 @@ export const keys = {
    * (hex) of caller, method, route pattern and the client's key, so the key's length is fixed
    * whatever the client sends and no caller's key or credential appears in it.
    */
-  idempotency: (scopeHash: string) => `idem:${scopeHash}`,
+  idempotency: (callerHash: string, scopeHash: string) => `idem:{${callerHash}}:${scopeHash}`,
+  /** New Idempotency-Keys one caller claimed in one clock hour (`hour` = epoch hours), beside its records (same hash tag). */
+  idempotencyQuota: (callerHash: string, hour: number) => `idem:{${callerHash}}:n:${hour}`,
   /** Image bytes a user reserved for uploads on one service day (`yyyyMMdd`; lua/upload-quota.lua). */
   uploadQuota: (userId: number, yyyyMMdd: string) => `upload:quota:${yyyyMMdd}:${userId}`,
   /** Prefixes of the per-user token buckets (@upstash/ratelimit appends `:<userId>`). */

@@ -98,8 +98,8 @@ export function createScripts(redis: Redis) {
     sessionSync: redis.createScript<[number, number, number, string[], number[]]>(luaSources.sessionSync),
     /** The revocation's sequence number: see lua/session-revoke.lua. */
     sessionRevoke: redis.createScript<number>(luaSources.sessionRevoke),
-    /** {1} claimed, or {0, record, pttl ms}: see lua/idempotency-claim.lua. */
-    idempotencyClaim: redis.createScript<[number, string?, number?]>(luaSources.idempotencyClaim),
+    /** {1} claimed, {0, record, pttl ms} taken, or {2, retry-after ms} over the caller's hourly quota: see lua/idempotency-claim.lua. */
+    idempotencyClaim: redis.createScript<[number, (string | number)?, number?]>(luaSources.idempotencyClaim),
     /** 1 when the claim was still ours: see lua/idempotency-finish.lua. */
     idempotencyFinish: redis.createScript<number>(luaSources.idempotencyFinish),
     /** {cur, prev} per address: see lua/listing-sync.lua. */

@@ -105,6 +105,30 @@ describe("Idempotency-Key: concurrent duplicates and replays", () => {
   });
 });
 
+describe("Idempotency-Key: quota", () => {
+  test("past IDEMPOTENCY_KEYS_PER_HOUR new keys a caller gets 429 + Retry-After; its held keys still replay, unkeyed requests and other callers are unaffected", async () => {
+    const t = await createTestApp({ IDEMPOTENCY_KEYS_PER_HOUR: "3" });
+    const author = await newUser(t);
+    const other = await newUser(t);
+    const blogId = await postBlog(t, author, await newShop(t));
+    const like = (who: TestUser, k: string | null) => call(t.app, "PUT", `/api/blog/like/${blogId}`, { token: who.token, headers: k ? { "idempotency-key": k } : {} });
+    const held = [key(), key(), key()];
+    for (const k of held) expect((await like(author, k)).status).toBe(200);
+    const refused = await like(author, key());
+    expect(refused.status).toBe(429);
+    expect(refused.body.code).toBe("RATE_LIMITED");
+    const retryAfter = Number(refused.headers.get("retry-after"));
+    expect(retryAfter).toBeGreaterThan(0);
+    expect(retryAfter).toBeLessThanOrEqual(3600);
+    // The refused key was not taken: nothing stored under it.
+    const replay = await like(author, held[0] as string);
+    expect(replay.status).toBe(200);
+    expect(replay.headers.get(REPLAYED)).toBe("true");
+    expect((await like(author, null)).status).toBe(200);
+    expect((await like(other, key())).status).toBe(200);
+  });
+});
+
 describe("Idempotency-Key: Redis budget", () => {
   test("no header: no idempotency command; a keyed request that runs: 2 (claim, finish); a replay, a 409 or a 422: 1", async () => {
     const faults = new Faults();
@@ -378,7 +402,8 @@ describe("Idempotency-Key on payments, uploads and operator writes", () => {
     // Stored under a fixed-length hash: neither the client's key nor the credential is in Redis's key space.
     const stored = await t.deps.redis.keys("idem:*");
     expect(stored.length).toBeGreaterThan(0);
-    for (const name of stored) expect(name).toMatch(/^idem:[0-9a-f]{64}$/);
+    // Records `idem:{caller}:<scope>` and the caller's hourly counter `idem:{caller}:n:<hour>`, hashes only.
+    for (const name of stored) expect(name).toMatch(/^idem:\{[0-9a-f]{32}\}:(?:[0-9a-f]{64}|n:\d+)$/);
     // A wrong operator token is refused before the key is looked at.
     const forged = await call(t.app, "POST", "/api/shop", { token: "Bearer not-the-token", json: { name, typeId, address: "road 1", ...HANGZHOU }, headers: { "idempotency-key": k } });
     expect(forged.status).toBe(401);
