@@ -110,6 +110,41 @@ describe("timeouts bound every dependency call", () => {
   });
 });
 
+describe("payments", () => {
+  test("a hung payment endpoint: each call ends at PAYMENTS_TIMEOUT_MS, the breaker opens after the threshold and the provider's remaining retries fail without a request", async () => {
+    // The local provider's only outbound call is its webhook to PUBLIC_URL: point it at a server
+    // that accepts and never answers (a real provider's API hanging looks the same to the guard).
+    let seen = 0;
+    const hung = Bun.serve({
+      port: 0,
+      hostname: "127.0.0.1",
+      fetch: () => {
+        seen++;
+        return new Promise<Response>(() => {});
+      },
+    });
+    try {
+      const t = await createTestApp({ PUBLIC_URL: `http://127.0.0.1:${hung.port}`, PAYMENTS_TIMEOUT_MS: "200", BREAKER_THRESHOLD: "2", LOCAL_PAYMENT_DELAY_MS: "0" });
+      const started = performance.now();
+      await t.deps.payments.charge({ paymentId: "p-hung", orderId: "1", amount: 100 }, t.deps.waitUntil);
+      await t.settle();
+      const ms = performance.now() - started;
+      const g = t.deps.isolate.resilience.payments.snapshot();
+      // Five attempts (the provider retries with 100·2^n ms backoff): two time out, the breaker
+      // opens, and the other three are refused without reaching the endpoint.
+      expect(g.timeouts).toBe(2);
+      expect(g.state).toBe("open");
+      expect(g.rejected).toBe(3);
+      expect(seen).toBe(2);
+      // Bounded by the deadlines plus the provider's own backoff (100·2^n ms after each of the five
+      // attempts: 3.1 s of sleeps), not a hang: a call that waited for the endpoint never ends.
+      expect(ms).toBeLessThan(2 * 200 + 3_100 + 1_000);
+    } finally {
+      await hung.stop(true);
+    }
+  });
+});
+
 describe("half-open", () => {
   test("while the single probe runs, other callers are refused at once instead of queueing behind it; its success closes the breaker", async () => {
     const guard = new Guard("redis", { timeoutMs: 5_000, threshold: 1, halfOpenAfterMs: 100 });
