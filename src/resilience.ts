@@ -330,7 +330,7 @@ export function createResilience(config: ResilienceConfig, now: () => number = D
 }
 
 export function resilienceSnapshot(r: Resilience): Record<DependencyName, GuardSnapshot> {
-  return { redis: r.redis.snapshot(), mysql: r.mysql.snapshot(), qstash: r.qstash.snapshot(), sms: r.sms.snapshot(), payments: r.payments.snapshot() };
+  return Object.fromEntries(DEPENDENCIES.map((d) => [d, r[d].snapshot()])) as Record<DependencyName, GuardSnapshot>;
 }
 
 /**

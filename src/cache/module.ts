@@ -249,25 +249,35 @@ export class CacheModule<K extends string | number, V, P = never> {
    */
   private serveStaleWhileRedisDown(deps: Deps, key: K, cached: L1Entry<V, P>): V | null {
     this.counters.staleServes++;
-    const id = String(key);
-    if (!this.rebuilding.has(id)) {
-      this.rebuilding.add(id);
-      // Taken before the load, like every read path: a write seen meanwhile keeps this value from being promoted.
-      const gen = this.writeGen;
-      const task = (async () => {
-        try {
-          this.counters.originLoads++;
-          this.remember(id, await this.def.load(deps, key), gen);
-        } catch (err) {
-          this.counters.errors++;
-          deps.log.warn("cache origin refresh failed (Redis down, stale value kept)", { module: this.name, key: id, err });
-        } finally {
-          this.rebuilding.delete(id);
-        }
-      })();
-      deps.waitUntil(task);
-    }
+    this.inBackgroundOnce(deps, key, "cache origin refresh failed (Redis down, stale value kept)", async (id, gen) => {
+      this.counters.originLoads++;
+      this.remember(id, await this.def.load(deps, key), gen);
+    });
     return cached.value;
+  }
+
+  /**
+   * Runs `work` in the background (deps.waitUntil) unless this key already has background work in
+   * flight in this isolate (`rebuilding`): at most one refresh per key at a time. `gen` is the write
+   * generation taken before it starts, like every read path: a write seen meanwhile keeps what it
+   * brings back from being promoted. A failure is counted and logged; the L1 keeps what it had.
+   */
+  private inBackgroundOnce(deps: Deps, key: K, failure: string, work: (id: string, gen: number) => Promise<void>): void {
+    const id = String(key);
+    if (this.rebuilding.has(id)) return;
+    this.rebuilding.add(id);
+    const gen = this.writeGen;
+    const task = (async () => {
+      try {
+        await work(id, gen);
+      } catch (err) {
+        this.counters.errors++;
+        deps.log.warn(failure, { module: this.name, key: id, err });
+      } finally {
+        this.rebuilding.delete(id);
+      }
+    })();
+    deps.waitUntil(task);
   }
 
   /** Write path: the caller wrote MySQL first; this overwrites (not deletes) L2 and L1. */
@@ -532,35 +542,23 @@ export class CacheModule<K extends string | number, V, P = never> {
   }
 
   private startBackgroundRebuild(deps: Deps, key: K): void {
-    const id = String(key);
-    if (this.rebuilding.has(id)) return;
-    this.rebuilding.add(id);
-    const gen = this.writeGen;
-    const task = (async () => {
+    this.inBackgroundOnce(deps, key, "cache background rebuild failed", async (id, gen) => {
+      const lock = await tryLock(deps.redis, `cache:${this.name}:${key}`, this.policy.lockTtlMs);
+      if (!lock) return; // another isolate is rebuilding it
       try {
-        const lock = await tryLock(deps.redis, `cache:${this.name}:${key}`, this.policy.lockTtlMs);
-        if (!lock) return; // another isolate is rebuilding it
-        try {
-          const fresh = await this.readL2(deps.redis, key);
-          if (fresh && fresh.d !== null && (fresh.x ?? 0) > this.now()) {
-            this.remember(id, fresh.d, gen);
-            return;
-          }
-          this.counters.originLoads++;
-          const value = await this.def.load(deps, key);
-          await this.writeL2(deps.redis, key, value);
-          this.remember(id, value, gen);
-        } finally {
-          await lock.release().catch(() => {});
+        const fresh = await this.readL2(deps.redis, key);
+        if (fresh && fresh.d !== null && (fresh.x ?? 0) > this.now()) {
+          this.remember(id, fresh.d, gen);
+          return;
         }
-      } catch (err) {
-        this.counters.errors++;
-        deps.log.warn("cache background rebuild failed", { module: this.name, key: id, err });
+        this.counters.originLoads++;
+        const value = await this.def.load(deps, key);
+        await this.writeL2(deps.redis, key, value);
+        this.remember(id, value, gen);
       } finally {
-        this.rebuilding.delete(id);
+        await lock.release().catch(() => {});
       }
-    })();
-    deps.waitUntil(task);
+    });
   }
 
   /**

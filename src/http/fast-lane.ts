@@ -147,23 +147,19 @@ export function createFastLane(deps: Deps): FastLane | undefined {
       const reqDeps = depsFor(ctx);
       const user = warmUser(req, reqDeps);
       if (!user) return undefined;
-      const res = answerFromMemory(reqDeps, Number(id), user.id);
-      if (!res) {
+      const res = answerFromMemory(reqDeps, Number(id), user.id, () => clientIpOf(req.headers, env as ClientEnv | undefined, deps.config.TRUST_PROXY));
+      if (!res) return undefined;
+      deps.isolate.fastLane.seckill++;
+      deps.isolate.saleCounters.count(Number(id), res.ok ? "ok" : res.reason);
+      if (!res.ok && res.reason === "RATE_LIMITED") {
         // A caller Redis rate-limited, or a voucher whose admission budget for this second is
         // spent: the same 429 the route's error handler sends (envelope with the request id,
         // Retry-After in whole seconds), with no Redis call.
-        const refused = deps.isolate.seckillAdmission.refusedFromMemory(reqDeps.clock.now(), Number(id), user.id, clientIpOf(req.headers, env as ClientEnv | undefined, deps.config.TRUST_PROXY));
-        if (!refused || refused.ok || refused.reason !== "RATE_LIMITED") return undefined;
-        deps.isolate.fastLane.seckill++;
-        deps.isolate.saleCounters.count(Number(id), refused.reason);
         const requestId = requestIdOf(req.headers);
         const headers = new Headers(jsonTemplate);
-        headers.set("retry-after", String(Math.max(1, Math.ceil(refused.retryAfterMs / 1000))));
-        return finish(req, headers, JSON.stringify(fail("RATE_LIMITED", refused.message, requestId)), 429, reqDeps, env, user, requestId);
+        headers.set("retry-after", String(Math.max(1, Math.ceil(res.retryAfterMs / 1000))));
+        return finish(req, headers, JSON.stringify(fail("RATE_LIMITED", res.message, requestId)), 429, reqDeps, env, user, requestId);
       }
-      if (!res.ok && res.reason === "RATE_LIMITED") return undefined;
-      deps.isolate.fastLane.seckill++;
-      deps.isolate.saleCounters.count(Number(id), res.ok ? "ok" : res.reason);
       return finish(req, new Headers(jsonTemplate), JSON.stringify(seckillEnvelope(res)), 200, reqDeps, env, user);
     }
     return undefined;

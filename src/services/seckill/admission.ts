@@ -151,12 +151,13 @@ export class SeckillAdmission {
   /**
    * What the isolate can refuse without Redis: a rate-limit block Redis reported for this user or
    * address, or a voucher whose admission budget for this second is spent. Synchronous and
-   * allocation-free on the common (undefined) path; used by reserve() and the fast lane.
+   * allocation-free on the common (undefined) path; part of reserve.ts answerFromMemory.
    */
-  refusedFromMemory(now: number, voucherId: number, userId: number, ip: string | undefined): ReserveResult | undefined {
+  refusedFromMemory(now: number, voucherId: number, userId: number, ipOf: () => string | undefined): ReserveResult | undefined {
     if (this.blocks.size > 0) {
       const user = this.blockedUntil(`${voucherId}:u:${userId}`, now);
       if (user !== undefined) return this.refuse(MESSAGES.user, user - now, true);
+      const ip = ipOf();
       if (ip !== undefined) {
         const addr = this.blockedUntil(`${voucherId}:a:${ip}`, now);
         if (addr !== undefined) return this.refuse(MESSAGES.ip, addr - now, true);

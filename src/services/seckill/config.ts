@@ -31,10 +31,17 @@ export interface SeckillConfig {
 
 type Row = Record<string, string | number | null>;
 
+/**
+ * The columns seckillConfigFromRow reads, of tb_seckill_config c ⋈ tb_seckill_voucher s ⋈
+ * tb_voucher v: every query that builds a SeckillConfig selects exactly these.
+ */
+export const SECKILL_CONFIG_COLUMNS =
+  "c.voucher_id, c.shop_id, c.initial_stock, c.buckets, c.shop_daily_limit, c.campaign, c.purchase_rules, s.begin_time, s.end_time, v.pay_value";
+
 export async function loadSeckillConfig(deps: Deps, voucherId: number): Promise<SeckillConfig | null> {
   const row = (
     await deps.db.execute(
-      `SELECT c.voucher_id, c.shop_id, c.initial_stock, c.buckets, c.shop_daily_limit, c.campaign, c.purchase_rules, s.begin_time, s.end_time, v.pay_value
+      `SELECT ${SECKILL_CONFIG_COLUMNS}
          FROM tb_seckill_config c
          JOIN tb_seckill_voucher s ON s.voucher_id = c.voucher_id
          JOIN tb_voucher v ON v.id = c.voucher_id

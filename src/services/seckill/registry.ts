@@ -7,7 +7,7 @@
  */
 import type { Deps } from "../../deps.ts";
 import { toSqlUtc } from "../../util/time.ts";
-import { seckillConfigFromRow, type SeckillConfig } from "./config.ts";
+import { SECKILL_CONFIG_COLUMNS, seckillConfigFromRow, type SeckillConfig } from "./config.ts";
 
 /** Ended vouchers stay in the registry this long, ms (unpaid orders are closed long before). */
 export const RETIRE_AFTER_MS = 7 * 86_400_000;
@@ -18,7 +18,7 @@ type Row = Record<string, string | number | null>;
 export async function registeredSeckills(deps: Pick<Deps, "db">, now: number): Promise<SeckillConfig[]> {
   const rows = (
     await deps.db.execute(
-      `SELECT c.voucher_id, c.shop_id, c.initial_stock, c.buckets, c.shop_daily_limit, c.campaign, c.purchase_rules, s.begin_time, s.end_time, v.pay_value
+      `SELECT ${SECKILL_CONFIG_COLUMNS}
          FROM tb_seckill_voucher s
          JOIN tb_seckill_config c ON c.voucher_id = s.voucher_id
          JOIN tb_voucher v ON v.id = s.voucher_id

@@ -82,9 +82,11 @@ const messages = {
 /**
  * What this isolate can answer without Redis, synchronously (reserve's first step, and the fast
  * lane's): a buyer it gave a unit moments ago (a retry after a lost reply) learns their order; a
- * voucher Redis called sold out within SOLD_OUT_MEMO_MS is sold out. Undefined: ask Redis.
+ * voucher Redis called sold out within SOLD_OUT_MEMO_MS is sold out; a user or address Redis
+ * rate-limited, or a voucher whose admission budget for this second is spent, is refused
+ * (admission.ts; `ipOf` is called only when an address block may apply). Undefined: ask Redis.
  */
-export function answerFromMemory(deps: Pick<Deps, "isolate" | "clock">, voucherId: number, userId: number): ReserveResult | undefined {
+export function answerFromMemory(deps: Pick<Deps, "isolate" | "clock">, voucherId: number, userId: number, ipOf: () => string | undefined): ReserveResult | undefined {
   const { soldOut, holders } = deps.isolate;
   const now = deps.clock.now();
   const holderKey = `${voucherId}:${userId}`;
@@ -98,15 +100,12 @@ export function answerFromMemory(deps: Pick<Deps, "isolate" | "clock">, voucherI
     if (memo > now) return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
     soldOut.delete(voucherId);
   }
-  return undefined;
+  return deps.isolate.seckillAdmission.refusedFromMemory(now, voucherId, userId, ipOf);
 }
 
 export async function reserve(deps: Deps, input: { voucherId: number; userId: number; ip: string }): Promise<ReserveResult> {
-  const fromMemory = answerFromMemory(deps, input.voucherId, input.userId);
+  const fromMemory = answerFromMemory(deps, input.voucherId, input.userId, () => input.ip);
   if (fromMemory) return fromMemory;
-  // Rate-limit blocks Redis reported, and a spent admission budget: refused with no Redis call.
-  const refused = deps.isolate.seckillAdmission.refusedFromMemory(deps.clock.now(), input.voucherId, input.userId, input.ip);
-  if (refused) return refused;
   const { soldOut, holders } = deps.isolate;
   const now = deps.clock.now();
   const holderKey = `${input.voucherId}:${input.userId}`;
