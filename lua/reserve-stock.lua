@@ -22,8 +22,10 @@
   KEYS[5]   per-user attempt log zset
   KEYS[6]   per-IP attempt log zset
   KEYS[7]   per-user daily counter across the shop (integer string)
-  KEYS[8 .. 7+r]  the user's rule logs (ZSET orderId -> reserved at, ms), one per meta rule, in order
-  KEYS[8+r ..]    stock buckets: the buyer's home bucket first, then the others in probe order
+  KEYS[8]   this attempt's fence (lua/reserve-fence.lua): present = the caller gave up on this order
+            id and has told the buyer nothing was reserved, so a late execution must not reserve
+  KEYS[9 .. 8+r]  the user's rule logs (ZSET orderId -> reserved at, ms), one per meta rule, in order
+  KEYS[9+r ..]    stock buckets: the buyer's home bucket first, then the others in probe order
 
   ARGV[1]   user id
   ARGV[2]   order id (decimal string; unique, so also the attempt-log member)
@@ -48,11 +50,12 @@
     {6, retryAfterMs, w} RATE_LIMITED, w = 1 user limit, 2 IP limit
     {7, limit, 0}        LIMIT_REACHED (daily limit across the shop)
     {7, limit, i}        LIMIT_REACHED (purchase rule i, 1-based in meta order)
+    {8, 0, 0}            FENCED: a late execution of an attempt its caller already settled (nobody reads it)
   A meta whose rules differ from ARGV[10] is an error reply: a caller with another configuration
   (a manual edit of the rules) is refused rather than checked against the wrong logs.
 ]]
 local metaKey, buyersKey, outboxKey, dueKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local userLogKey, ipLogKey, dailyKey = KEYS[5], KEYS[6], KEYS[7]
+local userLogKey, ipLogKey, dailyKey, fenceKey = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
 local userId = ARGV[1]
 local orderId = ARGV[2]
@@ -73,6 +76,9 @@ local function windowFull(key, limit, window)
   return math.max(1, tonumber(oldest[2]) + window - now)
 end
 
+-- Fenced first: an attempt its caller settled as "not reserved" leaves no trace at all.
+if redis.call("EXISTS", fenceKey) == 1 then return {8, 0, 0} end
+
 -- Both limits are checked before either records, so a refused attempt costs no quota elsewhere.
 local wait = windowFull(userLogKey, userLimit, userWindow)
 if wait > 0 then return {6, wait, 1} end
@@ -89,7 +95,7 @@ end
 
 local meta = redis.call("HMGET", metaKey, "begin", "end", "dailyLimit", "rules")
 if not meta[1] then return {1, 0, 0} end
--- rules[i] = {K, N in ms}; its log is KEYS[7 + i].
+-- rules[i] = {K, N in ms}; its log is KEYS[8 + i].
 local metaRules = meta[4] or ""
 if metaRules ~= callerRules then
   return redis.error_reply("reserve-stock: the voucher's purchase rules are '" .. metaRules .. "', the caller's '" .. callerRules .. "'")
@@ -111,18 +117,18 @@ end
 
 -- Rolling windows: orders reserved after now − N count (one reserved exactly N days ago no longer does).
 for i = 1, nRules do
-  if redis.call("ZCOUNT", KEYS[7 + i], "(" .. (now - rules[i][2]), "+inf") >= rules[i][1] then
+  if redis.call("ZCOUNT", KEYS[8 + i], "(" .. (now - rules[i][2]), "+inf") >= rules[i][1] then
     return {7, rules[i][1], i}
   end
 end
 
 -- Home bucket first; if it is empty, probe the others so stock left anywhere is sold.
 local chosen, left = 0, 0
-for i = 8 + nRules, #KEYS do
+for i = 9 + nRules, #KEYS do
   local stock = tonumber(redis.call("GET", KEYS[i]) or "0")
   if stock > 0 then
     left = redis.call("DECR", KEYS[i])
-    chosen = i - 7 - nRules
+    chosen = i - 8 - nRules
     break
   end
 end
@@ -141,7 +147,7 @@ end
 if nRules > 0 then
   local horizon = tonumber(ARGV[11])
   for i = 1, nRules do
-    local key, ttl = KEYS[7 + i], math.ceil(rules[i][2] / 1000)
+    local key, ttl = KEYS[8 + i], math.ceil(rules[i][2] / 1000)
     redis.call("ZREMRANGEBYSCORE", key, "-inf", now - horizon)
     redis.call("ZADD", key, now, orderId)
     if redis.call("TTL", key) < ttl then redis.call("EXPIRE", key, ttl) end

@@ -15,6 +15,7 @@ import { createPaymentProvider, type PaymentProvider } from "./payments/provider
 import { OrderGroups } from "./services/seckill/pipeline.ts";
 import { createIsolate, type Isolate } from "./isolate.ts";
 import { createResilience, guardMethods, guardRedis } from "./resilience.ts";
+import { type Runtime, runtimes } from "./runtime.ts";
 
 export type RedisPort = Redis;
 /** `execute` runs on a fresh session per call; `transaction` pins one session (one MySQL connection). */
@@ -46,6 +47,8 @@ export interface Deps {
   orderGroups: OrderGroups;
   /** Everything else this isolate remembers between requests (src/isolate.ts). */
   isolate: Isolate;
+  /** The runtime the entry declared, and whether requests may share in-flight I/O (src/runtime.ts). */
+  runtime: Runtime;
   /**
    * Keeps background work (cache refresh, publishes) alive after the response. The app rebinds
    * this per request to the runtime's ExecutionContext; the value here is the fallback used
@@ -64,12 +67,15 @@ export interface DepsOverrides {
   sms?: SmsPort;
   payments?: PaymentProvider;
   blobs?: BlobStore;
+  /** Declared by the entry; Bun's rules when absent (tests, scripts). */
+  runtime?: Runtime;
 }
 
 export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps {
   const log = overrides.log ?? createLogger(config.LOG_LEVEL);
   // Per-dependency timeouts and breakers (src/resilience.ts), hooked in at each SDK's transport.
   const clock = overrides.clock ?? systemClock;
+  const runtime = overrides.runtime ?? runtimes.bun;
   const resilience = createResilience(config, () => clock.now());
   const redis = guardRedis(
     new Redis({
@@ -78,6 +84,10 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
       // The SDK's default retries network errors ~4 s; a request should fail fast and fall back.
       retry: config.REDIS_RETRY ? undefined : false,
       enableTelemetry: false,
+      // Auto-pipelining merges commands issued in the same tick into one request. Where requests
+      // must not await each other's I/O (workerd), a merged request would settle one request's
+      // promise from another's fetch; there each command goes out on its own request's fetch.
+      enableAutoPipelining: runtime.sharesIo,
     }),
     resilience.redis,
   );
@@ -97,5 +107,5 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   const sms = overrides.sms ?? createSms(config, log, resilience.sms.fetch(overrides.fetch));
   const payments = overrides.payments ?? createPaymentProvider(config, log, () => clock.now(), resilience.payments.fetch(overrides.fetch));
   const blobs = overrides.blobs ?? createBlobStore(config, overrides.fetch);
-  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, orderGroups: new OrderGroups(), isolate: createIsolate(config, { redis, clock, resilience }), waitUntil };
+  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, orderGroups: new OrderGroups(runtime), isolate: createIsolate(config, { redis, clock, resilience, runtime }), runtime, waitUntil };
 }

@@ -31,6 +31,7 @@ export type ErrorCode =
   | "CONFLICT"
   | "IDEMPOTENCY_KEY_REUSED"
   | "UNAVAILABLE"
+  | "OUTCOME_UNKNOWN"
   | "BAD_ENVIRONMENT"
   | "INTERNAL";
 
@@ -56,6 +57,8 @@ export const codeToStatus: Record<ErrorCode, ContentfulStatusCode> = {
   /** An Idempotency-Key sent again with a different request (draft-ietf-httpapi-idempotency-key-header: 422). */
   IDEMPOTENCY_KEY_REUSED: 422,
   UNAVAILABLE: 503,
+  /** A write whose reply was lost and could not be settled: retry to learn what happened. */
+  OUTCOME_UNKNOWN: 503,
   BAD_ENVIRONMENT: 500,
   INTERNAL: 500,
 };

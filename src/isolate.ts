@@ -13,6 +13,7 @@ import type { Config } from "./env.ts";
 import { ListingLimiter } from "./http/listing-limit.ts";
 import { IsolateIds } from "./redis/ids.ts";
 import type { Resilience } from "./resilience.ts";
+import type { Runtime } from "./runtime.ts";
 import { ScriptBatcher } from "./redis/script-batch.ts";
 import { luaSources, scriptsFor } from "./redis/scripts.ts";
 import { createLoginLimiters, type LoginLimiters } from "./services/auth.ts";
@@ -31,8 +32,9 @@ export interface Isolate {
    */
   caches: Caches;
   /**
-   * Order-id generator (redis/ids.ts): a worker-id lease in Redis proven at most one TTL ago (it
-   * never issues under a lease it cannot prove), its last timestamp and sequence.
+   * Order-id source (redis/ids.ts): the id block in use and a spare drawn ahead (4,096 ids each,
+   * used for at most BLOCK_MAX_AGE_MS), counters. Nothing is leased: an isolate that dies holds
+   * nothing, so churn cannot exhaust ids.
    */
   ids: IsolateIds;
   /** Login-code rate limiters (@upstash/ratelimit) with their ephemeral block caches. */
@@ -44,6 +46,11 @@ export interface Isolate {
   reserveBatch: ScriptBatcher<[number, number, number]>;
   /** Requests answered by the fast lane (http/fast-lane.ts) before routing, by kind. */
   fastLane: { prepared: number; me: number; seckill: number };
+  /**
+   * Seckill reservations whose reply was lost, by how the fence settled them
+   * (services/seckill/reserve.ts settleLostReply): three counters.
+   */
+  seckillLostReplies: { reserved: number; buyer: number; fenced: number };
   /**
    * Seckill sold-out memo: voucherId → epoch ms until which this isolate answers SOLD_OUT without
    * Redis (SOLD_OUT_MEMO_MS after Redis said so — long enough to absorb a stampede, short enough
@@ -115,15 +122,18 @@ export interface IsolatePorts {
   clock: Clock;
   /** The guards createDeps put around the ports. */
   resilience: Resilience;
+  /** Whether requests may join each other's in-flight I/O (src/runtime.ts). */
+  runtime: Runtime;
 }
 
 export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
   return {
     caches: createCaches({}, { hot: hotKeyRuleOf(config) }),
-    ids: new IsolateIds(ports.redis, () => ports.clock.now()),
+    ids: new IsolateIds(ports.redis, () => ports.clock.now(), { sharesIo: ports.runtime.sharesIo }),
     loginLimiters: createLoginLimiters(config, ports.redis),
     fastLane: { prepared: 0, me: 0, seckill: 0 },
-    reserveBatch: new ScriptBatcher(luaSources.reserveStock, (redis) => scriptsFor(redis).reserveStock),
+    seckillLostReplies: { reserved: 0, buyer: 0, fenced: 0 },
+    reserveBatch: new ScriptBatcher(luaSources.reserveStock, (redis) => scriptsFor(redis).reserveStock, ports.runtime.sharesIo),
     soldOut: new LRUCache<number, number>({ max: 10_000 }),
     // Expiry is checked against deps.clock by the reader (untilMs), so the bound holds in wall time.
     holders: new LRUCache<string, { orderId: string; untilMs: number }>({ max: 100_000 }),

@@ -88,7 +88,7 @@ test("seckill path: CPU per request", async () => {
     add("raw reserve EVALSHA", await measure(async (i) => {
       const userId = users[i % users.length] as number;
       const r = { orderId: String(9_000_000_000_000_000n + BigInt(round * 100_000 + i)), userId, voucherId: rawCfg.voucherId, shopId: rawCfg.shopId, reservedAt: Date.now(), amount: 1 };
-      return await script.exec(reserveKeys(rawCfg, userId, "10.1.2.3", day), reserveArgs(t.deps.config, r));
+      return await script.exec(reserveKeys(rawCfg, userId, "10.1.2.3", day, r.orderId), reserveArgs(t.deps.config, r));
     }, n));
     await Promise.all(pending.splice(0));
     if (warm) samples.clear();

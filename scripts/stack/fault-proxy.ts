@@ -4,19 +4,26 @@
  *
  *   pass          forward untouched
  *   delay(ms)     forward after `ms` (a slow dependency); a caller that gave up (aborted) before
- *                 then is never forwarded, like a request lost on a congested path
+ *                 then is never forwarded, like a request lost on a congested path (`match`: as
+ *                 for replyDelay)
  *   fail          answer 502 with a gateway's plain-text body (not the dependency's own JSON)
+ *   replyDelay(ms) forward at once, hold the answer `ms` (the dependency did the work; its reply is
+ *                 late). A caller that gives up meanwhile never hears it, although the command ran:
+ *                 the "timeout is not a no" case. `match` limits the mode to requests whose body
+ *                 contains the string (e.g. one script's SHA-1); others pass.
  *
  * Requests seen (and forwarded) are counted, so a test can prove that an open breaker makes no
  * calls. Bench scenarios use it too (scripts/bench/scenarios/slow-redis.ts).
  */
-export type ProxyMode = { kind: "pass" } | { kind: "delay"; ms: number } | { kind: "fail" };
+export type ProxyMode = { kind: "pass" } | { kind: "delay"; ms: number; match?: string } | { kind: "fail" } | { kind: "replyDelay"; ms: number; match?: string };
 
 export interface FaultProxy {
   url: string;
   /** Requests that reached the proxy, and those it forwarded to the target. */
   readonly seen: number;
   readonly forwarded: number;
+  /** Requests forwarded in replyDelay mode whose answer was held (the work was done regardless). */
+  readonly held: number;
   set(mode: ProxyMode): void;
   stop(): Promise<void>;
 }
@@ -27,6 +34,7 @@ export function startFaultProxy(target: string): FaultProxy {
   let mode: ProxyMode = { kind: "pass" };
   let seen = 0;
   let forwarded = 0;
+  let held = 0;
   const server = Bun.serve({
     port: 0,
     hostname: "127.0.0.1",
@@ -35,7 +43,9 @@ export function startFaultProxy(target: string): FaultProxy {
       const m = mode;
       if (m.kind === "fail") return new Response("502 Bad Gateway", { status: 502, headers: { "content-type": "text/plain" } });
       const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
-      if (m.kind === "delay") {
+      const matches = (match: string | undefined) => match === undefined || (body !== undefined && new TextDecoder().decode(body).includes(match));
+      const holdReply = m.kind === "replyDelay" && matches(m.match);
+      if (m.kind === "delay" && matches(m.match)) {
         const aborted = await new Promise<boolean>((resolve) => {
           const timer = setTimeout(() => resolve(false), m.ms);
           req.signal.addEventListener("abort", () => {
@@ -58,6 +68,11 @@ export function startFaultProxy(target: string): FaultProxy {
       h.delete("content-encoding");
       h.delete("content-length");
       h.delete("transfer-encoding");
+      if (holdReply && m.kind === "replyDelay") {
+        held++;
+        // The target has answered (the command ran); the caller hears it only after `ms`, if at all.
+        await new Promise((r) => setTimeout(r, m.ms));
+      }
       return new Response(out, { status: res.status, headers: h });
     },
   });
@@ -71,6 +86,9 @@ export function startFaultProxy(target: string): FaultProxy {
     },
     get forwarded() {
       return forwarded;
+    },
+    get held() {
+      return held;
     },
     set(next) {
       mode = next;

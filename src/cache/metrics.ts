@@ -31,8 +31,14 @@ export class CacheMetrics {
     deps.waitUntil(this.flush(deps));
   }
 
-  /** Adds the counts since the last flush to Redis. Waits for a running flush, then flushes again. */
+  /**
+   * Adds the counts since the last flush to Redis. Waits for a running flush, then flushes again —
+   * where requests may share in-flight I/O. On workerd a running flush belongs to another request
+   * (its waitUntil): this call returns at once and a report reads what that isolate sent up to its
+   * last finished flush (≤ one flush period old for this isolate's own counts).
+   */
   async flush(deps: Deps): Promise<void> {
+    if (this.flushing && !deps.runtime.sharesIo) return;
     while (this.flushing) await this.flushing;
     this.flushing = (async () => {
       try {

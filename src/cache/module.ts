@@ -196,9 +196,15 @@ export class CacheModule<K extends string | number, V, P = never> {
       if (cached.value === null) this.counters.nullHits++;
       return cached.value;
     }
-    const running = this.inflight.get(id);
+    // Concurrent misses of one key share one load where requests may share in-flight I/O; on
+    // workerd each request loads for itself (src/runtime.ts) — a `mutex` module still collapses
+    // the origin loads across requests through its Redis lock, and what a load brings back lands
+    // in L1 for every later request.
+    const shared = deps.runtime.sharesIo;
+    const running = shared ? this.inflight.get(id) : undefined;
     if (running) return await running;
     if (cached && deps.isolate.resilience.redis.degraded) return this.serveStaleWhileRedisDown(deps, key, cached);
+    if (!shared) return await this.fetchL2(deps, key, cached);
     const p = this.fetchL2(deps, key, cached).finally(() => this.inflight.delete(id));
     this.inflight.set(id, p);
     return await p;

@@ -6,14 +6,14 @@
  */
 
 /** Outcomes of `reserve` as the route answers them. */
-export const OUTCOMES = ["ok", "SOLD_OUT", "DUPLICATE_ORDER", "RATE_LIMITED", "NOT_STARTED", "ENDED", "NOT_FOUND", "LIMIT_REACHED"] as const;
+export const OUTCOMES = ["ok", "SOLD_OUT", "DUPLICATE_ORDER", "RATE_LIMITED", "NOT_STARTED", "ENDED", "NOT_FOUND", "LIMIT_REACHED", "OUTCOME_UNKNOWN"] as const;
 export type Outcome = (typeof OUTCOMES)[number];
 export type OutcomeCounts = Record<Outcome, number>;
 
 /** At most this many vouchers are tracked; the least recently counted one is dropped first. */
 export const MAX_TRACKED_VOUCHERS = 1_000;
 
-const zero = (): OutcomeCounts => ({ ok: 0, SOLD_OUT: 0, DUPLICATE_ORDER: 0, RATE_LIMITED: 0, NOT_STARTED: 0, ENDED: 0, NOT_FOUND: 0, LIMIT_REACHED: 0 });
+const zero = (): OutcomeCounts => ({ ok: 0, SOLD_OUT: 0, DUPLICATE_ORDER: 0, RATE_LIMITED: 0, NOT_STARTED: 0, ENDED: 0, NOT_FOUND: 0, LIMIT_REACHED: 0, OUTCOME_UNKNOWN: 0 });
 
 export class SaleCounters {
   private readonly byVoucher = new Map<number, OutcomeCounts>();

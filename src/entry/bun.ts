@@ -7,6 +7,7 @@ import { createDeps } from "../deps.ts";
 import { ConfigError, parseEnv } from "../env.ts";
 import type { ClientEnv } from "../http/client-ip.ts";
 import { cronJobs, runCron } from "../jobs/index.ts";
+import { runtimes } from "../runtime.ts";
 
 let config;
 try {
@@ -21,7 +22,7 @@ const track = (p: Promise<unknown>) => {
   const settled = p.catch((err: unknown) => deps.log.error("background task failed", { err })).finally(() => pending.delete(settled));
   pending.add(settled);
 };
-const deps = createDeps(config, { waitUntil: track });
+const deps = createDeps(config, { waitUntil: track, runtime: runtimes.bun });
 const app = createApp(deps);
 const ctx = { waitUntil: track, passThroughOnException() {}, props: {} };
 

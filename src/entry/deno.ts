@@ -6,6 +6,7 @@ import { createDeps } from "../deps.ts";
 import { ConfigError, parseEnv } from "../env.ts";
 import type { ClientEnv } from "../http/client-ip.ts";
 import { cronJobs, runCron } from "../jobs/index.ts";
+import { runtimes } from "../runtime.ts";
 
 declare const Deno: {
   env: { toObject(): Record<string, string> };
@@ -25,7 +26,7 @@ try {
   Deno.exit(1);
 }
 
-const deps = createDeps(config);
+const deps = createDeps(config, { runtime: runtimes.deno });
 const app = createApp(deps);
 const ctx = { waitUntil: deps.waitUntil, passThroughOnException() {}, props: {} };
 const hostname = Deno.env.toObject().HOST ?? "127.0.0.1";

@@ -8,6 +8,7 @@ import { createDeps, type Deps } from "../deps.ts";
 import { ConfigError, parseEnv } from "../env.ts";
 import { runCron } from "../jobs/index.ts";
 import type { ClientEnv } from "../http/client-ip.ts";
+import { runtimes } from "../runtime.ts";
 import type { AppEnv } from "../types.ts";
 
 type Bindings = Record<string, unknown>;
@@ -16,7 +17,8 @@ let built: { deps: Deps; app: Hono<AppEnv> } | undefined;
 
 function build(env: Bindings) {
   if (!built) {
-    const deps = createDeps(parseEnv(env));
+    // workerd: no request may await I/O another request started (src/runtime.ts).
+    const deps = createDeps(parseEnv(env), { runtime: runtimes.workerd });
     built = { deps, app: createApp(deps) };
   }
   return built;

@@ -193,6 +193,8 @@ export class ListingLimiter {
 
   /** Sends the pending counts and applies the global ones: one command (lua/listing-sync.lua). */
   async sync(deps: Deps): Promise<void> {
+    // workerd: a running sync is another request's (src/runtime.ts); never await it.
+    if (this.syncing && !deps.runtime.sharesIo) return;
     while (this.syncing) await this.syncing;
     this.syncing = this.syncOnce(deps).finally(() => {
       this.syncing = undefined;

@@ -1,249 +1,204 @@
 /**
- * Order ids: 64-bit, time-ordered, unique across isolates, sent to clients as decimal strings.
+ * Order ids (also payment and refund ids): 64-bit, roughly time-ordered, unique across every
+ * isolate that ever lived, sent to clients as decimal strings.
  *
  * Layout (63 bits, so the value is a positive signed BIGINT):
- *   41 bits  milliseconds since 2024-01-01T00:00:00Z (good until 2093)
- *   10 bits  worker id (0..1023), leased in Redis so no two live isolates share one
- *   12 bits  sequence within the millisecond (4096 ids/ms per isolate)
+ *   41 bits  milliseconds since 2024-01-01T00:00:00Z at which the block was drawn (until 2093)
+ *   10 bits  block within that millisecond (the 1,025th draw of one ms borrows the next ms)
+ *   12 bits  sequence within the block (4,096 ids)
+ * The upper 51 bits are one block number B handed out by lua/id-block.lua from one Redis counter
+ * that only moves forward: no two draws ever get the same B, so no two ids are ever equal.
  *
- * Clock going backwards (NTP step, VM migration): ids never go back. The generator keeps its own
- * last timestamp and keeps issuing from it (borrowing the next millisecond when a millisecond's
- * sequence is exhausted) until the wall clock catches up, instead of waiting or repeating ids.
+ * Why blocks and not leased worker ids (the earlier design, issue 15): a worker id had to be one
+ * of 1,024 slots leased for an hour per isolate. Workers start and drop isolates freely, so a few
+ * thousand short-lived isolates — or a burst of lease commands that ran in Redis while their
+ * replies were lost — held every slot, and every reservation, /pay and payment webhook failed. A
+ * block is never held: an isolate that dies, or a draw whose reply is lost, burns block numbers,
+ * of which there are 1,024 per millisecond.
+ *
+ * Cost: one EVALSHA per 4,096 ids per isolate, and one per BLOCK_MAX_AGE_MS while it issues (so
+ * an id's time is at most that old); drawn in the background (`waitUntil`) before the block in use
+ * runs out, so a warm isolate's reservation stays one Redis command. A cold isolate's first id
+ * waits for one draw.
+ *
+ * Guessability: as before (a snowflake-like id; the time and a counter). Ownership checks, not
+ * secrecy of ids, protect orders (every order route checks the caller).
  */
-import type { RedisPort } from "../deps.ts";
+import type { Deps, RedisPort } from "../deps.ts";
 import { keys } from "./keys.ts";
 import { scriptsFor } from "./scripts.ts";
 
 export const ID_EPOCH_MS = Date.UTC(2024, 0, 1);
-const WORKER_BITS = 10n;
 const SEQ_BITS = 12n;
-const MAX_SEQ = (1 << Number(SEQ_BITS)) - 1;
-export const MAX_WORKERS = 1 << Number(WORKER_BITS);
+const SUB_BITS = 10n;
+export const IDS_PER_BLOCK = 1 << Number(SEQ_BITS);
+/** A block is not used for new ids once this old, ms: an id's time is within this of its issue. */
+export const BLOCK_MAX_AGE_MS = 60_000;
+/** The next block is drawn in the background once this share of the current one is used (or of its age). */
+const REFILL_AT = 0.75;
 
 export class IdGenerator {
-  private lastMs = -1;
-  private lastWall = -1;
-  private seq = 0;
-  /** Times the wall clock was seen behind the last issued timestamp (observability). */
-  backwardsEvents = 0;
-
-  constructor(
-    readonly workerId: number,
-    private readonly now: () => number = Date.now,
-  ) {
-    if (!Number.isInteger(workerId) || workerId < 0 || workerId >= MAX_WORKERS) throw new Error(`worker id out of range: ${workerId}`);
-  }
-
-  next(): bigint {
-    const wall = this.now() - ID_EPOCH_MS;
-    if (wall < this.lastWall) this.backwardsEvents++;
-    this.lastWall = wall;
-    // Never behind the last issued timestamp (which may be ahead of the wall after borrowing).
-    let ms = Math.max(wall, this.lastMs);
-    if (ms === this.lastMs) {
-      this.seq++;
-      if (this.seq > MAX_SEQ) {
-        // Sequence exhausted within one millisecond: move to the next one (stays monotonic).
-        ms = this.lastMs + 1;
-        this.seq = 0;
-      }
-    } else {
-      this.seq = 0;
-    }
-    this.lastMs = ms;
-    return (BigInt(ms) << (WORKER_BITS + SEQ_BITS)) | (BigInt(this.workerId) << SEQ_BITS) | BigInt(this.seq);
-  }
-
-  /** Milliseconds since the Unix epoch encoded in an id. */
+  /** Milliseconds since the Unix epoch encoded in an id (when its block was drawn). */
   static timeOf(id: bigint): number {
-    return Number(id >> (WORKER_BITS + SEQ_BITS)) + ID_EPOCH_MS;
+    return Number(id >> (SUB_BITS + SEQ_BITS)) + ID_EPOCH_MS;
+  }
+  /** The block an id belongs to (its upper 51 bits). */
+  static blockOf(id: bigint): bigint {
+    return id >> SEQ_BITS;
   }
 }
 
-/**
- * Leases a worker id for this isolate: `SET idgen:worker:{n} owner NX EX ttl`, starting at a
- * random slot and probing onward. Only `NX` writes the key, so a slot another owner holds is never
- * taken over; renewal is the owner-only CAS in `IsolateIds` (lua/extend-lock.lua).
- */
-export async function leaseWorkerId(redis: RedisPort, owner: string, ttlSeconds: number): Promise<number> {
-  const start = Math.floor(Math.random() * MAX_WORKERS);
-  // Probe in batches of 16 (one pipelined round trip each) until one slot is free.
-  for (let base = 0; base < MAX_WORKERS; base += 16) {
-    const slots = Array.from({ length: 16 }, (_, i) => (start + base + i) % MAX_WORKERS);
-    const results = await Promise.all(slots.map((n) => redis.set(keys.idWorker(n), owner, { nx: true, ex: ttlSeconds })));
-    const won = results.map((r, i) => (r === "OK" ? slots[i] : -1)).filter((n) => n !== undefined && n >= 0) as number[];
-    const [first, ...extra] = won;
-    // Give back any other slot this batch happened to take.
-    if (extra.length > 0) await Promise.all(extra.map((n) => redis.del(keys.idWorker(n))));
-    if (first !== undefined) return first;
-  }
-  throw new Error("no free id worker slot (1024 leased)");
+interface Block {
+  /** Block number B (lua/id-block.lua). */
+  base: bigint;
+  /** Next sequence number to hand out (0..IDS_PER_BLOCK). */
+  used: number;
+  /** Isolate clock when the draw was sent, epoch ms. */
+  drawnAt: number;
+}
+
+export interface IdStats {
+  /** Blocks drawn (successful id-block calls). */
+  draws: number;
+  /** Draws that failed or timed out (their block numbers, if drawn, are burnt). */
+  drawFailures: number;
+  /** Draws a request had to wait for (no block at hand). */
+  foregroundDraws: number;
+  /** Blocks dropped unused or part-used (a spare beside a fresh one, or aged out). */
+  discarded: number;
+  issued: number;
 }
 
 /**
- * Rounds of renew-or-lease `next()` waits for before giving up. One round normally suffices; more
- * are needed only when Redis answers so slowly that the fresh proof has already run out on arrival.
- */
-const MAX_PROOF_ROUNDS = 3;
-
-/**
- * Per-isolate generator whose worker id is leased in Redis and renewed by the owner only.
+ * The isolate's id source (deps.isolate.ids): the block in use, a spare drawn ahead, counters.
  *
- * Invariant: an id is issued only while `now() < validUntil`, where
- *   validUntil = (time the last successful lease or renewal request was SENT) + TTL − margin
- * on this isolate's clock, in epoch ms. Redis starts the TTL when it executes the command, which is
- * after we sent it, so the key cannot expire — and so no other isolate can `SET NX` the slot — before
- * sentAt + TTL. Measuring from the answer instead would count the round trip (or a pause while the
- * request was in flight) as lease time we may not have. The margin (TTL/10: 6 min for the default
- * hour) absorbs clock-rate drift between us and Redis and clock skew between isolates: the next
- * owner's ids carry timestamps at least `margin − skew` after our last one, so ids never collide
- * even though both use the same 10 worker bits.
- *
- * Renewal is compare-and-set (lua/extend-lock.lua: PEXPIRE only if the key still holds our owner
- * token), so we can never take back a slot another isolate leased after ours ran out. It runs in the
- * background once half the TTL has passed since the last proof; past `validUntil`, `next()` waits
- * for it. If the CAS finds the slot gone or someone else's, the generator is dropped and a fresh slot
- * is leased before anything is issued. All callers share one in-flight renew/lease (no stampede).
- *
- * Not covered: ids whose timestamp the generator borrowed ahead of the wall clock (sequence
- * exhaustion, or the clock stepping back by more than the margin) can outrun `validUntil`.
+ * Runtime rule (src/runtime.ts): where requests may share in-flight I/O, concurrent callers with no
+ * block at hand join one draw; on workerd each such caller draws for itself (a few extra blocks
+ * when a cold isolate meets a crowd — block numbers are free). Background draws go through the
+ * calling request's `waitUntil` and no request awaits them: their block lands in memory, read
+ * synchronously by whoever comes next.
  */
 export class IsolateIds {
-  private gen: IdGenerator | undefined;
-  /** Epoch ms (injected clock): last instant at which the current lease is provably ours. */
-  private validUntilMs = 0;
-  /** Epoch ms: half the TTL after the last proof; from here on `next()` renews in the background. */
-  private renewAfterMs = 0;
-  /** The one in-flight renew-or-lease, shared by every caller (foreground and background). */
-  private refreshing: Promise<void> | undefined;
-  /** A background renewal in progress; its errors are caught and recorded, never left floating. */
-  private background: Promise<void> | undefined;
-  private leaseCount = 0;
-  private renewalCount = 0;
-  private lostCount = 0;
-  private failureCount = 0;
+  private current: Block | undefined;
+  private spare: Block | undefined;
+  /** The one draw in flight that callers may join (only where `sharesIo`). */
+  private joinable: Promise<Block> | undefined;
+  /** A background draw in flight (for the spare); never awaited by a request. */
+  private refilling = false;
   private lastFailure: unknown;
-  private readonly owner = crypto.randomUUID();
-  private readonly ttlMs: number;
-  private readonly marginMs: number;
+  readonly stats: IdStats = { draws: 0, drawFailures: 0, foregroundDraws: 0, discarded: 0, issued: 0 };
+  private readonly sharesIo: boolean;
+  private readonly maxAgeMs: number;
 
   /**
-   * @param now         clock, epoch ms; the same clock stamps ids and times the lease (tests jump it)
-   * @param ttlSeconds  worker-id lease time to live, whole seconds (it is sent as `EX`)
+   * @param now   clock, epoch ms; stamps the draws (tests jump it)
+   * @param opts  sharesIo: the runtime's capability; blockMaxAgeMs: see BLOCK_MAX_AGE_MS
    */
   constructor(
     private readonly redis: RedisPort,
     private readonly now: () => number = Date.now,
-    private readonly ttlSeconds = 3600,
+    opts: { sharesIo?: boolean; blockMaxAgeMs?: number } = {},
   ) {
-    if (!Number.isInteger(ttlSeconds) || ttlSeconds < 1) throw new Error(`id lease ttl must be whole seconds >= 1: ${ttlSeconds}`);
-    this.ttlMs = ttlSeconds * 1000;
-    this.marginMs = this.ttlMs / 10;
+    this.sharesIo = opts.sharesIo ?? true;
+    this.maxAgeMs = opts.blockMaxAgeMs ?? BLOCK_MAX_AGE_MS;
   }
 
-  /** Worker id currently held, or undefined while none is (before the first lease, after a loss). */
-  get workerId(): number | undefined {
-    return this.gen?.workerId;
-  }
-  /** Epoch ms up to which the current lease is provably ours (0 when there is none). */
-  get validUntil(): number {
-    return this.gen ? this.validUntilMs : 0;
-  }
-  /** Slots leased (the first one, and one after each lost lease). */
-  get leases(): number {
-    return this.leaseCount;
-  }
-  /** Successful owner-only renewals. */
-  get renewals(): number {
-    return this.renewalCount;
-  }
-  /** Renewals that found the slot expired or owned by someone else (the generator was dropped). */
-  get lostLeases(): number {
-    return this.lostCount;
-  }
-  /** Background renewals that failed (e.g. Redis unreachable); retried on the next call. */
-  get renewFailures(): number {
-    return this.failureCount;
-  }
-  get lastRenewError(): unknown {
+  get lastDrawError(): unknown {
     return this.lastFailure;
   }
-  /** The background renewal in flight, if any (resolves, never rejects): for shutdown and tests. */
-  get renewing(): Promise<void> | undefined {
-    return this.background;
-  }
 
-  async next(): Promise<bigint> {
-    for (let round = 0; ; round++) {
-      const gen = this.gen;
-      const now = this.now();
-      // Checked and issued synchronously: nothing can run between the proof check and the id.
-      if (gen && now < this.validUntilMs) {
-        if (now >= this.renewAfterMs) this.renewInBackground();
-        return gen.next();
-      }
-      if (round === MAX_PROOF_ROUNDS) throw new Error("id worker lease could not be proven in time");
-      // No lease, or it may have run out: wait for the shared renew-or-lease, then check again.
-      await this.refresh();
+  /**
+   * The next id. Synchronous work when a block is at hand (no Redis); then, when the block is
+   * three-quarters used or aged, a spare is drawn through `bg.waitUntil`. With no block at hand
+   * the caller waits for one draw. Rejects only when that draw fails (Redis down or late).
+   */
+  async next(bg?: Pick<Deps, "waitUntil">): Promise<bigint> {
+    const now = this.now();
+    const id = this.take(now);
+    if (id !== undefined) {
+      if (bg) this.refillIfDue(bg, now);
+      return id;
     }
+    this.stats.foregroundDraws++;
+    const block = await this.drawForeground();
+    // Ours alone until installed: take our id first, then offer the rest to later callers.
+    const mine = this.issue(block);
+    this.install(block);
+    return mine;
   }
 
-  private renewInBackground(): void {
-    if (this.refreshing) return; // one is already on its way
-    const p: Promise<void> = this.refresh()
-      .catch((err: unknown) => {
-        // The lease stays valid until validUntil; the next call past renewAfter tries again.
-        this.failureCount++;
-        this.lastFailure = err;
-      })
-      .finally(() => {
-        if (this.background === p) this.background = undefined;
+  /** An id from the block in use or the spare, if either is usable now. */
+  private take(now: number): bigint | undefined {
+    if (this.current && !this.usable(this.current, now)) this.current = undefined;
+    if (!this.current && this.spare) {
+      this.current = this.usable(this.spare, now) ? this.spare : undefined;
+      this.spare = undefined;
+    }
+    return this.current ? this.issue(this.current) : undefined;
+  }
+
+  private usable(b: Block, now: number): boolean {
+    return b.used < IDS_PER_BLOCK && now - b.drawnAt < this.maxAgeMs;
+  }
+
+  private issue(b: Block): bigint {
+    this.stats.issued++;
+    return (b.base << SEQ_BITS) | BigInt(b.used++);
+  }
+
+  /** A freshly drawn block becomes the current one, or the spare, or (both taken) is dropped. */
+  private install(b: Block): void {
+    const now = this.now();
+    if (!this.usable(b, now)) return;
+    if (!this.current || !this.usable(this.current, now)) this.current = b;
+    else if (!this.spare) this.spare = b;
+    else this.stats.discarded++;
+  }
+
+  private refillIfDue(bg: Pick<Deps, "waitUntil">, now: number): void {
+    const c = this.current;
+    if (!c || this.spare || this.refilling) return;
+    if (c.used < IDS_PER_BLOCK * REFILL_AT && now - c.drawnAt < this.maxAgeMs * REFILL_AT) return;
+    this.refilling = true;
+    bg.waitUntil(
+      this.draw()
+        .then(
+          (b) => this.install(b),
+          () => {}, // counted in draw(); the next call past the threshold tries again
+        )
+        .finally(() => {
+          this.refilling = false;
+        }),
+    );
+  }
+
+  private drawForeground(): Promise<Block> {
+    if (!this.sharesIo) return this.draw();
+    if (!this.joinable) {
+      const p: Promise<Block> = this.draw().finally(() => {
+        if (this.joinable === p) this.joinable = undefined;
       });
-    this.background = p;
-  }
-
-  private refresh(): Promise<void> {
-    if (!this.refreshing) {
-      const p: Promise<void> = this.renewOrLease().finally(() => {
-        if (this.refreshing === p) this.refreshing = undefined;
-      });
-      this.refreshing = p;
+      this.joinable = p;
     }
-    return this.refreshing;
+    return this.joinable;
   }
 
-  /** One renew-or-lease round trip sequence: CAS renewal of the held slot, else lease a new one. */
-  private async renewOrLease(): Promise<void> {
-    const held = this.gen;
-    if (held) {
-      const sentAt = this.now();
-      const extended = await scriptsFor(this.redis).extendLock.exec([keys.idWorker(held.workerId)], [this.owner, String(this.ttlMs)]);
-      if (extended === 1) {
-        this.proven(sentAt);
-        this.renewalCount++;
-        return;
-      }
-      // Expired and gone, or another isolate's now: stop issuing under this worker id at once.
-      this.gen = undefined;
-      this.validUntilMs = 0;
-      this.lostCount++;
+  /** One id-block call. */
+  private async draw(): Promise<Block> {
+    const drawnAt = this.now();
+    try {
+      const base = await scriptsFor(this.redis).idBlock.exec([keys.idBlock()], [String(drawnAt - ID_EPOCH_MS)]);
+      this.stats.draws++;
+      return { base: BigInt(base), used: 0, drawnAt };
+    } catch (err) {
+      this.stats.drawFailures++;
+      this.lastFailure = err;
+      throw err;
     }
-    const sentAt = this.now(); // before the first probe, so the deadline is conservative
-    const workerId = await leaseWorkerId(this.redis, this.owner, this.ttlSeconds);
-    // Landing on the slot we just lost (it had expired, nobody took it): keep the old generator so
-    // its monotonic state (last timestamp, sequence) rules out repeating our own earlier ids.
-    this.gen = held?.workerId === workerId ? held : new IdGenerator(workerId, this.now);
-    this.proven(sentAt);
-    this.leaseCount++;
-  }
-
-  private proven(sentAt: number): void {
-    this.validUntilMs = sentAt + this.ttlMs - this.marginMs;
-    this.renewAfterMs = sentAt + this.ttlMs / 2;
   }
 }
 
-/** The isolate's id generator (one worker-id lease per isolate: deps.isolate.ids). */
+/** The isolate's id source (deps.isolate.ids). */
 export function idsFor(deps: { isolate: { ids: IsolateIds } }): IsolateIds {
   return deps.isolate.ids;
 }

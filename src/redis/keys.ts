@@ -41,6 +41,11 @@ export const keys = {
     stock: (shopId: number, voucherId: number, bucket: number) => `seckill:{s${shopId}}:v${voucherId}:stock:${bucket}`,
     /** Set of user ids holding a live reservation or order (one order per user). */
     buyers: (shopId: number, voucherId: number) => `seckill:{s${shopId}}:v${voucherId}:buyers`,
+    /**
+     * Fence of one reservation attempt whose reply was lost (lua/reserve-fence.lua): present =
+     * settled as "not reserved"; reserve-stock refuses that order id from then on. Short-lived.
+     */
+    fence: (shopId: number, orderId: string) => `seckill:{s${shopId}}:fence:${orderId}`,
     /** Set of order ids whose stock went back to Redis (release is once per order). */
     released: (shopId: number, voucherId: number) => `seckill:{s${shopId}}:v${voucherId}:released`,
     /** Exact sliding-window attempt logs (ZSET member = order id, score = ms). */
@@ -78,8 +83,8 @@ export const keys = {
     admission: (voucherId: number, second: number) => `seckill:{adm}:v${voucherId}:${second}`,
     admissionTotal: (second: number) => `seckill:{adm}:all:${second}`,
   },
-  /** Order id generator: worker-id leases (string owner, TTL). */
-  idWorker: (n: number) => `idgen:worker:${n}`,
+  /** Order id blocks: the last block number handed out (lua/id-block.lua; never expires). */
+  idBlock: () => "idgen:block",
   /** Idempotency marks of processed callbacks (SET NX with TTL). */
   processed: (kind: string, id: string) => `processed:${kind}:${id}`,
   /** Mutex / job lock. */

@@ -13,6 +13,14 @@
  *
  * NOSCRIPT (after a Redis restart or SCRIPT FLUSH) comes back per command; those calls fall back
  * to `Script.exec` (EVALSHA, then EVAL) one by one, so the script is loaded once again.
+ *
+ * Only where requests may share in-flight I/O (src/runtime.ts `sharesIo`: Bun, Deno). On workerd
+ * a shared pipeline settles every buyer's promise from the one request whose timer sent it, which
+ * the runtime refuses (issue 15: 9 of 100 units answered, the rest cancelled or "hung"); there each
+ * call is its own EVALSHA on its own request's fetch — one round trip per attempt. Decision
+ * (README "Deploying to Workers"): a crowd on Workers is spread over many isolates, each seeing
+ * few buyers per event-loop turn, so the batch would rarely hold more than one anyway, and the
+ * Redis command count per attempt (what Upstash bills and limits) is one either way.
  */
 import type { Redis } from "@upstash/redis";
 
@@ -40,10 +48,13 @@ export class ScriptBatcher<T> {
   constructor(
     private readonly source: string,
     private readonly script: (redis: Redis) => { exec(keys: string[], args: string[]): Promise<T> },
+    /** False on workerd: every call goes out alone, in its caller's own request. */
+    private readonly shared = true,
   ) {}
 
   exec(redis: Redis, keys: string[], args: string[]): Promise<T> {
     this.stats.calls++;
+    if (!this.shared) return this.script(redis).exec(keys, args);
     return new Promise<T>((resolve, reject) => {
       let q = this.queues.get(redis);
       if (!q) {

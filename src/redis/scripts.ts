@@ -8,6 +8,7 @@ import ackOutboxSrc from "../../lua/ack-outbox.lua" with { type: "text" };
 import claimOutboxSrc from "../../lua/claim-outbox.lua" with { type: "text" };
 import blogLikeToggleSrc from "../../lua/blog-like-toggle.lua" with { type: "text" };
 import extendLockSrc from "../../lua/extend-lock.lua" with { type: "text" };
+import idBlockSrc from "../../lua/id-block.lua" with { type: "text" };
 import idempotencyClaimSrc from "../../lua/idempotency-claim.lua" with { type: "text" };
 import idempotencyFinishSrc from "../../lua/idempotency-finish.lua" with { type: "text" };
 import listingSyncSrc from "../../lua/listing-sync.lua" with { type: "text" };
@@ -17,6 +18,7 @@ import releaseStockSrc from "../../lua/release-stock.lua" with { type: "text" };
 import releaseStockManySrc from "../../lua/release-stock-many.lua" with { type: "text" };
 import reconcileBuyersSrc from "../../lua/reconcile-buyers.lua" with { type: "text" };
 import reloadSeckillSrc from "../../lua/reload-seckill.lua" with { type: "text" };
+import reserveFenceSrc from "../../lua/reserve-fence.lua" with { type: "text" };
 import reserveStockSrc from "../../lua/reserve-stock.lua" with { type: "text" };
 import seckillAdmissionSrc from "../../lua/seckill-admission.lua" with { type: "text" };
 import uploadQuotaSrc from "../../lua/upload-quota.lua" with { type: "text" };
@@ -29,10 +31,12 @@ import unlockSrc from "../../lua/unlock.lua" with { type: "text" };
 export const luaSources = {
   unlock: unlockSrc,
   extendLock: extendLockSrc,
+  idBlock: idBlockSrc,
   loginCodeMiss: loginCodeMissSrc,
   loginCodeConsume: loginCodeConsumeSrc,
   blogLikeToggle: blogLikeToggleSrc,
   reserveStock: reserveStockSrc,
+  reserveFence: reserveFenceSrc,
   releaseStock: releaseStockSrc,
   resetStock: resetStockSrc,
   claimOutbox: claimOutboxSrc,
@@ -75,12 +79,14 @@ export function createScripts(redis: Redis) {
   return {
     unlock: redis.createScript<number>(luaSources.unlock),
     extendLock: redis.createScript<number>(luaSources.extendLock),
+    idBlock: redis.createScript<number>(luaSources.idBlock),
     loginCodeMiss: redis.createScript<number>(luaSources.loginCodeMiss),
     loginCodeConsume: redis.createScript<number>(luaSources.loginCodeConsume),
     /** {delta, count, version}: see lua/blog-like-toggle.lua. */
     blogLikeToggle: redis.createScript<[number, number, number]>(luaSources.blogLikeToggle),
     /** {code, a, b}: see lua/reserve-stock.lua. */
     reserveStock: redis.createScript<[number, number, number]>(luaSources.reserveStock),
+    reserveFence: redis.createScript<number>(luaSources.reserveFence),
     releaseStock: redis.createScript<number>(luaSources.releaseStock),
     /** {before, after} summed stock. */
     resetStock: redis.createScript<[number, number]>(luaSources.resetStock),

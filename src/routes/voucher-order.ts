@@ -34,7 +34,7 @@ function present(o: OrderRow, zone: string) {
 }
 
 /** The 200 envelope of a reservation outcome (RATE_LIMITED is a 429 instead; see the handler). */
-export function seckillEnvelope(res: Exclude<ReserveResult, { reason: "RATE_LIMITED" }>): Envelope<string> {
+export function seckillEnvelope(res: Exclude<ReserveResult, { reason: "RATE_LIMITED" | "OUTCOME_UNKNOWN" }>): Envelope<string> {
   if (res.ok) return ok(res.orderId);
   // A buyer who already holds a unit is told which order it is (`data`), e.g. after a lost reply.
   if (res.reason === "DUPLICATE_ORDER" && res.orderId) return { ...fail(res.reason, res.message), data: res.orderId };
@@ -45,11 +45,11 @@ const SECKILL: RouteDoc = {
   tag: "orders",
   summary: "Seckill: reserve one unit of a flash-sale voucher; `data` is the order id",
   description:
-    "The order is written to MySQL behind a queue (`GET /api/voucher-order/{id}` reports `queued` until then). `DUPLICATE_ORDER` carries the order the buyer already holds in `data`. Attempts are limited per user and per client address, and per voucher per second across the deployment (SECKILL_ADMISSION_*): 429 with Retry-After, answered without Redis once known. Without Redis (timed out, failing, or its breaker open) it fails closed: 503 UNAVAILABLE with Retry-After, nothing reserved.",
+    "The order is written to MySQL behind a queue (`GET /api/voucher-order/{id}` reports `queued` until then). `DUPLICATE_ORDER` carries the order the buyer already holds in `data`. Attempts are limited per user and per client address, and per voucher per second across the deployment (SECKILL_ADMISSION_*): 429 with Retry-After, answered without Redis once known. Without Redis (timed out, failing, or its breaker open) it fails closed: 503 UNAVAILABLE with Retry-After, nothing reserved. A reservation whose reply was lost is settled in the same request (reserved → the order id; otherwise fenced, so a late execution cannot reserve); only if that check is lost too: 503 OUTCOME_UNKNOWN with Retry-After — retry to learn your order.",
   access: "user",
   data: OrderIdText,
   outcomes: ["SOLD_OUT", "DUPLICATE_ORDER", "NOT_STARTED", "ENDED", "NOT_FOUND", "LIMIT_REACHED"],
-  errors: ["RATE_LIMITED", "UNAVAILABLE"],
+  errors: ["RATE_LIMITED", "UNAVAILABLE", "OUTCOME_UNKNOWN"],
 };
 
 export const voucherOrder = new Hono<UserEnv>()
@@ -62,8 +62,8 @@ export const voucherOrder = new Hono<UserEnv>()
     const voucherId = c.req.valid("param").voucherId;
     const res = await reserve(deps, { voucherId, userId: c.get("user").id, ip: clientIp(c, deps.config.TRUST_PROXY) });
     deps.isolate.saleCounters.count(voucherId, res.ok ? "ok" : res.reason);
-    if (res.ok || res.reason !== "RATE_LIMITED") return c.json(seckillEnvelope(res));
-    throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterMs / 1000 });
+    if (res.ok || (res.reason !== "RATE_LIMITED" && res.reason !== "OUTCOME_UNKNOWN")) return c.json(seckillEnvelope(res));
+    throw new AppError(res.reason, res.message, { retryAfterSeconds: res.retryAfterMs / 1000 });
   })
   .get("/of/me", doc({ tag: "orders", summary: "The caller's orders, newest first, 10 a page", access: "user", data: z.array(Order) }, v("query", z.object({ current: Current }))), async (c) => {
     const deps = c.get("deps");

@@ -166,6 +166,16 @@ export class SessionCache {
 
   /** Runs the upkeep now (or joins the running one). Tests and the trust bound use it; requests use the "if due" path. */
   async sync(deps: Deps): Promise<void> {
+    if (!deps.runtime.sharesIo) {
+      // workerd: a running sync is another request's and may not be awaited here (src/runtime.ts);
+      // this caller runs its own. Two syncs at once are safe: each takes its own batch from
+      // `pending`, and cursor and lastSyncAt only move forward (runSync).
+      const own: Promise<void> = this.runSync(deps).finally(() => {
+        if (this.syncing === own) this.syncing = undefined;
+      });
+      this.syncing = own;
+      return await own;
+    }
     this.syncing ??= this.runSync(deps).finally(() => {
       this.syncing = undefined;
     });
@@ -269,8 +279,10 @@ export class SessionCache {
       } else {
         for (const sid of sids ?? []) this.markDead(this.bySid.get(String(sid)));
       }
-      this.cursor = Number(cursor);
-      this.lastSyncAt = startedAt;
+      // Monotonic: on workerd two syncs may overlap (see sync), and the later-finishing one may have
+      // started earlier; re-reading a revocation is harmless, trusting memory longer is not.
+      this.cursor = Math.max(this.cursor ?? -1, Number(cursor));
+      this.lastSyncAt = Math.max(this.lastSyncAt ?? Number.NEGATIVE_INFINITY, startedAt);
       if (!truncated && batch.length < SYNC_BATCH) return;
     }
   }

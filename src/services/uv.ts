@@ -158,7 +158,7 @@ export class UvBatcher {
   }
 
   /** Starts a background flush when the open batch is due (cheap otherwise: one clock read). */
-  maybeFlush(deps: Pick<Deps, "clock" | "waitUntil" | "redis" | "log" | "isolate">): void {
+  maybeFlush(deps: Pick<Deps, "clock" | "waitUntil" | "redis" | "log" | "isolate" | "runtime">): void {
     if (this.flushing || (!(deps.clock.now() >= this.dueAt) && this.pendingCount < this.opts.batchSize)) return;
     // UV counting degrades first (src/resilience.ts): while Redis's breaker is open or probing,
     // the batch waits (bounded by maxPending) and no request's background work touches Redis.
@@ -170,7 +170,9 @@ export class UvBatcher {
   }
 
   /** Sends everything pending now (one PFADD per day key). Waits for a running flush first. */
-  async flush(deps: Pick<Deps, "redis" | "log" | "clock">): Promise<void> {
+  async flush(deps: Pick<Deps, "redis" | "log" | "clock" | "runtime">): Promise<void> {
+    // workerd: a running flush is another request's (src/runtime.ts); never await it.
+    if (this.flushing && !deps.runtime.sharesIo) return;
     while (this.flushing) await this.flushing;
     if (this.pendingCount === 0) return;
     this.flushing = this.send(deps).finally(() => {

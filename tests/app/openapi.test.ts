@@ -120,10 +120,11 @@ describe("OpenAPI document (/openapi.json)", () => {
       ["/api/blog/likes/{id}", "get"],
       ["/api/user/sign", "post"],
       ["/api/user/sign/count", "get"],
-      ["/api/voucher-order/seckill/{voucherId}", "post"],
     ] as const) {
       expect([path, answers(path, method, "503")]).toEqual([path, { codes: ["UNAVAILABLE"], retryAfter: true }]);
     }
+    // A reservation whose reply and settling check were both lost (issue 15): retry to learn the order.
+    expect(answers("/api/voucher-order/seckill/{voucherId}", "post", "503")).toEqual({ codes: ["OUTCOME_UNKNOWN", "UNAVAILABLE"], retryAfter: true });
     expect(answers("/api/upload/blog", "post", "429")).toEqual({ codes: ["QUOTA_EXCEEDED", "RATE_LIMITED"], retryAfter: true });
   });
 

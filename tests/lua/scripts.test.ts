@@ -54,6 +54,7 @@ describe("purchase-rule logs in the seckill scripts", () => {
       userLog: `${tag}:rl:u`,
       ipLog: `${tag}:rl:ip`,
       daily: (u: string) => `${tag}:daily:${u}`,
+      fence: (o: string) => `${tag}:fence:${o}`,
       stock: `${tag}:stock:0`,
       log: (scope: string, u: string) => `${tag}:pr:${scope}:${u}`,
     };
@@ -61,7 +62,7 @@ describe("purchase-rule logs in the seckill scripts", () => {
   const DAY = 86_400_000;
   const RULES = "shop:5:30,campaign:2:7";
   const reserveCall = (k: ReturnType<typeof voucherKeys>, user: string, orderId: string, now: number, logs: string[], rules = RULES) => [
-    [k.meta, k.buyers, k.outbox, k.due, k.userLog, k.ipLog, k.daily(user), ...logs, k.stock],
+    [k.meta, k.buyers, k.outbox, k.due, k.userLog, k.ipLog, k.daily(user), k.fence(orderId), ...logs, k.stock],
     [user, orderId, String(now), "0", "1000", "0", "1000", "{}", "172800", ...(rules ? [rules, String(90 * DAY)] : [])],
   ];
 

@@ -33,7 +33,7 @@ async function cfgOf(t: TestApp, voucherId: number): Promise<SeckillConfig> {
 async function reserveAt(t: TestApp, cfg: SeckillConfig, userId: number, now: number): Promise<{ code: number; orderId: string }> {
   const orderId = (BigInt(now) * 1000n + BigInt(Math.floor(Math.random() * 1000))).toString();
   const r: Reservation = { orderId, userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue };
-  const [code] = await scriptsFor(t.deps.redis).reserveStock.exec(reserveKeys(cfg, userId, "10.0.0.9", serviceDay(now, t.deps.config.SERVICE_TIME_ZONE)), reserveArgs(t.deps.config, r, cfg));
+  const [code] = await scriptsFor(t.deps.redis).reserveStock.exec(reserveKeys(cfg, userId, "10.0.0.9", serviceDay(now, t.deps.config.SERVICE_TIME_ZONE), orderId), reserveArgs(t.deps.config, r, cfg));
   return { code, orderId };
 }
 
@@ -100,7 +100,7 @@ describe("purchase rules: creation", () => {
     expect(cfg.purchaseRules).toEqual([]);
     // The reservation call of a voucher without rules is the one it was before rules existed.
     const r: Reservation = { orderId: "1", userId: 1, voucherId: cfg.voucherId, shopId, reservedAt: now, amount: 1 };
-    expect(reserveKeys(cfg, 1, "1.1.1.1", "20260101")).toHaveLength(8);
+    expect(reserveKeys(cfg, 1, "1.1.1.1", "20260101", "1")).toHaveLength(9);
     expect(reserveArgs(t.deps.config, r, cfg)).toHaveLength(9);
     // Rules come back in canonical order (shop first) whatever the order given.
     const both = await createSeckill(t, { stock: 5, shopId, purchaseRules: [campaignRule(3, 30), shopRule(2, 7)], campaign: "summer-2026" });

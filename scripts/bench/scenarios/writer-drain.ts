@@ -167,7 +167,7 @@ async function reserveAll(stack: SeckillStack, cfg: SeckillConfig, n: number): P
     for (let k = i; k < Math.min(n, i + 1000); k++) {
       const userId = USER_BASE + k + 1;
       const r: Reservation = { orderId: (await ids.next()).toString(), userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue };
-      const kk = reserveKeys(cfg, userId, "127.0.0.1", day);
+      const kk = reserveKeys(cfg, userId, "127.0.0.1", day, r.orderId);
       batch.push(stack.raw.send("EVALSHA", [reserveSha, String(kk.length), ...kk, ...reserveArgs(c, r)]));
     }
     const codes = (await Promise.all(batch)) as unknown[][];

@@ -32,7 +32,7 @@ import type { Deps } from "../../deps.ts";
 import type { Config } from "../../env.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
-import type { ReserveResult } from "./reserve.ts";
+import type { MemoryAnswer } from "./reserve.ts";
 
 export interface AdmissionLimits {
   /** Attempts per second per voucher that may reach Redis. */
@@ -153,7 +153,7 @@ export class SeckillAdmission {
    * address, or a voucher whose admission budget for this second is spent. Synchronous and
    * allocation-free on the common (undefined) path; part of reserve.ts answerFromMemory.
    */
-  refusedFromMemory(now: number, voucherId: number, userId: number, ipOf: () => string | undefined): ReserveResult | undefined {
+  refusedFromMemory(now: number, voucherId: number, userId: number, ipOf: () => string | undefined): MemoryAnswer | undefined {
     if (this.blocks.size > 0) {
       const user = this.blockedUntil(`${voucherId}:u:${userId}`, now);
       if (user !== undefined) return this.refuse(MESSAGES.user, user - now, true);
@@ -177,7 +177,7 @@ export class SeckillAdmission {
     return undefined;
   }
 
-  private refuse(message: string, retryAfterMs: number, block: boolean): ReserveResult {
+  private refuse(message: string, retryAfterMs: number, block: boolean): MemoryAnswer {
     if (block) this.stats.blockedFromMemory++;
     else this.stats.refused++;
     return { ok: false, reason: "RATE_LIMITED", message, retryAfterMs };
@@ -194,7 +194,7 @@ export class SeckillAdmission {
    * has no token and the second's budget is not known to be spent. A failed lease rejects like the
    * reserve command would (Redis is down for both).
    */
-  async admit(deps: Pick<Deps, "redis" | "clock">, voucherId: number): Promise<ReserveResult | undefined> {
+  async admit(deps: Pick<Deps, "redis" | "clock" | "runtime">, voucherId: number): Promise<MemoryAnswer | undefined> {
     const lim = this.limits;
     if (!lim) return undefined;
     let counted = false;
@@ -211,9 +211,16 @@ export class SeckillAdmission {
         return undefined;
       }
       if (g.spent) return this.refuse(MESSAGES.admission, (second + 1) * 1000 - now, false);
+      if (!deps.runtime.sharesIo) {
+        // workerd: a lease in flight is another request's and may not be awaited (src/runtime.ts).
+        // This request leases for itself; what it is granted beyond its own token stays in the gate
+        // for the next callers, who take it synchronously.
+        await this.lease(deps, voucherId, g, second, lim, false);
+        continue;
+      }
       g.waiting++;
       try {
-        g.lease ??= this.lease(deps, voucherId, g, second, lim);
+        g.lease ??= this.lease(deps, voucherId, g, second, lim, true);
         await g.lease;
       } finally {
         g.waiting--;
@@ -221,13 +228,14 @@ export class SeckillAdmission {
     }
   }
 
-  private async lease(deps: Pick<Deps, "redis">, voucherId: number, g: Gate, second: number, lim: AdmissionLimits): Promise<void> {
+  /** `shared`: the gate's one lease, joined by every waiting caller (Bun, Deno); else one caller's own. */
+  private async lease(deps: Pick<Deps, "redis">, voucherId: number, g: Gate, second: number, lim: AdmissionLimits, shared: boolean): Promise<void> {
     try {
       // One turn, so the callers parsed in the same read of the sockets count in `waiting`.
-      await new Promise<void>((r) => setTimeout(r, 0));
+      if (shared) await new Promise<void>((r) => setTimeout(r, 0));
       const maxChunk = Math.max(1, Math.ceil(lim.perVoucher / MAX_CHUNK_DIVISOR));
       const pace = Math.ceil(Math.max(g.seen, g.seenBefore) / LEASES_PER_SECOND);
-      const want = Math.min(maxChunk, Math.max(1, g.waiting, pace));
+      const want = Math.min(maxChunk, Math.max(1, shared ? g.waiting : 1, pace));
       this.stats.leases++;
       const [granted, left] = await scriptsFor(deps.redis).seckillAdmission.exec(
         [keys.seckill.admission(voucherId, second), keys.seckill.admissionTotal(second)],
@@ -239,8 +247,8 @@ export class SeckillAdmission {
       g.tokens += granted;
       if (left <= 0) g.spent = true;
     } finally {
-      // One lease per gate at a time (later callers join it), so this is always that lease.
-      g.lease = undefined;
+      // One shared lease per gate at a time (later callers join it), so this is always that lease.
+      if (shared) g.lease = undefined;
     }
   }
 }

@@ -59,7 +59,7 @@ export async function startPayment(deps: Deps, userId: number, orderId: string):
   // Two rounds: a pending payment that fails between our INSERT and our SELECT frees the slot,
   // and the second INSERT then takes it. Ids are unique, so IGNORE only ever skips on the slot.
   for (let round = 0; round < 2; round++) {
-    const paymentId = (await idsFor(deps).next()).toString();
+    const paymentId = (await idsFor(deps).next(deps)).toString();
     const ins = await deps.db.execute("INSERT IGNORE INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, ?)", [
       BigInt(paymentId),
       BigInt(orderId),
@@ -130,7 +130,7 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
   const now = deps.clock.now();
   // Drawn before the transaction: the id generator may have to renew its lease in Redis, and no
   // Redis call belongs inside a MySQL transaction. Unused when no refund is owed.
-  const refundId = (await idsFor(deps).next()).toString();
+  const refundId = (await idsFor(deps).next(deps)).toString();
   // Pay races close on the order row and the writer on its insert: a lock conflict redoes the
   // whole transaction (nothing in it has effects outside MySQL).
   const outcome = await withLockRetry(deps, deps.orderGroups.lockConflicts, "settle payment", () => deps.db.transaction(async (tx) => {

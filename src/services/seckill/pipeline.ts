@@ -17,6 +17,7 @@
  * - counters for operators.
  */
 import type { Deps } from "../../deps.ts";
+import type { Runtime } from "../../runtime.ts";
 import { keys } from "../../redis/keys.ts";
 import { DRAIN_WINDOW_MS, drainMessage } from "../../queue/orders.ts";
 import type { LockConflictStats } from "./mysql-retry.ts";
@@ -54,6 +55,9 @@ export class OrderGroups {
   /** MySQL lock conflicts met by this isolate's writer/closer (all retried; see mysql-retry.ts). */
   readonly lockConflicts: LockConflictStats = { retried: 0, exhausted: 0 };
 
+  /** `runtime.sharesIo` false (workerd): only the request that starts a flush waits for it. */
+  constructor(private readonly runtime: Runtime = { name: "bun", sharesIo: true }) {}
+
   /** Shop of a reservation made by this isolate whose index entry is not written yet. */
   pendingShopOf(orderId: string): number | undefined {
     return this.pendingIndex.get(indexHourOf(orderId))?.get(orderId);
@@ -63,6 +67,12 @@ export class OrderGroups {
    * Records a reservation the script just made; resolves when its index entry is written and its
    * shop's drain is published (or known to be published). Callers pass the promise to waitUntil.
    * Never rejects: a failure is logged and repaired by the sweep.
+   *
+   * On workerd the flush belongs to the request that started it (its timer, its fetches, its
+   * waitUntil); later callers of the same window join the batch in memory and get a settled
+   * promise, so no request's waitUntil waits on another request's I/O. If the owner's isolate
+   * dies before the flush, its batch is lost like an isolate's would be: the outbox entries are
+   * there, and the next window's drain or the sweep finds them.
    */
   add(deps: Deps, r: Reservation): Promise<void> {
     this.stats.reservations++;
@@ -80,7 +90,8 @@ export class OrderGroups {
       if (!pending) this.pendingDrains.set(r.shopId, [w]);
       else if (!pending.includes(w)) pending.push(w);
     }
-    this.flush ??= new Promise<void>((resolve) => setTimeout(resolve, INDEX_FLUSH_MS)).then(() => this.runFlush(deps));
+    if (this.flush) return this.runtime.sharesIo ? this.flush : Promise.resolve();
+    this.flush = new Promise<void>((resolve) => setTimeout(resolve, INDEX_FLUSH_MS)).then(() => this.runFlush(deps));
     return this.flush;
   }
 

@@ -14,13 +14,27 @@ import { bucketKeysFor, type SeckillConfig } from "./config.ts";
 import { DAY_MS, encodeRules, ruleKeys, ruleMessage, type RuleSubject } from "./rules.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 import { holderMemoMs } from "../../isolate.ts";
+import { scriptsFor } from "../../redis/scripts.ts";
+import { DependencyUnavailableError, isRedisFailure } from "../../resilience.ts";
 
 export type ReserveResult =
   | { ok: true; orderId: string }
   | { ok: false; reason: "NOT_FOUND" | "NOT_STARTED" | "ENDED" | "SOLD_OUT" | "LIMIT_REACHED"; message: string }
   /** `orderId`: the order the buyer already holds, when known (memo, or MySQL once written). */
   | { ok: false; reason: "DUPLICATE_ORDER"; message: string; orderId: string | null }
-  | { ok: false; reason: "RATE_LIMITED"; message: string; retryAfterMs: number };
+  | { ok: false; reason: "RATE_LIMITED"; message: string; retryAfterMs: number }
+  /**
+   * The reservation's reply was lost and so was the check after it: the unit may be held. The
+   * route answers 503 OUTCOME_UNKNOWN with Retry-After; a retry learns the order (DUPLICATE_ORDER
+   * with its id once MySQL has it) or reserves normally if nothing happened.
+   */
+  | { ok: false; reason: "OUTCOME_UNKNOWN"; message: string; retryAfterMs: number };
+
+/** What an isolate can answer from memory (never an unknown outcome: that needs a lost reply). */
+export type MemoryAnswer = Exclude<ReserveResult, { reason: "OUTCOME_UNKNOWN" }>;
+
+/** How long a fenced attempt's order id stays refused, ms: far beyond any delay in flight. */
+export const FENCE_TTL_MS = 10 * 60_000;
 
 /** yyyyMMdd of an instant in the service zone (the daily purchase limit's day). */
 export function serviceDay(ms: number, zone: string): string {
@@ -29,7 +43,7 @@ export function serviceDay(ms: number, zone: string): string {
 }
 
 /** Keys of one reservation call, in the order reserve-stock.lua documents. */
-export function reserveKeys(cfg: SeckillConfig, userId: number, ip: string, day: string): string[] {
+export function reserveKeys(cfg: SeckillConfig, userId: number, ip: string, day: string, orderId: string): string[] {
   const { shopId, voucherId } = cfg;
   return [
     keys.seckill.meta(shopId, voucherId),
@@ -39,6 +53,8 @@ export function reserveKeys(cfg: SeckillConfig, userId: number, ip: string, day:
     keys.seckill.userLog(shopId, voucherId, userId),
     keys.seckill.ipLog(shopId, voucherId, ip),
     keys.seckill.daily(shopId, userId, day),
+    // Read-only unless this attempt's reply is lost (settleLostReply): one EXISTS in the script.
+    keys.seckill.fence(shopId, orderId),
     // The voucher's purchase-rule logs (none without rules: the classic call is unchanged).
     ...ruleKeys(cfg, userId),
     ...bucketKeysFor(cfg, userId),
@@ -86,7 +102,7 @@ const messages = {
  * rate-limited, or a voucher whose admission budget for this second is spent, is refused
  * (admission.ts; `ipOf` is called only when an address block may apply). Undefined: ask Redis.
  */
-export function answerFromMemory(deps: Pick<Deps, "isolate" | "clock">, voucherId: number, userId: number, ipOf: () => string | undefined): ReserveResult | undefined {
+export function answerFromMemory(deps: Pick<Deps, "isolate" | "clock">, voucherId: number, userId: number, ipOf: () => string | undefined): MemoryAnswer | undefined {
   const { soldOut, holders } = deps.isolate;
   const now = deps.clock.now();
   const holderKey = `${voucherId}:${userId}`;
@@ -120,17 +136,23 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   const notAdmitted = await deps.isolate.seckillAdmission.admit(deps, cfg.voucherId);
   if (notAdmitted) return notAdmitted;
 
-  const orderId = (await idsFor(deps).next()).toString();
+  const orderId = (await idsFor(deps).next(deps)).toString();
   const reservation: Reservation = { orderId, userId: input.userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue };
   const c = deps.config;
   const day = serviceDay(now, c.SERVICE_TIME_ZONE);
-  // One EVALSHA, sharing its round trip with the other reservations of this event-loop turn.
-  const [code, a, b] = await deps.isolate.reserveBatch.exec(deps.redis, reserveKeys(cfg, input.userId, input.ip, day), reserveArgs(c, reservation, cfg));
+  // One EVALSHA, sharing its round trip with the other reservations of this event-loop turn
+  // (where the runtime allows it: redis/script-batch.ts).
+  let reply: [number, number, number];
+  try {
+    reply = await deps.isolate.reserveBatch.exec(deps.redis, reserveKeys(cfg, input.userId, input.ip, day, orderId), reserveArgs(c, reservation, cfg));
+  } catch (err) {
+    if (!mayHaveRun(err)) throw err;
+    return await settleLostReply(deps, cfg, reservation, remember, err);
+  }
+  const [code, a, b] = reply;
   switch (code) {
     case 0:
-      // The outbox entry is written; what remains (index entry, the shop's drain for this
-      // window) is batched across this isolate's buyers and never fails the reservation.
-      deps.waitUntil(deps.orderGroups.add(deps, reservation));
+      announce(deps, reservation);
       remember(orderId);
       return { ok: true, orderId };
     case 1:
@@ -156,9 +178,71 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
     case 7:
       // b = 0: the daily shop limit; b = i: the voucher's purchase rule i (1-based, canonical order).
       return { ok: false, reason: "LIMIT_REACHED", message: b === 0 ? messages.LIMIT_REACHED : ruleMessage(cfg, b) };
+    case 8:
+      // Only a late execution of a settled attempt sees this, and its caller is gone.
+      throw new Error(`reserve-stock.lua: order id ${orderId} is fenced`);
     default:
       throw new Error(`reserve-stock.lua returned unknown code ${code}`);
   }
+}
+
+/**
+ * The outbox entry is written; what remains (index entry, the shop's drain for this window) is
+ * batched across this isolate's buyers and never fails the reservation.
+ */
+function announce(deps: Deps, r: Reservation): void {
+  deps.waitUntil(deps.orderGroups.add(deps, r));
+}
+
+/**
+ * Could a failed reserve call have run in Redis? A timeout, a cut connection or a 5xx: yes (the
+ * request reached, or may still reach, Upstash). A breaker that refused the call (nothing was
+ * sent) or a command error Redis answered (the script checks before it writes): no.
+ */
+function mayHaveRun(err: unknown): boolean {
+  if (err instanceof DependencyUnavailableError) return err.reason !== "open";
+  return isRedisFailure(err);
+}
+
+/**
+ * A reservation whose reply was lost (architecture.md "A timeout is ambiguous"): the buyer must
+ * not be told "nothing reserved" while they may hold a unit. One more command in the same request
+ * (lua/reserve-fence.lua) learns the truth and makes it final:
+ *   - our order id is in the outbox → reserved: the order id, announced and indexed like any other;
+ *   - the buyer already holds a unit (ours already written to MySQL, or an earlier order) →
+ *     DUPLICATE_ORDER with the order MySQL has (null while queued, as for any duplicate);
+ *   - neither → fenced: reserve-stock refuses this order id if it ever arrives late, so the
+ *     fail-closed 503 ("nothing reserved") is true.
+ * If that command fails too, nothing is known: 503 OUTCOME_UNKNOWN, and the reservation is
+ * announced anyway, so that if the script did run, its order is drained and indexed within a
+ * window (an announcement for nothing costs one empty drain).
+ */
+async function settleLostReply(deps: Deps, cfg: SeckillConfig, r: Reservation, remember: (id: string) => void, cause: unknown): Promise<ReserveResult> {
+  const { shopId, voucherId } = cfg;
+  let settled: number;
+  try {
+    settled = await scriptsFor(deps.redis).reserveFence.exec(
+      [keys.seckill.outbox(shopId), keys.seckill.buyers(shopId, voucherId), keys.seckill.fence(shopId, r.orderId)],
+      [r.orderId, String(r.userId), String(FENCE_TTL_MS)],
+    );
+  } catch (err) {
+    deps.log.warn("seckill reservation outcome unknown (reply and check both lost)", { voucherId, orderId: r.orderId, err });
+    announce(deps, r);
+    return { ok: false, reason: "OUTCOME_UNKNOWN", message: "the reservation's outcome is not known yet: retry to learn your order", retryAfterMs: 1000 };
+  }
+  deps.isolate.seckillLostReplies[settled === 1 ? "reserved" : settled === 2 ? "buyer" : "fenced"]++;
+  if (settled === 1) {
+    announce(deps, r);
+    remember(r.orderId);
+    return { ok: true, orderId: r.orderId };
+  }
+  if (settled === 2) {
+    const held = await heldOrderId(deps, voucherId, r.userId);
+    if (held) remember(held);
+    return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER, orderId: held };
+  }
+  // Fenced: nothing was reserved and nothing will be. The caller's error path (503) is the truth.
+  throw cause;
 }
 
 /** The order holding a unit of `voucherId` for `userId`, from MySQL (idx_voucher_user); null while queued. */
