@@ -117,7 +117,6 @@ export interface GuardOptions {
 /** One dependency's timeout + breaker in one isolate. */
 export class Guard {
   private policies: Policies | undefined;
-  private loading: Promise<Policies> | undefined;
   private readonly counters = { calls: 0, failures: 0, timeouts: 0, rejected: 0, opened: 0 };
   private lastOpenedAt: number | null = null;
   private lastFailure: string | null = null;
@@ -168,10 +167,16 @@ export class Guard {
     });
   }
 
-  private load(): Policies | Promise<Policies> {
-    if (this.policies) return this.policies;
-    this.loading ??= import("cockatiel").then((lib) => (this.policies = this.build(lib)));
-    return this.loading;
+  /**
+   * Each caller awaits its own `import()` (the module registry makes the second one immediate):
+   * a shared loading promise would let one request await a promise settled in another's context,
+   * which workerd refuses (src/runtime.ts). The first to finish builds the policies; later ones
+   * keep them (one breaker per guard).
+   */
+  private async load(): Promise<Policies> {
+    const lib = await import("cockatiel");
+    this.policies ??= this.build(lib);
+    return this.policies;
   }
 
   /** cockatiel's CircuitState value; Closed until the first call has loaded cockatiel. */

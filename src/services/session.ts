@@ -62,20 +62,24 @@ function base64url(bytes: Uint8Array): string {
  * isolates are built synchronously), then reused for every sign and verify.
  */
 export class SessionKeys {
-  private imported: Promise<{ current: CryptoKey; previous: CryptoKey | null }> | undefined;
+  private imported: { current: CryptoKey; previous: CryptoKey | null } | undefined;
 
   constructor(
     private readonly secret: string,
     private readonly previousSecret?: string,
   ) {}
 
-  private keys(): Promise<{ current: CryptoKey; previous: CryptoKey | null }> {
-    this.imported ??= (async () => {
-      const enc = new TextEncoder();
-      const load = (s: string) => crypto.subtle.importKey("raw", enc.encode(s), HMAC, false, ["sign", "verify"]);
-      const [current, previous] = await Promise.all([load(this.secret), this.previousSecret ? load(this.previousSecret) : null]);
-      return { current, previous };
-    })();
+  /**
+   * The keys once imported. Callers before the first import finishes each import their own (a
+   * few µs) rather than await one shared promise: on workerd a request may not await a promise
+   * another request's work settles (src/runtime.ts). The first result is kept.
+   */
+  private async keys(): Promise<{ current: CryptoKey; previous: CryptoKey | null }> {
+    if (this.imported) return this.imported;
+    const enc = new TextEncoder();
+    const load = (s: string) => crypto.subtle.importKey("raw", enc.encode(s), HMAC, false, ["sign", "verify"]);
+    const [current, previous] = await Promise.all([load(this.secret), this.previousSecret ? load(this.previousSecret) : null]);
+    this.imported ??= { current, previous };
     return this.imported;
   }
 

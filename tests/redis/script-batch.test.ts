@@ -38,3 +38,22 @@ test("after SCRIPT FLUSH a batch falls back to EVAL per call and every reservati
   expect(res.filter((r) => !r.ok && r.reason === "SOLD_OUT").length).toBe(10);
   await t.settle();
 });
+
+test("on workerd (requests may not share in-flight I/O) every reservation is its own request: no pipeline, one command each, and the stock sells exactly", async () => {
+  const { runtimes } = await import("../../src/runtime.ts");
+  const t = await createTestApp(ENV, { runtime: runtimes.workerd });
+  const { shopId, voucherId } = await createSeckill(t, { stock: 40 });
+  await reserve(t.deps, { voucherId, userId: userIds(1)[0] as number, ip: "10.0.0.1" }); // warm config cache, id block, script
+  await t.settle();
+  const before = t.stack.rest.stats();
+  const res = await Promise.all(userIds(60).map((userId) => reserve(t.deps, { voucherId, userId, ip: "10.0.0.1" })));
+  const after = t.stack.rest.stats();
+  expect(res.filter((r) => r.ok).length).toBe(39);
+  expect(res.filter((r) => !r.ok && r.reason === "SOLD_OUT").length).toBe(21);
+  expect(t.deps.isolate.reserveBatch.stats.pipelines).toBe(0);
+  // One REST request per attempt (auto-pipelining is off there too), plus background index/drain work.
+  expect(after.requests - before.requests).toBeGreaterThanOrEqual(60);
+  expect(after.commands - before.commands).toBeLessThanOrEqual(60 + 4);
+  await t.settle();
+  expect(Number(await t.deps.redis.get(keys.seckill.stock(shopId, voucherId, 0)))).toBe(0);
+});
