@@ -181,8 +181,11 @@ function loopbackAddress(i: number): string {
   return `127.${(a >> 16) & 255}.${(a >> 8) & 255}.${a & 255}`;
 }
 
-/** Users for the buyers: phones 170xxxxxxxx (INSERT IGNORE; re-runs find the same rows). */
-async function buyerUsers(db: DbPort | undefined, n: number): Promise<{ id: number; nickName: string; icon: string }[]> {
+/**
+ * Users for the buyers: phones 170xxxxxxxx (INSERT IGNORE; re-runs find the same rows). Tests that
+ * need users of their own (tests/runtimes/) pass another `firstPhone`.
+ */
+export async function buyerUsers(db: DbPort | undefined, n: number, firstPhone = 17_000_000_000): Promise<{ id: number; nickName: string; icon: string }[]> {
   if (!db) {
     // Bare ids in a range no seeded user reaches: orders reference users by id only.
     const base = 900_000_000 + Math.floor(Math.random() * 1000) * 100_000;
@@ -190,7 +193,7 @@ async function buyerUsers(db: DbPort | undefined, n: number): Promise<{ id: numb
   }
   const out: { id: number; nickName: string; icon: string }[] = [];
   for (let start = 0; start < n; start += 1000) {
-    const phones = Array.from({ length: Math.min(1000, n - start) }, (_, i) => String(17_000_000_000 + start + i));
+    const phones = Array.from({ length: Math.min(1000, n - start) }, (_, i) => String(firstPhone + start + i));
     await db.execute(`INSERT IGNORE INTO tb_user (phone, nick_name, icon) VALUES ${phones.map(() => "(?, ?, '')").join(", ")}`, phones.flatMap((p, i) => [p, `buyer_${start + i}`]));
     const rows = (await db.execute(`SELECT id, nick_name, icon FROM tb_user WHERE phone IN (${phones.map(() => "?").join(", ")}) ORDER BY phone`, phones)).rows as { id: string | number; nick_name: string; icon: string }[];
     for (const r of rows) out.push({ id: Number(r.id), nickName: r.nick_name, icon: r.icon ?? "" });

@@ -23,12 +23,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createDeps, type Deps } from "../../src/deps.ts";
 import { parseEnv } from "../../src/env.ts";
-import { runCron } from "../../src/jobs/index.ts";
 import type { Logger } from "../../src/log.ts";
 import { keys } from "../../src/redis/keys.ts";
-import { reconcile, type VoucherReport } from "../../src/services/seckill/reconcile.ts";
 import { createSession } from "../../src/services/session.ts";
 import { pollUntil, within, type ManagedChild } from "../support/child.ts";
+import { buy as buyAt, createSaleOverHttp, mysqlOrderCount, orderFindings, outboxSize, reconcileVoucher, redisSide, settle as settleSale, stockFindings, type Buyer, type Outcome } from "../support/sale-checks.ts";
 import { TEST_DEADLINES } from "../support/stack.ts";
 import { startChaosStack, type ChaosStack } from "./stack.ts";
 
@@ -67,17 +66,6 @@ const APP_ENV = {
   // No close during the test: every unit taken must become an active order.
   ORDER_PAY_TIMEOUT_SECONDS: "86400",
 };
-
-type Outcome =
-  | { kind: "ack"; orderId: string }
-  | { kind: "rejected"; code: string }
-  | { kind: "error"; status: number }
-  | { kind: "lost"; error: string };
-
-interface Buyer {
-  userId: number;
-  token: string;
-}
 
 interface SaleResult {
   shopId: number;
@@ -137,65 +125,12 @@ function requireSale(): SaleResult {
   return sale;
 }
 
-async function http<T>(method: string, path: string, opts: { token?: string; json?: unknown } = {}): Promise<{ status: number; body: { success: boolean; data?: T; code?: string; errorMsg?: string } }> {
-  const res = await fetch(`${stack?.appUrl}${path}`, {
-    method,
-    headers: { ...(opts.token ? { authorization: opts.token } : {}), ...(opts.json !== undefined ? { "content-type": "application/json" } : {}) },
-    body: opts.json === undefined ? undefined : JSON.stringify(opts.json),
-    signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-  });
-  return { status: res.status, body: (await res.json()) as { success: boolean; data?: T } };
-}
-
 async function createVoucher(): Promise<{ shopId: number; voucherId: number }> {
-  const operator = `Bearer ${deps.config.ADMIN_TOKEN}`;
-  const type = await deps.db.execute("INSERT INTO tb_shop_type (name, icon, sort) VALUES (?, '', 99)", [`chaos-${crypto.randomUUID().slice(0, 8)}`]);
-  const shop = await http<number>("POST", "/api/shop", {
-    token: operator,
-    json: { name: `chaos-shop-${crypto.randomUUID().slice(0, 8)}`, typeId: Number(type.insertId), address: "chaos road 1", x: 120.15, y: 30.33, avgPrice: 80, images: "/imgs/a.jpg", area: "test" },
-  });
-  if (!shop.body.success || typeof shop.body.data !== "number") throw new Error(`create shop failed: ${JSON.stringify(shop.body)}`);
-  const now = Date.now();
-  const voucher = await http<number>("POST", "/api/voucher/seckill", {
-    token: operator,
-    json: { shopId: shop.body.data, title: "chaos flash", payValue: 8000, actualValue: 10000, stock: UNITS, buckets: 1, shopDailyLimit: 0, beginTime: now - 60_000, endTime: now + 3_600_000 },
-  });
-  if (!voucher.body.success || typeof voucher.body.data !== "number") throw new Error(`create seckill voucher failed: ${JSON.stringify(voucher.body)}`);
-  return { shopId: shop.body.data, voucherId: voucher.body.data };
+  return await createSaleOverHttp(stack?.appUrl as string, deps, { units: UNITS, label: "chaos", timeoutMs: REQUEST_TIMEOUT_MS });
 }
 
 async function buy(voucherId: number, b: Buyer): Promise<Outcome> {
-  let res: Response;
-  let text: string;
-  try {
-    res = await fetch(`${stack?.appUrl}/api/voucher-order/seckill/${voucherId}`, {
-      method: "POST",
-      headers: { authorization: b.token },
-      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-    });
-    text = await res.text();
-  } catch (err) {
-    return { kind: "lost", error: err instanceof Error ? err.message : String(err) };
-  }
-  let body: { success?: boolean; data?: unknown; code?: string };
-  try {
-    body = JSON.parse(text) as typeof body;
-  } catch {
-    return { kind: "lost", error: `cut reply (${res.status}): ${text.slice(0, 80)}` };
-  }
-  if (res.status === 200 && body.success === true && typeof body.data === "string") return { kind: "ack", orderId: body.data };
-  if (res.status === 200 && body.success === false) return { kind: "rejected", code: body.code ?? "?" };
-  return { kind: "error", status: res.status };
-}
-
-async function mysqlOrderCount(voucherId: number): Promise<number> {
-  const r = (await deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ?", [voucherId])).rows[0] as { n: string };
-  return Number(r.n);
-}
-
-async function redisSide(shopId: number, voucherId: number): Promise<{ stock: number; buyers: number }> {
-  const [stock, buyers] = await Promise.all([deps.redis.get<number | string>(keys.seckill.stock(shopId, voucherId, 0)), deps.redis.scard(keys.seckill.buyers(shopId, voucherId))]);
-  return { stock: Number(stock ?? 0), buyers };
+  return await buyAt(stack?.appUrl as string, voucherId, b, { timeoutMs: REQUEST_TIMEOUT_MS });
 }
 
 async function killAndRestart(child: ManagedChild): Promise<number> {
@@ -205,37 +140,9 @@ async function killAndRestart(child: ManagedChild): Promise<number> {
   return Date.now() - started;
 }
 
-/**
- * Cron passes through the app's own code until the outbox is empty and MySQL stops changing.
- * The clock runs ahead (2 min, so every outbox entry is overdue for the sweep) and then 12× fast,
- * so an entry still pending becomes overdue again every ~5 s of real time, not once a minute.
- */
+/** Cron passes through the app's own code until the outbox is empty and MySQL stops changing (sale-checks.ts). */
 async function settle(shopId: number, voucherId: number): Promise<{ ms: number; rounds: number }> {
-  const started = Date.now();
-  let rounds = 0;
-  let previous = "";
-  return await pollUntil(
-    "the outbox to empty and the MySQL rows to stop changing",
-    async () => {
-      rounds++;
-      const now = Date.now() + 120_000 + Math.floor((Date.now() - started) / 5_000) * 61_000;
-      const results = await within(30_000, "one cron pass", runCron(deps, undefined, now));
-      for (const r of results) if (!r.ok) testLog.push(`cron round ${rounds}: job ${r.name} failed`);
-      const outbox = await deps.redis.hlen(keys.seckill.outbox(shopId));
-      const m = (await deps.db.execute(
-        `SELECT COUNT(*) AS n, COALESCE(SUM(status), 0) AS s, (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock
-           FROM tb_voucher_order WHERE voucher_id = ?`,
-        [voucherId, voucherId],
-      )).rows[0] as { n: string; s: string; stock: string };
-      const snapshot = `${m.n}/${m.s}/${m.stock}`;
-      settleTrace.push(`${Math.round((Date.now() - started) / 100) / 10}s outbox=${outbox} rows=${m.n}`);
-      const stable = snapshot === previous;
-      previous = snapshot;
-      return outbox === 0 && stable ? { ms: Date.now() - started, rounds } : undefined;
-    },
-    SETTLE_TIMEOUT_MS,
-    200,
-  );
+  return await settleSale(deps, shopId, voucherId, { timeoutMs: SETTLE_TIMEOUT_MS, trace: settleTrace, log: testLog });
 }
 
 beforeAll(async () => {
@@ -289,7 +196,7 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
             backlogAtMariadbKill = await pollUntil(
               "a writer backlog to restart MariaDB into",
               async () => {
-                const [taken, rows] = await Promise.all([deps.redis.scard(keys.seckill.buyers(shopId, voucherId)), mysqlOrderCount(voucherId)]);
+                const [taken, rows] = await Promise.all([deps.redis.scard(keys.seckill.buyers(shopId, voucherId)), mysqlOrderCount(deps, voucherId)]);
                 const backlog = taken - rows;
                 return backlog > 0 ? backlog : undefined;
               },
@@ -307,10 +214,10 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
       await within(SALE_MS + 90_000, "the sale and its faults", Promise.all([Promise.all(Array.from({ length: BUYERS }, (_, i) => arrive(i))), chaos()]));
       expect(s.app.alive && s.qstash.alive).toBe(true);
 
-      const redisBeforeSettle = await within(5_000, "reading Redis stock", redisSide(shopId, voucherId));
+      const redisBeforeSettle = await within(5_000, "reading Redis stock", redisSide(deps, shopId, voucherId));
       const settled = await settle(shopId, voucherId);
       sale = { shopId, voucherId, buyers, outcomes, backlogAtMariadbKill, faultLog, redisBeforeSettle, settleMs: settled.ms, settleRounds: settled.rounds };
-      expect(await within(5_000, "outbox size", deps.redis.hlen(keys.seckill.outbox(shopId)))).toBe(0);
+      expect(await within(5_000, "outbox size", outboxSize(deps, shopId))).toBe(0);
     }),
     SALE_MS + 160_000,
   );
@@ -319,34 +226,15 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
     "every acknowledged order is in MySQL exactly once, with its buyer, and no buyer has two orders",
     guarded(async () => {
       const { voucherId, buyers, outcomes } = requireSale();
-      const rows = (await within(10_000, "reading orders", deps.db.execute("SELECT id, user_id, status FROM tb_voucher_order WHERE voucher_id = ?", [voucherId]))).rows as {
-        id: string;
-        user_id: string;
-        status: string;
-      }[];
-      const byId = new Map<string, number[]>();
-      for (const r of rows) byId.set(String(r.id), [...(byId.get(String(r.id)) ?? []), Number(r.user_id)]);
-      const missing: string[] = [];
-      const wrongUser: string[] = [];
-      outcomes.forEach((o, i) => {
-        if (o.kind !== "ack") return;
-        const users = byId.get(o.orderId);
-        if (!users || users.length !== 1) missing.push(`${o.orderId} (${users?.length ?? 0} rows)`);
-        else if (users[0] !== buyers[i]?.userId) wrongUser.push(`${o.orderId}: user ${users[0]}, expected ${buyers[i]?.userId}`);
-      });
-      expect(missing).toEqual([]);
-      expect(wrongUser).toEqual([]);
-
-      const perUser = new Map<number, number>();
-      for (const r of rows) perUser.set(Number(r.user_id), (perUser.get(Number(r.user_id)) ?? 0) + 1);
-      expect([...perUser].filter(([, n]) => n > 1)).toEqual([]);
-      expect(rows.length).toBeLessThanOrEqual(UNITS);
-
+      const found = await orderFindings(deps, voucherId, outcomes.map((outcome, i) => ({ buyer: buyers[i] as Buyer, outcome })));
+      expect(found.missing).toEqual([]);
+      expect(found.wrongUser).toEqual([]);
+      expect(found.duplicateBuyers).toEqual([]);
+      expect(found.rows.length).toBeLessThanOrEqual(UNITS);
       // An order nobody was told about may exist only for a buyer whose reply never arrived.
-      const toldNo = new Set(outcomes.flatMap((o, i) => (o.kind === "rejected" ? [buyers[i]?.userId] : [])));
-      expect(rows.filter((r) => toldNo.has(Number(r.user_id))).map((r) => String(r.id))).toEqual([]);
+      expect(found.unannounced).toEqual([]);
       // Every row is still an active order (nothing is closed during the test).
-      expect(rows.filter((r) => ![1, 2, 3].includes(Number(r.status))).length).toBe(0);
+      expect(found.inactive.length).toBe(0);
     }),
     30_000,
   );
@@ -357,26 +245,13 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
       const { shopId, voucherId, redisBeforeSettle } = requireSale();
       // Before any cron job ran (reconcile could have repaired it): the reservation path alone.
       expect(redisBeforeSettle.stock + redisBeforeSettle.buyers).toBe(UNITS);
-
-      const m = (await within(10_000, "reading MySQL stock", deps.db.execute(
-        `SELECT (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock,
-                (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)) AS active`,
-        [voucherId, voucherId],
-      ))).rows[0] as { stock: string; active: string };
-      const mysqlStock = Number(m.stock);
-      const active = Number(m.active);
-      expect(mysqlStock + active).toBe(UNITS);
-
-      const r = await within(5_000, "reading Redis stock", redisSide(shopId, voucherId));
-      expect(r.stock + r.buyers).toBe(UNITS);
-      expect(r.buyers).toBe(active);
-      expect(r.stock).toBe(mysqlStock);
-
-      const members = new Set((await within(5_000, "Redis buyers", deps.redis.smembers<string[]>(keys.seckill.buyers(shopId, voucherId)))).map(String));
-      const activeRows = await within(10_000, "active orders", deps.db.execute("SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)", [voucherId]));
-      const activeUsers = (activeRows.rows as { user_id: string }[]).map((x) => String(x.user_id));
-      expect(activeUsers.filter((u) => !members.has(u))).toEqual([]);
-      expect(members.size).toBe(activeUsers.length);
+      const st = await stockFindings(deps, shopId, voucherId);
+      expect(st.mysqlStock + st.active).toBe(UNITS);
+      expect(st.redis.stock + st.redis.buyers).toBe(UNITS);
+      expect(st.redis.buyers).toBe(st.active);
+      expect(st.redis.stock).toBe(st.mysqlStock);
+      expect(st.activeNotInBuyers).toEqual([]);
+      expect(st.buyerMembers).toBe(st.active);
     }),
     30_000,
   );
@@ -385,13 +260,12 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
     "reconcile reports no drift and the outbox is empty",
     guarded(async () => {
       const { shopId, voucherId } = requireSale();
-      const report = await within(20_000, "reconcile", reconcile(deps, Date.now()));
-      const mine = report.vouchers.find((v: VoucherReport) => v.voucherId === voucherId);
+      const mine = await reconcileVoucher(deps, voucherId);
       expect(mine).toBeDefined();
       expect(mine?.drift).toEqual([]);
       expect(mine?.repaired).toEqual([]);
       expect(mine?.ok).toBe(true);
-      expect(await within(5_000, "outbox size", deps.redis.hlen(keys.seckill.outbox(shopId)))).toBe(0);
+      expect(await within(5_000, "outbox size", outboxSize(deps, shopId))).toBe(0);
     }),
     30_000,
   );
@@ -405,7 +279,7 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
       const unhandled = lines.filter((l) => l.includes('"unhandled error"'));
       const deadlocks = unhandled.filter((l) => /errno 1213|Deadlock found/i.test(l));
       const count = (k: Outcome["kind"]) => sr.outcomes.filter((o) => o.kind === k).length;
-      const orders = await within(10_000, "MySQL order count", mysqlOrderCount(sr.voucherId));
+      const orders = await within(10_000, "MySQL order count", mysqlOrderCount(deps, sr.voucherId));
       const dlq = await within(10_000, "QStash DLQ", new QstashClient({ baseUrl: s.env.QSTASH_URL, token: s.env.QSTASH_TOKEN as string, enableTelemetry: false }).dlq.listMessages())
         .then((r) => r.messages.length)
         .catch(() => -1);
