@@ -304,6 +304,17 @@ export const EnvSchema = z.object({
   S3_SECRET_ACCESS_KEY: z.string().min(1).optional(),
   /** `true`: `<endpoint>/<bucket>/<key>` (R2, MinIO); `false`: `<bucket>.<endpoint host>/<key>`. */
   S3_PATH_STYLE: bool.default(true),
+  /**
+   * Subrequests one invocation may make (Cloudflare Workers: every fetch counts — one Redis command
+   * or pipeline, each PlanetScale statement including BEGIN and COMMIT, one QStash publish or batch,
+   * one provider call — also the ones made from `waitUntil`; past the plan's limit each further
+   * fetch throws). Workers Free: 50. Workers Paid: 10,000 on the current limits page, 1,000 before.
+   * Unset: 1,000 on workerd (the lower paid figure), no limit on Bun and Deno; set 50 on Free, or the
+   * value of wrangler.toml `[limits] subrequests` if you set one. The loops that could outgrow one
+   * invocation (the order drain, its close messages, close-expired, refund retry, the outbox sweep,
+   * reconcile) plan against this minus a headroom and hand the rest on (src/util/subrequests.ts).
+   */
+  WORKERS_SUBREQUEST_LIMIT: z.coerce.number().int().min(20).max(10_000_000).optional(),
 });
 
 export type Config = z.infer<typeof EnvSchema>;

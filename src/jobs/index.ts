@@ -2,9 +2,19 @@
  * Cron jobs: one implementation, triggered by Workers `[triggers]` (entry/worker.ts `scheduled`),
  * `Bun.cron` (entry/bun.ts) and `Deno.cron` (entry/deno.ts). Each job is a function of deps and
  * the trigger time; overlapping runs are prevented inside each job with a Redis lock.
+ *
+ * One trigger is one Workers invocation for every job bound to it, so they share its subrequests
+ * (WORKERS_SUBREQUEST_LIMIT): each job run gets an equal share of the invocation's cap, minus its
+ * lock's own commands, and stops at it (the rest is taken by the next run). Where the cap cannot
+ * give every due job MIN_JOB_SHARE (Workers Free: 50), the jobs take turns: as many as fit run per
+ * trigger, chosen round-robin by the trigger's minute. Each job also keeps at
+ * most a few connections open, so together they stay within Workers' six per invocation:
+ * sweep, close-expired and reconcile one at a time each, refund-retry REFUND_PARALLEL.
  */
 import type { Deps } from "../deps.ts";
 import { withLock } from "../redis/lock.ts";
+import { invocationCap, metered, SubrequestBudget, SubrequestBudgetExceeded } from "../util/subrequests.ts";
+import { closeCost } from "../services/seckill/close.ts";
 import { closeExpired, sweepOutbox } from "./orders.ts";
 import { reconcile } from "../services/seckill/reconcile.ts";
 import { retryRefunds } from "./refunds.ts";
@@ -15,15 +25,35 @@ export interface CronJob {
   cron: string;
   /** Upper bound of one run, milliseconds: the lock expires after it even if the isolate dies. */
   maxRunMs: number;
-  run(deps: Deps, now: number): Promise<unknown>;
+  /** `budget`: this job's share of the invocation's subrequests (runCron gives one). */
+  run(deps: Deps, now: number, budget?: SubrequestBudget): Promise<unknown>;
 }
 
 export const cronJobs: CronJob[] = [
-  { name: "sweep-outbox", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now) => sweepOutbox(deps, now) },
-  { name: "close-expired", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now) => closeExpired(deps, now) },
-  { name: "reconcile", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now) => reconcile(deps, now) },
-  { name: "refund-retry", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now) => retryRefunds(deps, now) },
+  { name: "sweep-outbox", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now, budget) => sweepOutbox(deps, now, budget) },
+  { name: "close-expired", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now, budget) => closeExpired(deps, now, budget) },
+  // Reconcile runs on metered ports: past its share a call is refused before it is sent, and the
+  // pass ends there (every step is safe to stop after; the next run starts over). It has no cursor
+  // yet, so a registry whose pass needs more than the share is only partly reconciled per run.
+  { name: "reconcile", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now, budget) => reconcile(budget ? metered(deps, budget) : deps, now) },
+  { name: "refund-retry", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now, budget) => retryRefunds(deps, now, budget) },
 ];
+
+/** A job's lock: SET NX and the unlock script (+1 should the script need loading). */
+const LOCK_COST = 3;
+/**
+ * The smallest share worth a run: the lock and close-expired's smallest step (a page read, one
+ * voucher's close — close.ts closeCost — and the registry read).
+ */
+export const MIN_JOB_SHARE = LOCK_COST + 1 + closeCost(1, { outbox: false }) + 1;
+
+/** The due jobs that run at `now`: all when the cap allows MIN_JOB_SHARE each, else a minute's turn. */
+function jobsThisRun(due: readonly CronJob[], cap: number, now: number): readonly CronJob[] {
+  const fit = Math.max(1, Math.floor(cap / MIN_JOB_SHARE));
+  if (fit >= due.length) return due;
+  const start = (Math.floor(now / 60_000) * fit) % due.length;
+  return Array.from({ length: fit }, (_, i) => due[(start + i) % due.length] as CronJob);
+}
 
 /** Runs every job bound to `cron` (all when undefined), each under its lock; one failure does not stop the others. */
 export async function runCron(
@@ -33,13 +63,23 @@ export async function runCron(
   jobs: readonly CronJob[] = cronJobs,
 ): Promise<{ name: string; ok: boolean; skipped?: boolean }[]> {
   const due = jobs.filter((j) => cron === undefined || j.cron === cron);
+  const cap = invocationCap(deps);
+  const run = jobsThisRun(due, cap, now);
+  const share = Math.floor(cap / Math.max(1, run.length)) - LOCK_COST;
   return await Promise.all(
     due.map(async (job) => {
+      if (!run.includes(job)) return { name: job.name, ok: true, skipped: true };
+      const budget = new SubrequestBudget(Math.max(0, share));
       try {
         // The lock keeps two triggers (two isolates, a slow previous run) from overlapping.
-        const res = await withLock(deps.redis, `cron:${job.name}`, job.maxRunMs, () => job.run(deps, now));
+        const res = await withLock(deps.redis, `cron:${job.name}`, job.maxRunMs, () => job.run(deps, now, budget));
         return res.ran ? { name: job.name, ok: true } : { name: job.name, ok: true, skipped: true };
       } catch (err) {
+        if (err instanceof SubrequestBudgetExceeded) {
+          // Stopped before a call that would not fit: what is left waits for the next run.
+          deps.log.warn("cron job stopped at its subrequest share; the next run continues", { job: job.name, cap: err.cap });
+          return { name: job.name, ok: true };
+        }
         deps.log.error("cron job failed", { job: job.name, err });
         return { name: job.name, ok: false };
       }

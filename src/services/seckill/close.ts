@@ -15,6 +15,7 @@ import type { Deps } from "../../deps.ts";
 import { cachesFor } from "../../cache/modules.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
+import { invocationCap, type LimitSource } from "../../util/subrequests.ts";
 import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
 import { homeBucket } from "./config.ts";
 import { ruleKeys } from "./rules.ts";
@@ -24,6 +25,25 @@ import { serviceDay } from "./reserve.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 
 type Row = Record<string, string | number | null>;
+
+/**
+ * Subrequests (src/util/subrequests.ts) of one closeOrders call whose ids span `vouchers`
+ * vouchers, at most: the MySQL read; when some ids are not in MySQL (`outbox`), the outbox read
+ * and the before-write transaction (BEGIN, INSERT, SELECT, COMMIT); per voucher the CAS
+ * transaction (BEGIN, SELECT … FOR UPDATE, two UPDATEs, COMMIT), the voucher's configuration on an
+ * L1 miss (GET, SELECT, SET) and the release script. The number of orders does not matter (IN
+ * lists). Measured in tests/jobs/subrequests.test.ts.
+ */
+export const CLOSE_BASE_COST = 6;
+export const CLOSE_VOUCHER_COST = 9;
+export function closeCost(vouchers: number, opts: { outbox?: boolean } = {}): number {
+  return (opts.outbox === false ? 1 : CLOSE_BASE_COST) + CLOSE_VOUCHER_COST * vouchers;
+}
+
+/** Vouchers one close may cover and still fit one invocation (≥ 1; Infinity without a limit): the writer splits close messages by it. */
+export function closeVouchersPerInvocation(d: LimitSource): number {
+  return Math.max(1, Math.floor((invocationCap(d) - CLOSE_BASE_COST) / CLOSE_VOUCHER_COST));
+}
 
 /** What a release needs to know about an order. */
 export interface OrderRef {

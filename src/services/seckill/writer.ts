@@ -8,14 +8,19 @@
  *   got part of the same entries inserts nothing twice) and ONE stock update for the rows actually
  *   inserted (`stock = stock - n WHERE stock >= n`) — the "merge many orders into one hot-row
  *   update" done in the application. Four PlanetScale round trips per group instead of per order;
- * - then one Redis command acknowledges the group, and one delayed close message covers it.
+ * - then one Redis command acknowledges the group, and one delayed close message covers it (one
+ *   per closeVouchersPerInvocation vouchers, in the same batch, when a group spans that many).
+ * Subrequests per group: 3 + 4 per voucher (groupCost); a delivery stops at the invocation's
+ * subrequest budget or ORDER_DRAIN_BUDGET_MS and hands the rest on (drainShop).
  * No MySQL transaction is open while Redis or QStash is called. A crash anywhere leaves the
  * entries in the outbox, claimable again after the lease: at most a repeated (idempotent) write.
  */
 import type { Deps } from "../../deps.ts";
-import { closeMessage, DRAIN_WINDOW_MS, drainMessage, drainNowMessage } from "../../queue/orders.ts";
+import { closeMessage, DRAIN_WINDOW_MS, drainMessage, drainNowMessage, type QueueMessage } from "../../queue/orders.ts";
 import { keys } from "../../redis/keys.ts";
+import { metered, SubrequestBudget, SubrequestBudgetExceeded } from "../../util/subrequests.ts";
 import { toSqlUtc } from "../../util/time.ts";
+import { closeVouchersPerInvocation } from "./close.ts";
 import { withLockRetry } from "./mysql-retry.ts";
 import { ackGroup, claimGroup } from "./outbox.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
@@ -90,11 +95,38 @@ export async function writeGroup(deps: Deps, rs: readonly Reservation[]): Promis
   return out;
 }
 
-/** Makes a claimed group claimable again now (one command). */
+/** Makes claimed entries claimable again now (one command). */
 async function releaseClaim(deps: Deps, shopId: number, group: readonly Reservation[]): Promise<void> {
   const now = deps.clock.now();
   const [first, ...rest] = group.map((r) => ({ score: now, member: r.orderId }));
   if (first) await deps.redis.zadd(keys.seckill.outboxDue(shopId), { xx: true }, first, ...rest);
+}
+
+/**
+ * Subrequests (src/util/subrequests.ts) of one group spanning `vouchers` vouchers: the claim (one
+ * script), one transaction per voucher (BEGIN, INSERT, UPDATE, COMMIT), the ack (one script) and
+ * its close messages (one batch) — measured in tests/jobs/subrequests.test.ts. A lock conflict
+ * retried costs another TX_COST.
+ */
+export const CLAIM_COST = 1;
+export const TX_COST = 4;
+export function groupCost(vouchers: number): number {
+  return CLAIM_COST + TX_COST * vouchers + 2;
+}
+/** The drain's last call: the continuation, or the next window's announcement (one batch). */
+const TAIL_COST = 1;
+
+/**
+ * The close messages of a written group: one per at most closeVouchersPerInvocation vouchers, so
+ * that each close delivery fits one invocation's subrequests (close costs per voucher, not per
+ * order: close.ts closeCost). Almost always one message; all go out in one batch.
+ */
+function closeMessagesOf(deps: Deps, shopId: number, written: readonly Reservation[]): QueueMessage[] {
+  const per = closeVouchersPerInvocation(deps);
+  const lists = [...byVoucher(written).values()];
+  const out: QueueMessage[] = [];
+  for (let i = 0; i < lists.length; i += per) out.push(closeMessage(deps, shopId, lists.slice(i, i + per).flat().map((r) => r.orderId)));
+  return out;
 }
 
 export interface DrainResult {
@@ -102,8 +134,12 @@ export interface DrainResult {
   created: number;
   existed: number;
   refused: number;
-  /** True when the time budget ran out with entries left (a follow-up drain was published). */
+  /** True when the time or subrequest budget ran out with entries left (a follow-up drain was published). */
   continued: boolean;
+  /** Which budget ended the delivery, when one did. */
+  stoppedBy?: "time" | "subrequests";
+  /** Subrequests this delivery made through its meter (src/util/subrequests.ts). */
+  subrequests: number;
 }
 
 /**
@@ -132,18 +168,43 @@ export const DRAIN_LANES = 2;
 
 /**
  * Drains a shop's outbox: claim a group, write it, acknowledge it, publish its delayed close;
- * repeat until fewer than a full group is due or the budget is spent, DRAIN_LANES groups at a
- * time. Only entries that exist in the outbox are written: the message that triggered this names a
+ * repeat until fewer than a full group is due or a budget is spent, DRAIN_LANES groups at a time.
+ * Only entries that exist in the outbox are written: the message that triggered this names a
  * shop, nothing more.
+ *
+ * Two budgets end a delivery early and hand the rest to a fresh one (a continuation drain):
+ * ORDER_DRAIN_BUDGET_MS of wall time, and the invocation's subrequests (WORKERS_SUBREQUEST_LIMIT
+ * minus headroom; src/util/subrequests.ts). Every call goes through a meter; a lane starts a group
+ * only when the group's worst case (groupCost of the most vouchers a group had so far, at least
+ * one) still fits beside the other lane's and the final publish. Once claimed, a group spanning
+ * more vouchers than fit is written voucher by voucher as far as the budget goes; the rest of it is
+ * handed back (claimable at once) for the continuation. So one delivery makes at most
+ * `invocationCap` metered subrequests whatever the backlog (a lock-conflict retry past the cap is
+ * refused, its group handed back).
  */
-export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: number } = {}): Promise<DrainResult> {
+export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: number; subrequests?: SubrequestBudget } = {}): Promise<DrainResult> {
   const c = deps.config;
   const started = deps.clock.now();
   const budget = opts.budgetMs ?? c.ORDER_DRAIN_BUDGET_MS;
-  const res: DrainResult = { groups: 0, created: 0, existed: 0, refused: 0, continued: false };
-  /** Set when a lane saw the outbox run dry (a short or empty claim), spent the budget, or failed. */
+  const calls = opts.subrequests ?? SubrequestBudget.forInvocation(deps);
+  const d = metered(deps, calls);
+  const res: DrainResult = { groups: 0, created: 0, existed: 0, refused: 0, continued: false, subrequests: 0 };
+  /** Set when a lane saw the outbox run dry (a short or empty claim), spent a budget, or failed. */
   let done = false;
-  let overBudget = false;
+  let stoppedBy: DrainResult["stoppedBy"];
+  const stop = (why: NonNullable<DrainResult["stoppedBy"]>) => {
+    done = true;
+    stoppedBy ??= why;
+  };
+  /** The most vouchers one group of this delivery spanned: the next group's planned worst case. */
+  let vouchersPerGroup = 1;
+  // The final publish is held from the start: a delivery that stops early can always hand on.
+  calls.hold(TAIL_COST);
+  /** Hands claimed entries back outside the meter (one command from the headroom): a failure path. */
+  const handBack = async (group: readonly Reservation[]) => {
+    calls.force(1);
+    await releaseClaim(deps, shopId, group).catch((e: unknown) => deps.log.warn("could not hand back a claimed group; its lease will run out", { shopId, err: e }));
+  };
   const lane = async (): Promise<void> => {
     try {
       await laneLoop();
@@ -154,52 +215,105 @@ export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: n
   };
   const laneLoop = async (): Promise<void> => {
     while (!done) {
-      const group = await claimGroup(deps, shopId, deps.clock.now(), c.ORDER_GROUP_MAX, c.ORDER_CLAIM_LEASE_MS);
+      const planned = groupCost(vouchersPerGroup);
+      if (!calls.hold(planned)) {
+        stop("subrequests");
+        break;
+      }
+      let group: Reservation[];
+      try {
+        group = await claimGroup(d, shopId, deps.clock.now(), c.ORDER_GROUP_MAX, c.ORDER_CLAIM_LEASE_MS);
+      } catch (err) {
+        calls.unhold(planned);
+        if (err instanceof SubrequestBudgetExceeded) {
+          stop("subrequests");
+          break;
+        }
+        throw err;
+      }
+      calls.unhold(planned);
       if (group.length === 0) {
         done = true;
         break;
       }
-      let w: GroupWrite;
-      try {
-        w = await writeGroup(deps, group);
-      } catch (err) {
-        // The write failed in this process (MySQL down, conflicts outlasting the retries): hand the
-        // group back at once so QStash's retry of this delivery can claim it again, instead of it
-        // waiting out the lease. (A writer that dies here leaves the lease to run out.)
-        await releaseClaim(deps, shopId, group).catch((e: unknown) => deps.log.warn("could not hand back a claimed group; its lease will run out", { shopId, err: e }));
-        throw err;
+      const lists = [...byVoucher(group).values()];
+      vouchersPerGroup = Math.max(vouchersPerGroup, lists.length);
+      // What the rest of this group costs with its first k vouchers written (+1: handing back the others).
+      const rest = (k: number) => TX_COST * k + 2 + (k < lists.length ? 1 : 0);
+      let k = lists.length;
+      while (k > 0 && !calls.fits(rest(k))) k--;
+      if (k === 0) {
+        await handBack(group);
+        stop("subrequests");
+        break;
       }
-      res.groups++;
-      res.created += w.created;
-      res.existed += w.existed;
-      res.refused += w.refused.length;
-      await ackGroup(deps, shopId, w.written);
-      // Best effort: if this publish is lost, the close-expired job closes these orders at their
-      // deadline from MySQL. Acknowledged first, so a crash here costs no second write.
-      if (w.written.length > 0) {
-        try {
-          await deps.queue.batchJSON([closeMessage(deps, shopId, w.written)]);
-          deps.orderGroups.stats.closePublishes++;
-        } catch (err) {
-          deps.log.warn("close publish failed; close-expired will close the group at its deadline", { shopId, orders: w.written.length, err });
+      const held = rest(k);
+      calls.hold(held);
+      const now = lists.slice(0, k).flat();
+      let written: GroupWrite | undefined;
+      try {
+        if (k < lists.length) {
+          // More vouchers than this delivery can still write: the others go back for the continuation.
+          await releaseClaim(d, shopId, lists.slice(k).flat());
+          stop("subrequests");
         }
+        try {
+          written = await writeGroup(d, now);
+        } catch (err) {
+          // The write failed in this process (MySQL down, conflicts outlasting the retries, the
+          // budget refusing a retry): hand the group back at once so the next delivery (QStash's
+          // retry, or the continuation) can claim it again, instead of it waiting out the lease.
+          // (A writer that dies here leaves the lease to run out.)
+          await handBack(now);
+          if (err instanceof SubrequestBudgetExceeded) {
+            stop("subrequests");
+            break;
+          }
+          throw err;
+        }
+        const w = written;
+        res.groups++;
+        res.created += w.created;
+        res.existed += w.existed;
+        res.refused += w.refused.length;
+        await ackGroup(d, shopId, w.written);
+        // Best effort: if this publish is lost, the close-expired job closes these orders at their
+        // deadline from MySQL. Acknowledged first, so a crash here costs no second write.
+        if (w.written.length > 0) {
+          const ids = new Set(w.written);
+          try {
+            await d.queue.batchJSON(closeMessagesOf(deps, shopId, now.filter((r) => ids.has(r.orderId))));
+            deps.orderGroups.stats.closePublishes++;
+          } catch (err) {
+            if (err instanceof SubrequestBudgetExceeded) stop("subrequests");
+            deps.log.warn("close publish failed; close-expired will close the group at its deadline", { shopId, orders: w.written.length, err });
+          }
+        }
+      } catch (err) {
+        // The hand-back of a partial group or the ack: for the ack, the rows are in MySQL and the
+        // entries stay claimed until their lease runs out, then are written again as no-ops
+        // (INSERT IGNORE); other errors fail the delivery (QStash retries it), as before.
+        if (!(err instanceof SubrequestBudgetExceeded)) throw err;
+        stop("subrequests");
+        break;
+      } finally {
+        calls.unhold(held);
       }
       if (group.length < c.ORDER_GROUP_MAX) done = true;
-      else if (!done && deps.clock.now() - started >= budget) {
-        done = true;
-        overBudget = true;
-      }
+      else if (!done && deps.clock.now() - started >= budget) stop("time");
     }
   };
   // Every lane finishes (acks) the group it holds before the delivery answers; the first failure wins.
   const settled = await Promise.allSettled(Array.from({ length: DRAIN_LANES }, lane));
   const failure = settled.find((r): r is PromiseRejectedResult => r.status === "rejected");
   if (failure) throw failure.reason;
-  if (overBudget) {
+  calls.unhold(TAIL_COST);
+  if (stoppedBy !== undefined) {
     // More is due than one delivery should take: hand the rest to a fresh delivery.
-    await deps.queue.batchJSON([drainNowMessage(deps, shopId, `cont-${deps.clock.now()}`)]);
+    await d.queue.batchJSON([drainNowMessage(deps, shopId, `cont-${deps.clock.now()}`)]);
     deps.orderGroups.stats.drainPublishes++;
     res.continued = true;
+    res.stoppedBy = stoppedBy;
   }
   deps.orderGroups.stats.drained += res.created;
   if (res.groups > 0 && !res.continued) {
@@ -208,11 +322,12 @@ export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: n
     // clock filed under a window that was drained already; a quiet window ends the chain.
     const next = Math.floor(deps.clock.now() / DRAIN_WINDOW_MS) + 1;
     try {
-      await deps.queue.batchJSON([drainMessage(deps, shopId, next)]);
+      await d.queue.batchJSON([drainMessage(deps, shopId, next)]);
       deps.orderGroups.stats.drainPublishes++;
     } catch (err) {
       deps.log.warn("follow-up drain publish failed; the sweep covers stragglers", { shopId, err });
     }
   }
+  res.subrequests = calls.spent;
   return res;
 }
