@@ -210,6 +210,16 @@ async function guard<E extends AppEnv>(c: Context<E>, next: Next, callerOf: Call
   try {
     claim = await scripts.idempotencyClaim.exec([recordKey, quotaKey], [running, String(config.IDEMPOTENCY_LOCK_MS), String(config.IDEMPOTENCY_KEYS_PER_HOUR), String((hour + 1) * 3_600_000 - now)]);
   } catch (err) {
+    // The claim may have run (a timeout is not a "no"): then the key is "running" under a lease no
+    // request will finish, and the client's retry would meet 409 for IDEMPOTENCY_LOCK_MS. This
+    // request knows its claim token, so it releases its own claim in the background (a CAS: a
+    // no-op if the claim never ran or someone else holds the key). A claim still in flight that
+    // lands after this release keeps the key until its lease ends — 409s, never a second run.
+    deps.waitUntil(
+      scripts.idempotencyFinish.exec([recordKey], [running, "", String(config.IDEMPOTENCY_TTL_SECONDS)]).catch((releaseErr: unknown) => {
+        c.get("log").warn("idempotency claim release after a lost reply failed; the key waits out its lease", { err: releaseErr, path: c.req.path });
+      }),
+    );
     // Running unguarded would break the promise the client asked for: refuse, retryably.
     throw new AppError("UNAVAILABLE", "idempotency store unavailable; retry with the same Idempotency-Key", { cause: err, retryAfterSeconds: 1 });
   }
