@@ -3,13 +3,10 @@
  * migrations, the demo seed on first run, and the app with hot reload on :8787. Data persists
  * under .local/ across runs; `--fresh` resets it. Ctrl-C stops everything this started.
  */
-import { Client } from "@planetscale/database";
-import { Redis } from "@upstash/redis";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { runMigrations } from "./migrate.ts";
-import { seed, seedBlobStore } from "./seed.ts";
+import { prepareDemoData } from "./demo/prepare.ts";
 import { printStack, startDevStack, untilSignal } from "./stack/cli.ts";
 import { ROOT } from "./stack/env-file.ts";
 
@@ -42,29 +39,7 @@ async function stopAll(code: number) {
 }
 
 try {
-  const migrated = await runMigrations(stack.env.DATABASE_URL as string, (m) => say(m));
-  say(`migrations: ${migrated.applied.length} applied, ${migrated.skipped.length} already applied`);
-
-  const db = new Client({ url: stack.env.DATABASE_URL });
-  const count = Number(((await db.execute("SELECT COUNT(*) AS n FROM tb_shop")).rows[0] as { n: string }).n);
-  if (count === 0 && !values["no-seed"]) {
-    say("empty database: seeding demo data");
-    const redis = new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, enableTelemetry: false });
-    const res = await seed(db, redis, {
-      shops: Number(values.shops),
-      users: Number(values.users),
-      notes: 20,
-      tokenTtlSeconds: 86400,
-      sessionSecret: stack.env.SESSION_SECRET,
-      randomSeed: 42,
-      tokensFile: join(ROOT, ".local", "tokens.txt"),
-      // Where the app (spawned below with this env, in ROOT) reads uploads: /imgs serves the demo pictures.
-      blobs: seedBlobStore({ ...process.env, ...stack.env }),
-    });
-    say(`seeded ${JSON.stringify(res)} (session tokens of the demo users: .local/tokens.txt)`);
-  } else {
-    say(`database has ${count} shops; not seeding (--fresh resets)`);
-  }
+  await prepareDemoData(stack, { seed: !values["no-seed"], shops: Number(values.shops), users: Number(values.users), notSeedingHint: " (--fresh resets)" }, say);
 } catch (err) {
   say(`setup failed: ${err instanceof Error ? err.message : String(err)}`);
   await stopAll(1);

@@ -18,15 +18,12 @@
  * wrangler dev is for correctness, not speed (~2k req/s here): benchmarks use the bundle in
  * workerd directly (scripts/bench).
  */
-import { Client } from "@planetscale/database";
-import { Redis } from "@upstash/redis";
 import { type ChildProcess, spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { EnvSchema } from "../src/env.ts";
-import { runMigrations } from "./migrate.ts";
-import { seed, seedBlobStore } from "./seed.ts";
+import { prepareDemoData } from "./demo/prepare.ts";
 import { printStack, startDevStack } from "./stack/cli.ts";
 import { freePort } from "./stack/engines.ts";
 import { ROOT } from "./stack/env-file.ts";
@@ -112,27 +109,7 @@ if (import.meta.main) {
   process.once("SIGTERM", () => void stopAll(0));
 
   try {
-    const migrated = await runMigrations(stack.env.DATABASE_URL as string, (m) => say(m));
-    say(`migrations: ${migrated.applied.length} applied, ${migrated.skipped.length} already applied`);
-    const db = new Client({ url: stack.env.DATABASE_URL });
-    const count = Number(((await db.execute("SELECT COUNT(*) AS n FROM tb_shop")).rows[0] as { n: string }).n);
-    if (count === 0 && !values["no-seed"]) {
-      say("empty database: seeding demo data");
-      const redis = new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, enableTelemetry: false });
-      const res = await seed(db, redis, {
-        shops: 500,
-        users: 50,
-        notes: 20,
-        tokenTtlSeconds: 86400,
-        sessionSecret: stack.env.SESSION_SECRET,
-        randomSeed: 42,
-        tokensFile: join(ROOT, ".local", "tokens.txt"),
-        blobs: seedBlobStore({ ...process.env, ...stack.env }),
-      });
-      say(`seeded ${JSON.stringify(res)} (session tokens of the demo users: .local/tokens.txt)`);
-    } else {
-      say(`database has ${count} shops; not seeding`);
-    }
+    await prepareDemoData(stack, { seed: !values["no-seed"], shops: 500, users: 50, notSeedingHint: "" }, say);
     writeDevVars(stack.env, url);
     say(`wrote ${DEV_VARS_FILE} (PUBLIC_URL=${url})`);
   } catch (err) {
