@@ -1,6 +1,7 @@
 /**
- * The headline figures of issue 9 ("one Redis command per flash-sale request") and issue 11
- * ("holding the line": the admission limit, a slow Redis, idempotent replays), read from a run's
+ * The headline figures of issue 9 ("one Redis command per flash-sale request"), issue 11
+ * ("holding the line": the admission limit, a slow Redis, idempotent replays) and issue 15 (the
+ * seckill and the L1 read on each runtime ÷ that runtime's hello-world), read from a run's
  * results: each is one row's ratio or extra column, against the issue's target. run.ts prints
  * them after the table and puts them at the top of latest.md, latest.json and the chart. A figure
  * whose row was not run (--only) is left out.
@@ -9,7 +10,7 @@ import type { ScenarioResult } from "./lib/report.ts";
 
 export interface Figure {
   /** The issue whose table the figure answers. */
-  issue: 9 | 11;
+  issue: 9 | 11 | 15;
   figure: string;
   value: number;
   /** The issue's target: value op bound. */
@@ -23,14 +24,19 @@ export interface Figure {
 
 interface Spec {
   /** Default 9. */
-  issue?: 11;
+  issue?: 11 | 15;
   figure: string;
   row: string;
-  /** "ratio" or an extras column. */
+  /** "ratio", "errors" (the row's error count) or an extras column. */
   column: string;
   op: Figure["op"];
   bound: number;
   detail?: (r: ScenarioResult) => string;
+  /**
+   * Rows whose `column` is summed into the figure together with `row`'s (e.g. the errors of a
+   * runtime's sale, sold-out and L1 rows); a row of the list that did not run is left out.
+   */
+  plus?: string[];
 }
 
 const f2 = (n: number | undefined): string => (n === undefined || !Number.isFinite(n) ? "—" : n < 10 ? n.toFixed(2) : n.toFixed(0));
@@ -95,17 +101,44 @@ const SPECS: Spec[] = [
   },
   { issue: 11, figure: "idempotent replay: Redis cmds of the key per request", row: "idem-replay", column: "idem cmds/req", op: "=", bound: 1, detail: (r) => `rps ÷ unkeyed ${f2(r.ratio)}, CPU ${f2(r.cpuUsPerOp)} µs/op` },
   { issue: 11, figure: "idempotent first run: Redis cmds of the key per request", row: "idem-fresh", column: "idem cmds/req", op: "=", bound: 2, detail: (r) => `rps ÷ unkeyed ${f2(r.ratio)}` },
+  // Issue 15: per runtime (scenarios/runtimes.ts), each ÷ the same runtime's hello-world in the same rounds.
+  ...(["bun", "workerd", "deno"] as const).flatMap((rt): Spec[] => [
+    {
+      issue: 15,
+      figure: `${rt}: seckill sale rps ÷ ${rt} hello-world (POST, 200 connections)`,
+      row: `${rt}-sale`,
+      column: "÷ hello",
+      op: "≥",
+      bound: 0.5,
+      detail: (r) => `${f2(r.rps)} req/s; Redis cmds ${r.extras["Redis cmds/attempt"]?.toFixed(3) ?? "—"}, REST trips ${r.extras["REST trips/attempt"]?.toFixed(3) ?? "—"} per attempt`,
+    },
+    {
+      issue: 15,
+      figure: `${rt}: L1-hit GET /api/shop/{id} rps ÷ ${rt} hello-world`,
+      row: `${rt}-shop-l1`,
+      column: "÷ hello",
+      op: "≥",
+      bound: 0.7,
+      detail: (r) => `${f2(r.rps)} req/s, CPU ${f2(r.cpuUsPerOp)} µs/op`,
+    },
+    { issue: 15, figure: `${rt}: errors in the sale, sold-out and L1 rows`, row: `${rt}-sale`, plus: [`${rt}-sold-out`, `${rt}-shop-l1`], column: "errors", op: "=", bound: 0 },
+  ]),
 ];
 
 export function issueFigures(results: readonly ScenarioResult[]): Figure[] {
   const out: Figure[] = [];
+  const valueOf = (r: ScenarioResult, column: string): number | undefined => (column === "ratio" ? r.ratio : column === "errors" ? r.errors : r.extras[column]);
   for (const s of SPECS) {
     const r = results.find((x) => x.name === s.row && x.status === "ok");
     if (!r) continue;
-    const value = s.column === "ratio" ? r.ratio : r.extras[s.column];
+    let value = valueOf(r, s.column);
     if (value === undefined || !Number.isFinite(value)) continue;
+    const others = (s.plus ?? []).map((name) => results.find((x) => x.name === name && x.status === "ok")).filter((x): x is ScenarioResult => x !== undefined);
+    for (const o of others) value += valueOf(o, s.column) ?? 0;
     const met = s.op === "≥" ? value >= s.bound : s.op === "≤" ? value <= s.bound : Math.abs(value - s.bound) < 0.005;
-    out.push({ issue: s.issue ?? 9, figure: s.figure, value, op: s.op, bound: s.bound, met, source: `${s.row} · ${s.column}`, ...(s.detail ? { detail: s.detail(r) } : {}) });
+    const source = `${[s.row, ...others.map((o) => o.name)].join(" + ")} · ${s.column}`;
+    const detail = s.detail ? s.detail(r) : others.length ? [r, ...others].map((x) => `${x.name} ${valueOf(x, s.column) ?? "—"}`).join(", ") : undefined;
+    out.push({ issue: s.issue ?? 9, figure: s.figure, value, op: s.op, bound: s.bound, met, source, ...(detail ? { detail } : {}) });
   }
   return out;
 }

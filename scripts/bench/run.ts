@@ -49,7 +49,7 @@ const USAGE = `usage: bun scripts/bench/run.ts [options]
   --warmup 1s          unmeasured window per scenario before the rounds (0 to skip)
   --connections 64     wrk -c / concurrent loops of in-process drivers
   --threads 1          wrk -t (1 leaves the other core to the server)
-  --only a,b           scenario names or group names; each group's baseline is always added
+  --only a,b           scenario, group or set names (e.g. runtimes); each group's baseline is always added
   --out bench-results  output directory for latest.{md,json,png}
   --list               list scenarios and exit`;
 
@@ -159,10 +159,10 @@ async function discover(): Promise<Scenario[]> {
 
 function select(all: Scenario[], only: string[] | null): Scenario[] {
   if (!only) return all;
-  const known = new Set([...all.map((s) => s.name), ...all.map((s) => s.group)]);
+  const known = new Set([...all.map((s) => s.name), ...all.map((s) => s.group), ...all.flatMap((s) => (s.set ? [s.set] : []))]);
   const unknown = only.filter((x) => !known.has(x));
-  if (unknown.length) throw new UsageError(`--only: unknown scenario or group ${unknown.join(", ")}; try --list`);
-  const picked = all.filter((s) => only.includes(s.name) || only.includes(s.group));
+  if (unknown.length) throw new UsageError(`--only: unknown scenario, group or set ${unknown.join(", ")}; try --list`);
+  const picked = all.filter((s) => only.includes(s.name) || only.includes(s.group) || (s.set !== undefined && only.includes(s.set)));
   const groups = new Set(picked.map((s) => s.group));
   const also = new Set(picked.flatMap((s) => (s.ratioTo ?? []).map((t) => t.scenario)));
   // A ratio needs its baseline (and any ratioTo scenario) measured in the same rounds.
@@ -211,7 +211,9 @@ async function main(): Promise<void> {
   const all = await discover();
   if (opts.list) {
     for (const s of all) console.log(`${s.group.padEnd(8)} ${s.baseline ? "*" : " "} ${s.name.padEnd(28)} ${s.description}`);
+    const sets = [...new Set(all.flatMap((s) => (s.set ? [s.set] : [])))];
     console.log("\n* = group baseline");
+    for (const set of sets) console.log(`set "${set}" (--only ${set}): groups ${[...new Set(all.filter((s) => s.set === set).map((s) => s.group))].join(", ")}`);
     return;
   }
   const scenarios = select(all, opts.only);

@@ -104,6 +104,11 @@ export interface Scenario {
   name: string;
   /** Scenarios of a group share one baseline and are measured interleaved. */
   group: string;
+  /**
+   * A name for several groups at once: `--only <set>` selects every scenario of the set (e.g.
+   * "runtimes": the groups runtime-bun, runtime-workerd and runtime-deno). Optional.
+   */
+  set?: string;
   /** Exactly one scenario per group is the baseline (ratio 1.00). */
   baseline?: boolean;
   /**

@@ -72,34 +72,39 @@ function moduleType(name: string): BundleModuleType | undefined {
   return undefined;
 }
 
-/** The modules of a bundle wrangler wrote to `outdir` (entry `worker.js` first). */
-export function bundleModules(outdir: string): BundleModule[] {
-  const main = join(outdir, "worker.js");
-  if (!existsSync(main)) throw new Error(`no worker.js in ${outdir}: not a \`wrangler deploy --dry-run --outdir\` output`);
+/** The modules of a bundle wrangler wrote to `outdir` (entry first; `entry` = its emitted file name). */
+export function bundleModules(outdir: string, entry = "worker.js"): BundleModule[] {
+  const main = join(outdir, entry);
+  if (!existsSync(main)) throw new Error(`no ${entry} in ${outdir}: not a \`wrangler deploy --dry-run --outdir\` output`);
   const modules: BundleModule[] = [{ type: "ESModule", path: main }];
   for (const name of readdirSync(outdir).sort()) {
     const type = moduleType(name);
-    if (type && name !== "worker.js") modules.push({ type, path: join(outdir, name) });
+    if (type && name !== entry) modules.push({ type, path: join(outdir, name) });
   }
   return modules;
 }
 
-/** Builds the Workers bundle exactly as CI and `npm run build:worker` do: `wrangler deploy --dry-run --outdir`, offline. */
-export async function buildWorker(outdir: string, timeoutMs = 60_000): Promise<WorkerBundle> {
+/**
+ * Builds the Workers bundle exactly as CI and `npm run build:worker` do: `wrangler deploy --dry-run
+ * --outdir`, offline. `opts.config`: another wrangler.toml (the bench's hello Worker), whose entry
+ * wrangler emits as `opts.entry`.
+ */
+export async function buildWorker(outdir: string, timeoutMs = 60_000, opts: { config?: string; entry?: string } = {}): Promise<WorkerBundle> {
   const bin = join(repoRoot, "node_modules/.bin/wrangler");
+  const extra = opts.config ? ["--config", opts.config] : [];
   const output = await new Promise<string>((res, rej) => {
     execFile(
       bin,
-      ["deploy", "--dry-run", "--outdir", outdir],
+      ["deploy", "--dry-run", "--outdir", outdir, ...extra],
       { cwd: repoRoot, env: { ...process.env, ...wranglerOfflineEnv }, timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 },
       (err, stdout, stderr) => {
         const text = `${stdout}${stderr}`;
-        if (err) rej(new Error(`wrangler deploy --dry-run failed (${err.message}):\n${text}`));
+        if (err) rej(new Error(`wrangler deploy --dry-run ${extra.join(" ")} failed (${err.message}):\n${text}`));
         else res(text);
       },
     );
   });
-  const modules = bundleModules(outdir);
+  const modules = bundleModules(outdir, opts.entry);
   return { outdir, main: modules[0]!.path, modules, output };
 }
 

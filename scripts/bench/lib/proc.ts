@@ -4,7 +4,7 @@
  */
 import type { Subprocess } from "bun";
 import { freePort } from "../../stack/engines.ts";
-import { sleep } from "./util.ts";
+import { answers, sleep } from "./util.ts";
 
 export { freePort };
 
@@ -91,13 +91,7 @@ export async function spawnBunServer(opts: SpawnBunOptions): Promise<BunChild> {
       children.delete(proc);
       throw new Error(`${opts.script} exited with ${proc.exitCode} before it was ready:\n${out}`);
     }
-    try {
-      const res = await fetch(url + (opts.readyPath ?? "/"), { signal: AbortSignal.timeout(1000) });
-      await res.arrayBuffer();
-      if (res.status < 500) break;
-    } catch {
-      /* not listening yet */
-    }
+    if (await answers(url + (opts.readyPath ?? "/"))) break;
     if (Date.now() > deadline) {
       await stop();
       throw new Error(`${opts.script} did not answer on ${url} in time:\n${out}`);

@@ -71,6 +71,9 @@ export function markdownTable(results: readonly ScenarioResult[]): string {
   return [head, align, ...rows].map((cells) => `| ${cells.join(" | ")} |`).join("\n");
 }
 
+/** "9, 11, 15": the issues the figures answer, in order. */
+const issuesOf = (figures: readonly Figure[]): string => [...new Set(figures.map((f) => f.issue))].sort((a, b) => a - b).join(", ");
+
 export function markdownReport(results: readonly ScenarioResult[], info: RunInfo, figures: readonly Figure[] = []): string {
   const o = info.options;
   const lines = [
@@ -81,7 +84,7 @@ export function markdownReport(results: readonly ScenarioResult[], info: RunInfo
     `Run time: ${info.elapsedS.toFixed(0)} s`,
     "",
     ...(figures.length
-      ? ["## Issue figures (9, 11)", "", "Read from the rows below (scripts/bench/figures.ts); every ratio is against a row measured in the same rounds.", "", figuresMarkdown(figures), "", "## All rows", ""]
+      ? [`## Issue figures (${issuesOf(figures)})`, "", "Read from the rows below (scripts/bench/figures.ts); every ratio is against a row measured in the same rounds.", "", figuresMarkdown(figures), "", "## All rows", ""]
       : []),
     markdownTable(results),
     "",
@@ -92,7 +95,7 @@ export function markdownReport(results: readonly ScenarioResult[], info: RunInfo
     "",
     `- Each scenario was warmed up for ${o.warmupMs / 1000} s, then measured in ${o.rounds} rounds of ${o.durationMs / 1000} s, ` +
       "interleaved with the other scenarios of its group (the order reverses every round).",
-    `- HTTP scenarios: wrk -t${o.threads} -c${o.connections} --latency against a server in its own bun process. ` +
+    `- HTTP scenarios: wrk -t${o.threads} -c${o.connections} --latency against a server in its own process (bun, deno or workerd). ` +
       `Other scenarios: ${o.connections} concurrent closed loops in the runner's process.`,
     "- **rps** is the median over rounds; **p50/p99** come from the median round (by rps).",
     "- **ratio** is the median over rounds of rps ÷ the group baseline's rps *in the same round*: the machine is " +
@@ -172,7 +175,7 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo, figu
   y += 24;
   if (figures.length) {
     y += 12;
-    parts.push(`<text x="20" y="${y}" class="group">issue 9 and 11 figures (green: target met, red: not met)</text>`);
+    parts.push(`<text x="20" y="${y}" class="group">issue ${esc(issuesOf(figures))} figures (green: target met, red: not met)</text>`);
     y += 8;
     for (const f of figureLines(figures)) {
       y += 19;

@@ -62,3 +62,14 @@ export async function withTimeout<T>(p: Promise<T>, ms: number, what: string): P
     clearTimeout(timer);
   }
 }
+
+/** Does a server answer `url` (any status below 500) within a second? For readiness polls. */
+export async function answers(url: string): Promise<boolean> {
+  try {
+    const res = await fetch(url, { signal: AbortSignal.timeout(1000) });
+    await res.arrayBuffer();
+    return res.status < 500;
+  } catch {
+    return false; // not listening yet
+  }
+}

@@ -71,6 +71,7 @@ import {
   qstashQuiet,
   restDelta,
   seckillStack,
+  sellTheOneUnit,
   startAppServer,
   SWARM,
   unhandledErrors,
@@ -751,16 +752,7 @@ const soldOut = defineScenario({
       const cfg = await stack.newVoucher({ shopId: SHOPS.soldOut, stock: 1, buckets: 1 });
       voucherId = cfg.voucherId;
       url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
-      // The one unit goes to a buyer outside the warm set; then a warm buyer must see SOLD_OUT.
-      const all = (await Bun.file(stack.tokensFile).text()).split("\n").filter(Boolean);
-      const bodies: string[] = [];
-      for (const token of [all[all.length - 1]!, all[0]!]) {
-        const res = await fetch(url, { method: "POST", headers: { authorization: token }, signal: AbortSignal.timeout(5000) });
-        bodies.push(`${res.status} ${await res.text()}`);
-      }
-      if (!bodies[0]!.startsWith('200 {"success":true') || !bodies[1]!.startsWith("200 ") || !bodies[1]!.includes('"SOLD_OUT"')) {
-        throw new Error(`seckill-sold-out setup: expected a success then SOLD_OUT, got\n${bodies.join("\n")}`);
-      }
+      await sellTheOneUnit(stack, url, "seckill-sold-out", 5000);
       await waitUntil(() => "the sold-out voucher's one order in MySQL", async () => (await stack.mysqlCounts(voucherId).then((c) => c.orders)) === 1, 10_000, 50);
       await qstashQuiet(stack, app, 15_000);
     } catch (e) {

@@ -13,6 +13,11 @@
 -- which the runner derives when the first and the last unit were sold (ids embed their ms).
 -- done() sums the threads and prints one line the runner parses:
 --   SECKILL successes=N sold_out=N duplicate=N other=N min_id=ID max_id=ID
+-- and a second one with the answers whose status was not 200, by class (wrk itself only counts
+-- them as "Non-2xx or 3xx responses"):
+--   SECKILL_STATUS 3xx=N 4xx=N 5xx=N
+-- and, if any answer was a 5xx, the first one a thread saw (status and the start of its body):
+--   SECKILL_5XX <status> <body, newlines as spaces>
 local requests = {}
 local n = 0
 local i = 0
@@ -24,6 +29,10 @@ duplicate = 0
 other = 0
 min_id = ""
 max_id = ""
+status_3xx = 0
+status_4xx = 0
+status_5xx = 0
+first_5xx = ""
 
 -- Main state only: the threads, for done(). Each thread gets its number as the global `thread_no`.
 local threads = {}
@@ -59,7 +68,14 @@ local function less(a, b)
 end
 
 function response(status, headers, body)
-  if status ~= 200 then return end
+  if status ~= 200 then
+    if status >= 500 then
+      status_5xx = status_5xx + 1
+      if first_5xx == "" then first_5xx = status .. " " .. string.gsub(string.sub(body or "", 1, 300), "[\r\n]", " ") end
+    elseif status >= 400 then status_4xx = status_4xx + 1
+    elseif status >= 300 then status_3xx = status_3xx + 1 end
+    return
+  end
   if string.find(body, '"success":true', 1, true) then
     successes = successes + 1
     local id = string.match(body, '"data":"(%d+)"')
@@ -78,7 +94,12 @@ end
 
 function done(summary, latency, reqs)
   local s, so, d, o, mn, mx = 0, 0, 0, 0, "", ""
+  local s3, s4, s5, f5 = 0, 0, 0, ""
   for _, t in ipairs(threads) do
+    if f5 == "" then f5 = t:get("first_5xx") end
+    s3 = s3 + t:get("status_3xx")
+    s4 = s4 + t:get("status_4xx")
+    s5 = s5 + t:get("status_5xx")
     s = s + t:get("successes")
     so = so + t:get("sold_out")
     d = d + t:get("duplicate")
@@ -88,4 +109,6 @@ function done(summary, latency, reqs)
     if b ~= "" and (mx == "" or less(mx, b)) then mx = b end
   end
   io.write(string.format("SECKILL successes=%d sold_out=%d duplicate=%d other=%d min_id=%s max_id=%s\n", s, so, d, o, mn, mx))
+  io.write(string.format("SECKILL_STATUS 3xx=%d 4xx=%d 5xx=%d\n", s3, s4, s5))
+  if f5 ~= "" then io.write("SECKILL_5XX " .. f5 .. "\n") end
 end
