@@ -19,10 +19,15 @@ export type RuntimeName = "bun" | "deno" | "workerd";
 export interface Runtime {
   readonly name: RuntimeName;
   readonly sharesIo: boolean;
+  /**
+   * Copying a Headers object is the cheap way to give a response a template's headers (Bun);
+   * elsewhere setting them one by one on the new response is (src/http/headers.ts, measured).
+   */
+  readonly headersByCopy: boolean;
 }
 
 export const runtimes = {
-  bun: { name: "bun", sharesIo: true },
-  deno: { name: "deno", sharesIo: true },
-  workerd: { name: "workerd", sharesIo: false },
+  bun: { name: "bun", sharesIo: true, headersByCopy: true },
+  deno: { name: "deno", sharesIo: true, headersByCopy: false },
+  workerd: { name: "workerd", sharesIo: false, headersByCopy: false },
 } as const satisfies Record<RuntimeName, Runtime>;

@@ -32,6 +32,7 @@ import type { SessionUser } from "../services/session.ts";
 import { bearer } from "./auth.ts";
 import { type ClientEnv, clientIpOf } from "./client-ip.ts";
 import { CORS_EXPOSE, requestDepsMemo, requestIdOf, SECURITY_HEADERS } from "./edge.ts";
+import { HeaderTemplate, respondWith } from "./headers.ts";
 import { limitKeyOf } from "./listing-limit.ts";
 import { trackVisitOf } from "./uv.ts";
 
@@ -56,12 +57,12 @@ export function createFastLane(deps: Deps): FastLane | undefined {
     h.set("access-control-expose-headers", CORS_EXPOSE);
     return h;
   };
-  const jsonTemplate = base(true);
+  const jsonTemplate = new HeaderTemplate(base(true));
   /**
    * Per prepared value (so per L1 entry; garbage-collected with it): the full 200 and 304 header
    * sets. A WeakMap keyed by the prepared object, so it can never outgrow the L1s.
    */
-  const templates = new WeakMap<PreparedResponse, { ok: Headers; notModified: Headers }>();
+  const templates = new WeakMap<PreparedResponse, { ok: HeaderTemplate; notModified: HeaderTemplate }>();
   const templateOf = (p: PreparedResponse) => {
     let t = templates.get(p);
     if (!t) {
@@ -69,7 +70,7 @@ export function createFastLane(deps: Deps): FastLane | undefined {
       okHeaders.set("etag", p.etag);
       const notModified = base(false);
       notModified.set("etag", p.etag);
-      t = { ok: okHeaders, notModified };
+      t = { ok: new HeaderTemplate(okHeaders), notModified: new HeaderTemplate(notModified) };
       templates.set(p, t);
     }
     return t;
@@ -87,14 +88,26 @@ export function createFastLane(deps: Deps): FastLane | undefined {
     return waitMs > 0;
   };
 
-  const finish = (req: Request, headers: Headers, body: BodyInit | null, status: number, reqDeps: Deps, env: unknown, user: SessionUser | null, requestId = requestIdOf(req.headers)): Response => {
-    headers.set("x-request-id", requestId);
-    if (!anyOrigin) {
-      const origin = req.headers.get("origin");
-      if (origin && origins.includes(origin)) headers.set("access-control-allow-origin", origin);
-      headers.append("vary", "Origin");
-    }
-    const res = new Response(body, { status, headers });
+  const finish = (
+    req: Request,
+    template: HeaderTemplate,
+    body: BodyInit | null,
+    status: number,
+    reqDeps: Deps,
+    env: unknown,
+    user: SessionUser | null,
+    requestId = requestIdOf(req.headers),
+    more?: (h: Headers) => void,
+  ): Response => {
+    const res = respondWith(deps.runtime, template, body, status, (headers) => {
+      headers.set("x-request-id", requestId);
+      if (!anyOrigin) {
+        const origin = req.headers.get("origin");
+        if (origin && origins.includes(origin)) headers.set("access-control-allow-origin", origin);
+        headers.append("vary", "Origin");
+      }
+      more?.(headers);
+    });
     trackVisitOf(reqDeps, user, req.headers, env as ClientEnv | undefined);
     caches.metrics.maybeFlush(reqDeps);
     return res;
@@ -109,8 +122,8 @@ export function createFastLane(deps: Deps): FastLane | undefined {
     const t = templateOf(p);
     const inm = req.headers.get("if-none-match");
     deps.isolate.fastLane.prepared++;
-    if (inm !== null && etagMatches(inm, p.etag)) return finish(req, new Headers(t.notModified), null, 304, reqDeps, env, null);
-    return finish(req, new Headers(t.ok), p.body, 200, reqDeps, env, null);
+    if (inm !== null && etagMatches(inm, p.etag)) return finish(req, t.notModified, null, 304, reqDeps, env, null);
+    return finish(req, t.ok, p.body, 200, reqDeps, env, null);
   };
 
   const warmUser = (req: Request, reqDeps: Deps): SessionUser | undefined => {
@@ -137,7 +150,7 @@ export function createFastLane(deps: Deps): FastLane | undefined {
         const user = warmUser(req, reqDeps);
         if (!user) return undefined;
         deps.isolate.fastLane.me++;
-        return finish(req, new Headers(jsonTemplate), JSON.stringify(ok(user)), 200, reqDeps, env, user);
+        return finish(req, jsonTemplate, JSON.stringify(ok(user)), 200, reqDeps, env, user);
       }
       return undefined;
     }
@@ -156,11 +169,10 @@ export function createFastLane(deps: Deps): FastLane | undefined {
         // spent: the same 429 the route's error handler sends (envelope with the request id,
         // Retry-After in whole seconds), with no Redis call.
         const requestId = requestIdOf(req.headers);
-        const headers = new Headers(jsonTemplate);
-        headers.set("retry-after", String(Math.max(1, Math.ceil(res.retryAfterMs / 1000))));
-        return finish(req, headers, JSON.stringify(fail("RATE_LIMITED", res.message, requestId)), 429, reqDeps, env, user, requestId);
+        const retryAfter = String(Math.max(1, Math.ceil(res.retryAfterMs / 1000)));
+        return finish(req, jsonTemplate, JSON.stringify(fail("RATE_LIMITED", res.message, requestId)), 429, reqDeps, env, user, requestId, (h) => h.set("retry-after", retryAfter));
       }
-      return finish(req, new Headers(jsonTemplate), JSON.stringify(seckillEnvelope(res)), 200, reqDeps, env, user);
+      return finish(req, jsonTemplate, JSON.stringify(seckillEnvelope(res)), 200, reqDeps, env, user);
     }
     return undefined;
   };

@@ -8,6 +8,7 @@ import { call, loginAs } from "../support/http.ts";
 import { createShop, createShopType } from "../support/fixtures.ts";
 import { createSeckill } from "../support/seckill.ts";
 import { createTestApp, type TestApp } from "../support/stack.ts";
+import { runtimes } from "../../src/runtime.ts";
 
 function headerMap(h: Headers): Record<string, string> {
   const out: Record<string, string> = {};
@@ -32,9 +33,10 @@ function expectSame(a: Awaited<ReturnType<typeof call>>, b: Awaited<ReturnType<t
   expect(a.headers.get("x-request-id")).toBeTruthy();
 }
 
-describe("fast lane", () => {
+// Both ways of building response headers (src/http/headers.ts): copied (Bun) and set one by one (Deno, workerd).
+for (const runtime of [runtimes.bun, runtimes.deno]) describe(`fast lane (response headers built as on ${runtime.name})`, () => {
   test("an L1-hit shop, shop-type list and 304 answer exactly as the routed path, before routing", async () => {
-    const t = await createTestApp();
+    const t = await createTestApp({}, { runtime });
     const shopId = await createShop(t, await createShopType(t));
     await call(t.app, "GET", `/api/shop/${shopId}?warm=1`);
     await call(t.app, "GET", "/api/shop-type/list?warm=1");
@@ -62,7 +64,7 @@ describe("fast lane", () => {
   });
 
   test("a warm session's /api/user/me and a sold-out or held seckill answer as the routed path, with no Redis call", async () => {
-    const t = await createTestApp({ SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", SOLD_OUT_MEMO_MS: "60000" });
+    const t = await createTestApp({ SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", SOLD_OUT_MEMO_MS: "60000" }, { runtime });
     const { token } = await loginAs(t.app, t.deps);
     const other = await loginAs(t.app, t.deps);
     await call(t.app, "GET", "/api/user/me?warm=1", { token });

@@ -17,7 +17,7 @@
  * - counters for operators.
  */
 import type { Deps } from "../../deps.ts";
-import type { Runtime } from "../../runtime.ts";
+import { type Runtime, runtimes } from "../../runtime.ts";
 import { keys } from "../../redis/keys.ts";
 import { DRAIN_WINDOW_MS, drainMessage } from "../../queue/orders.ts";
 import type { LockConflictStats } from "./mysql-retry.ts";
@@ -56,7 +56,7 @@ export class OrderGroups {
   readonly lockConflicts: LockConflictStats = { retried: 0, exhausted: 0 };
 
   /** `runtime.sharesIo` false (workerd): only the request that starts a flush waits for it. */
-  constructor(private readonly runtime: Runtime = { name: "bun", sharesIo: true }) {}
+  constructor(private readonly runtime: Runtime = runtimes.bun) {}
 
   /** Shop of a reservation made by this isolate whose index entry is not written yet. */
   pendingShopOf(orderId: string): number | undefined {
