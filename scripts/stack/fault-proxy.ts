@@ -6,7 +6,8 @@
  *   delay(ms)     forward after `ms` (a slow dependency); a caller that gave up (aborted) before
  *                 then is never forwarded, like a request lost on a congested path (`match`: as
  *                 for replyDelay)
- *   fail          answer 502 with a gateway's plain-text body (not the dependency's own JSON)
+ *   fail          answer 502 with a gateway's plain-text body (not the dependency's own JSON);
+ *                 `match` as for replyDelay
  *   replyDelay(ms) forward at once, hold the answer `ms` (the dependency did the work; its reply is
  *                 late). A caller that gives up meanwhile never hears it, although the command ran:
  *                 the "timeout is not a no" case. `match` limits the mode to requests whose body
@@ -15,7 +16,7 @@
  * Requests seen (and forwarded) are counted, so a test can prove that an open breaker makes no
  * calls. Bench scenarios use it too (scripts/bench/scenarios/slow-redis.ts).
  */
-export type ProxyMode = { kind: "pass" } | { kind: "delay"; ms: number; match?: string } | { kind: "fail" } | { kind: "replyDelay"; ms: number; match?: string };
+export type ProxyMode = { kind: "pass" } | { kind: "delay"; ms: number; match?: string } | { kind: "fail"; match?: string } | { kind: "replyDelay"; ms: number; match?: string };
 
 export interface FaultProxy {
   url: string;
@@ -41,9 +42,9 @@ export function startFaultProxy(target: string): FaultProxy {
     async fetch(req) {
       seen++;
       const m = mode;
-      if (m.kind === "fail") return new Response("502 Bad Gateway", { status: 502, headers: { "content-type": "text/plain" } });
       const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
       const matches = (match: string | undefined) => match === undefined || (body !== undefined && new TextDecoder().decode(body).includes(match));
+      if (m.kind === "fail" && matches(m.match)) return new Response("502 Bad Gateway", { status: 502, headers: { "content-type": "text/plain" } });
       const holdReply = m.kind === "replyDelay" && matches(m.match);
       if (m.kind === "delay" && matches(m.match)) {
         const aborted = await new Promise<boolean>((resolve) => {

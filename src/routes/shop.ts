@@ -81,6 +81,22 @@ async function refreshShopCache(deps: Deps, id: number): Promise<Shop | null> {
   return shop;
 }
 
+/**
+ * The cache entry and the GEO index after a shop write MySQL has committed. The write's outcome is
+ * the commit: a failure here is logged and the route still answers it (so an Idempotency-Key stores
+ * the committed outcome and a retry replays it instead of writing the shop again). What is left
+ * behind heals by itself: the cache entry expires (its L2 TTL), the index is rebuilt by
+ * `npm run geo:rebuild` (or the next write of that shop).
+ */
+async function afterShopCommit(deps: Deps, id: number, previousTypeId?: number): Promise<void> {
+  try {
+    const shop = await refreshShopCache(deps, id);
+    if (shop) await refreshShopIndex(deps, shop, previousTypeId);
+  } catch (err) {
+    deps.log.error("shop committed; its cache entry or GEO index was not updated", { shopId: id, err });
+  }
+}
+
 export const shop = new Hono<AppEnv>()
   .get(
     "/of/type",
@@ -109,8 +125,7 @@ export const shop = new Hono<AppEnv>()
     const body = c.req.valid("json");
     if (!(await shopTypeExists(deps, body.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);
     const id = await insertShop(deps, body);
-    const created = await refreshShopCache(deps, id);
-    if (created) await refreshShopIndex(deps, created);
+    await afterShopCommit(deps, id);
     return c.json(ok(id));
   })
   .put("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Update a shop: only the fields sent are written", access: "operator", outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", ShopPatch)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
@@ -119,8 +134,7 @@ export const shop = new Hono<AppEnv>()
     if (patch.typeId !== undefined && !(await shopTypeExists(deps, patch.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);
     const res = await updateShop(deps, id, patch);
     if (!res) return c.json(fail("NOT_FOUND", "shop not found"));
-    const updated = await refreshShopCache(deps, id);
-    if (updated) await refreshShopIndex(deps, updated, res.previousTypeId);
+    await afterShopCommit(deps, id, res.previousTypeId);
     return c.json(ok());
   });
 

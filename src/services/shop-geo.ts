@@ -7,6 +7,18 @@
 import type { DbPort, RedisPort } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
 
+type GeoMember = { longitude: number; latitude: number; member: string };
+
+/**
+ * GEOADD of `members` on a pipeline. @upstash/redis 1.39 drops its first GeoMember argument when
+ * that member's latitude is 0 (it tests `arg1.latitude` for truthiness), which made every shop on
+ * the equator a failed GEOADD — a 500 after the shop's MySQL commit. Passing an empty options object
+ * first sends every member through the path without that check.
+ */
+function geoAdd(p: ReturnType<RedisPort["pipeline"]>, key: string, members: GeoMember[]): void {
+  if (members.length > 0) p.geoadd(key, {}, ...members);
+}
+
 interface ShopPoint {
   id: number;
   type_id: number;
@@ -17,7 +29,7 @@ interface ShopPoint {
 export async function addShopToGeo(redis: RedisPort, shop: { id: number; typeId: number; x: number; y: number }, previousTypeId?: number): Promise<void> {
   const p = redis.pipeline();
   if (previousTypeId !== undefined && previousTypeId !== shop.typeId) p.zrem(keys.shopGeo(previousTypeId), String(shop.id));
-  p.geoadd(keys.shopGeo(shop.typeId), { longitude: shop.x, latitude: shop.y, member: String(shop.id) });
+  geoAdd(p, keys.shopGeo(shop.typeId), [{ longitude: shop.x, latitude: shop.y, member: String(shop.id) }]);
   await p.exec();
 }
 
@@ -40,8 +52,7 @@ export async function rebuildShopGeo(db: DbPort, redis: RedisPort, onProgress?: 
     const p = redis.pipeline();
     for (const [typeId, list] of byType) {
       touched.add(typeId);
-      const [first, ...rest] = list.map((r) => ({ longitude: Number(r.x), latitude: Number(r.y), member: String(r.id) }));
-      if (first) p.geoadd(keys.shopGeo(typeId) + tmpSuffix, first, ...rest);
+      geoAdd(p, keys.shopGeo(typeId) + tmpSuffix, list.map((r) => ({ longitude: Number(r.x), latitude: Number(r.y), member: String(r.id) })));
     }
     await p.exec();
     total += rows.length;

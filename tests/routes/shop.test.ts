@@ -3,7 +3,8 @@ import { keys } from "../../src/redis/keys.ts";
 import { rebuildShopGeo } from "../../src/services/shop-geo.ts";
 import { call, loginAs } from "../support/http.ts";
 import { createShop, createShopType, east, HANGZHOU, operator } from "../support/fixtures.ts";
-import { createTestApp } from "../support/stack.ts";
+import { createTestApp, getStack } from "../support/stack.ts";
+import { startFaultProxy } from "../../scripts/stack/fault-proxy.ts";
 
 type ShopOut = { id: number; name: string; typeId: number; distance?: number; createTime: string; x: number; y: number };
 
@@ -72,6 +73,53 @@ describe("shops", () => {
     expect((await near(b)).body.data).toEqual([]);
     expect(await rebuildShopGeo(t.deps.db, t.deps.redis)).toBeGreaterThan(0);
     expect((await near(b)).body.data?.map((s) => s.id)).toEqual([id]);
+  });
+
+  test("shops on the equator and the prime meridian are created (200) and found by nearby search; a rebuild keeps them", async () => {
+    // @upstash/redis drops a GEOADD member whose latitude is 0: this answered 500 after the MySQL commit.
+    const t = await createTestApp();
+    const typeId = await createShopType(t);
+    const points = [
+      { x: 10, y: 0 },
+      { x: 0, y: 10 },
+      { x: 0, y: 0 },
+    ];
+    const ids: number[] = [];
+    for (const at of points) ids.push(await createShop(t, typeId, at));
+    for (const [i, at] of points.entries()) {
+      const res = await call<ShopOut[]>(t.app, "GET", `/api/shop/of/type?typeId=${typeId}&x=${at.x}&y=${at.y}`);
+      expect(res.body.data?.map((s) => s.id)).toEqual([ids[i]!]);
+    }
+    await t.deps.redis.del(keys.shopGeo(typeId));
+    await rebuildShopGeo(t.deps.db, t.deps.redis);
+    expect(await t.deps.redis.zcard(keys.shopGeo(typeId))).toBe(3);
+  });
+
+  test("a shop write whose GEO update fails after the commit answers the committed outcome, and a keyed retry replays it (one row)", async () => {
+    const stack = await getStack();
+    const proxy = startFaultProxy(stack.env.UPSTASH_REDIS_REST_URL as string);
+    try {
+      const t = await createTestApp({ UPSTASH_REDIS_REST_URL: proxy.url, BREAKER_THRESHOLD: "1000" });
+      const typeId = await createShopType(t);
+      const name = `geo-fail-${crypto.randomUUID().slice(0, 8)}`;
+      const send = () =>
+        call<number>(t.app, "POST", "/api/shop", {
+          token: operator(t),
+          headers: { "idempotency-key": `k-${name}` },
+          json: { name, typeId, address: "test road 1", x: HANGZHOU.x, y: HANGZHOU.y, avgPrice: 80, images: "/imgs/a.jpg", area: "test" },
+        });
+      proxy.set({ kind: "fail", match: "geoadd" });
+      const first = await send();
+      proxy.set({ kind: "pass" });
+      expect({ status: first.status, success: first.body.success }).toEqual({ status: 200, success: true });
+      const again = await send();
+      expect(again.headers.get("idempotent-replayed")).toBe("true");
+      expect(again.body.data).toBe(first.body.data as number);
+      const rows = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_shop WHERE name = ?", [name])).rows[0] as { n: string };
+      expect(Number(rows.n)).toBe(1);
+    } finally {
+      await proxy.stop();
+    }
   });
 
   test("search by name pages by 10 and treats % and _ literally", async () => {
