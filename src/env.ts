@@ -287,6 +287,12 @@ export const EnvSchema = z.object({
   LISTING_IP_WINDOW_MS: z.coerce.number().int().min(1_000).max(3_600_000).default(60_000),
   /** Each isolate sends its listing counts (one Redis command) at most this often, ms: the cross-isolate lag. */
   LISTING_SYNC_MS: z.coerce.number().int().min(100).max(60_000).default(1_000),
+  /**
+   * Every per-address limit (login-code sends, seckill attempts, listing and search) counts an IPv6
+   * caller by this prefix, bits: one customer's subnet (/64 by default; a /56 or /48 where
+   * providers hand those out). IPv4 counts per address.
+   */
+  LIMIT_IPV6_PREFIX: z.coerce.number().int().min(16).max(128).default(64),
   /** Client addresses one isolate tracks for the listing limit (LRU, ~150 B each). */
   LISTING_IP_MAX: z.coerce.number().int().min(100).max(1_000_000).default(20_000),
   /** Largest accepted image upload, bytes (the multipart body may exceed it by a little framing). */

@@ -30,10 +30,9 @@ import { seckillEnvelope } from "../routes/voucher-order.ts";
 import { answerFromMemory } from "../services/seckill/reserve.ts";
 import type { SessionUser } from "../services/session.ts";
 import { bearer } from "./auth.ts";
-import { type ClientEnv, clientIpOf } from "./client-ip.ts";
+import { type ClientEnv, limitAddressOf } from "./client-ip.ts";
 import { CORS_EXPOSE, requestDepsMemo, requestIdOf, SECURITY_HEADERS } from "./edge.ts";
 import { HeaderTemplate, respondWith } from "./headers.ts";
-import { limitKeyOf } from "./listing-limit.ts";
 import { trackVisitOf } from "./uv.ts";
 
 const ID = /^[1-9]\d{0,15}$/;
@@ -78,12 +77,11 @@ export function createFastLane(deps: Deps): FastLane | undefined {
 
   const depsFor = requestDepsMemo(deps);
   const listing = deps.isolate.listingLimit;
-  const trustProxy = deps.config.TRUST_PROXY;
   /** Counts a listing request against its address's limit (memory only); true when over it. */
   const overListingLimit = (req: Request, env: unknown, reqDeps: Deps): boolean => {
     if (!listing) return false;
     const now = reqDeps.clock.now();
-    const waitMs = listing.check(limitKeyOf(clientIpOf(req.headers, env as ClientEnv | undefined, trustProxy)), now);
+    const waitMs = listing.check(limitAddressOf(req.headers, env as ClientEnv | undefined, deps.config), now);
     listing.maybeSync(reqDeps, now);
     return waitMs > 0;
   };
@@ -160,7 +158,7 @@ export function createFastLane(deps: Deps): FastLane | undefined {
       const reqDeps = depsFor(ctx);
       const user = warmUser(req, reqDeps);
       if (!user) return undefined;
-      const res = answerFromMemory(reqDeps, Number(id), user.id, () => clientIpOf(req.headers, env as ClientEnv | undefined, deps.config.TRUST_PROXY));
+      const res = answerFromMemory(reqDeps, Number(id), user.id, () => limitAddressOf(req.headers, env as ClientEnv | undefined, deps.config));
       if (!res) return undefined;
       deps.isolate.fastLane.seckill++;
       deps.isolate.saleCounters.count(Number(id), res.ok ? "ok" : res.reason);

@@ -30,30 +30,13 @@ import { AppError } from "../errors.ts";
 import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
 import type { AppEnv } from "../types.ts";
-import { clientIp } from "./client-ip.ts";
+import { limitAddress } from "./client-ip.ts";
 
 /** The routed paths the limit applies to (Hono patterns); the fast lane checks /api/shop-type/list itself. */
 export const LISTING_PATHS = ["/api/shop/of/type", "/api/shop/of/name", "/api/blog/hot", "/api/voucher/list/:shopId", "/api/shop-type/list"];
 
-/**
- * The budget an address draws on: IPv4 as is, IPv6 by its /64 (one customer's subnet — a crawler
- * on IPv6 can rotate through 2^64 addresses, not through prefixes). IPv4-mapped IPv6 counts as its
- * IPv4 address. Anything else (e.g. "unknown") as is.
- */
-export function limitKeyOf(ip: string): string {
-  if (!ip.includes(":")) return ip;
-  const lower = ip.toLowerCase();
-  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/.exec(lower);
-  if (mapped?.[1]) return mapped[1];
-  const [head = "", tail] = lower.split("::", 2);
-  const left = head === "" ? [] : head.split(":");
-  const right = tail === undefined || tail === "" ? [] : tail.split(":");
-  const groups = tail === undefined ? left : [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right];
-  return `${groups
-    .slice(0, 4)
-    .map((g) => g.replace(/^0+(?=.)/, ""))
-    .join(":")}::/64`;
-}
+/** Re-exported: the address rule is shared by every per-address limit (http/client-ip.ts). */
+export { limitKeyOf } from "./client-ip.ts";
 
 /** Addresses one sync sends at most (the rest wait for the next one). */
 const SYNC_BATCH = 1_000;
@@ -253,11 +236,10 @@ export class ListingLimiter {
 export function listingLimit(deps: Deps): MiddlewareHandler<AppEnv> | undefined {
   const limiter = deps.isolate.listingLimit;
   if (!limiter) return undefined;
-  const trustProxy = deps.config.TRUST_PROXY;
   return async (c, next) => {
     const reqDeps = c.get("deps");
     const now = reqDeps.clock.now();
-    const waitMs = limiter.check(limitKeyOf(clientIp(c, trustProxy)), now);
+    const waitMs = limiter.check(limitAddress(c, reqDeps.config), now);
     limiter.maybeSync(reqDeps, now);
     if (waitMs > 0) throw new AppError("RATE_LIMITED", "too many listing requests from this address", { retryAfterSeconds: waitMs / 1000 });
     await next();

@@ -5,14 +5,15 @@
  * its own, and it keeps no state: everything it remembers lives on `deps.isolate.uv`.
  *
  * The visitor is the user id when the route resolved a session (requireUser / optionalUser ran),
- * otherwise address + user agent — we never resolve a token just for counting.
+ * otherwise its address (the per-address limit key: an IPv6 /64 is one visitor; the user agent is
+ * not part of it, a client can rotate that freely) — we never resolve a token just for counting.
  */
 import type { Context } from "hono";
 import type { Deps } from "../deps.ts";
 import type { SessionUser } from "../services/session.ts";
 import type { AppEnv } from "../types.ts";
 import { hash53 } from "../util/hash.ts";
-import { type ClientEnv, clientIpOf } from "./client-ip.ts";
+import { type ClientEnv, limitAddressOf } from "./client-ip.ts";
 
 /** Counts the request's visitor for today (queued; flushed in the background when due). */
 export function trackVisit(c: Context<AppEnv>, deps: Deps): void {
@@ -29,9 +30,8 @@ export function trackVisitOf(deps: Deps, user: SessionUser | null, headers: Head
     // User ids and address hashes live in one seen set: a user's key is negative, an address's positive.
     uv.add(deps, day, -user.id, { userId: user.id });
   } else {
-    const ip = clientIpOf(headers, env, deps.config.TRUST_PROXY);
-    const userAgent = (headers.get("user-agent") ?? "").slice(0, 512);
-    uv.add(deps, day, hash53(`${ip}\n${userAgent}`) + 1, { ip, userAgent });
+    const address = limitAddressOf(headers, env, deps.config);
+    uv.add(deps, day, hash53(address) + 1, { address });
   }
   uv.maybeFlush(deps);
 }

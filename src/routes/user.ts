@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import { z } from "zod";
 import { AppError, fail, ok } from "../errors.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
-import { clientIp } from "../http/client-ip.ts";
+import { limitAddress } from "../http/client-ip.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
 import { IdParam } from "../http/validate.ts";
 import { doc, type RouteDoc, v } from "../openapi/describe.ts";
@@ -51,7 +51,7 @@ const authed = new Hono<UserEnv>()
 export const user = new Hono<AppEnv>()
   .post("/code", jsonBody(BODY_LIMITS.none), doc(SEND_CODE, v("query", z.object({ phone: Phone }))), async (c) => {
     const deps = c.get("deps");
-    const res = await sendLoginCode(deps, c.req.valid("query").phone, clientIp(c, deps.config.TRUST_PROXY));
+    const res = await sendLoginCode(deps, c.req.valid("query").phone, limitAddress(c, deps.config));
     if (res.ok) return c.json(ok());
     if (res.reason === "RATE_LIMITED") throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterSeconds });
     throw new AppError("UNAVAILABLE", res.message);

@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import { z } from "zod";
 import { AppError, type Envelope, fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
-import { clientIp } from "../http/client-ip.ts";
+import { limitAddress } from "../http/client-ip.ts";
 import { BODY_LIMITS } from "../http/body.ts";
 import { idempotentUser } from "../http/idempotency.ts";
 import { Current, Id } from "../http/validate.ts";
@@ -60,7 +60,7 @@ export const voucherOrder = new Hono<UserEnv>()
   .post("/seckill/:voucherId", doc(SECKILL, v("param", z.object({ voucherId: Id }))), async (c) => {
     const deps = c.get("deps");
     const voucherId = c.req.valid("param").voucherId;
-    const res = await reserve(deps, { voucherId, userId: c.get("user").id, ip: clientIp(c, deps.config.TRUST_PROXY) });
+    const res = await reserve(deps, { voucherId, userId: c.get("user").id, ip: limitAddress(c, deps.config) });
     deps.isolate.saleCounters.count(voucherId, res.ok ? "ok" : res.reason);
     if (res.ok || (res.reason !== "RATE_LIMITED" && res.reason !== "OUTCOME_UNKNOWN")) return c.json(seckillEnvelope(res));
     throw new AppError(res.reason, res.message, { retryAfterSeconds: res.retryAfterMs / 1000 });

@@ -1,8 +1,10 @@
 /**
  * Unique visitors per day: one HyperLogLog per calendar day (SERVICE_TIME_ZONE), `uv:{yyyyMMdd}`,
  * ~12 KB at most each, standard error 0.81 % (exact-ish for small counts). A visitor is
- * `u:<user id>` when the request resolved a session, otherwise `a:<sha-256 of address + user agent>`
- * (the raw address never reaches Redis). A range count is PFCOUNT over the days' keys, i.e. the
+ * `u:<user id>` when the request resolved a session, otherwise `a:<sha-256 of the address>` — the
+ * limit key, so an IPv6 /64 is one visitor (the raw address never reaches Redis). Not the user
+ * agent: a client that rotates it would count as a new visitor per request (issue 16: +296 from
+ * 300 requests); people behind one NAT count once, the undercount a UV count prefers. A range count is PFCOUNT over the days' keys, i.e. the
  * size of their union: someone seen on three days counts once.
  */
 import { LRUCache } from "lru-cache";
@@ -28,11 +30,11 @@ async function sha256Hex(text: string): Promise<string> {
   return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-export type Visitor = { userId: number } | { ip: string; userAgent: string };
+export type Visitor = { userId: number } | { address: string };
 
-/** The HLL element for a visitor: user id, or a hash of address + user agent. */
+/** The HLL element for a visitor: user id, or a hash of its address (limit key). */
 export async function visitorId(v: Visitor): Promise<string> {
-  return "userId" in v ? `u:${v.userId}` : `a:${await sha256Hex(`${v.ip}\n${v.userAgent}`)}`;
+  return "userId" in v ? `u:${v.userId}` : `a:${await sha256Hex(v.address)}`;
 }
 
 /**

@@ -54,6 +54,48 @@ describe("per-IP limits follow the runtime's address, not the client's headers",
   });
 });
 
+/** A fresh /64 per test: 2001:db8:<random>:<random>::/64. */
+const freshV6Net = () => `2001:db8:${Math.floor(Math.random() * 0xffff).toString(16)}:${Math.floor(Math.random() * 0xffff).toString(16)}`;
+/** A different address of `net` on every call (what a caller with a /64 rotates through). */
+const inNet = (net: string, i: number) => `${net}:${(0x1000 + i).toString(16)}:${Math.floor(Math.random() * 0xffff).toString(16)}:9:${i + 1}`;
+
+describe("IPv6: every per-address limit counts a /64 (LIMIT_IPV6_PREFIX) as one caller", () => {
+  test("login-code sends: 10 addresses of one /64 share one allowance; another /64 is another caller", async () => {
+    const { app } = await createTestApp({ LOGIN_CODE_SENDS_PER_IP_HOUR: "2" });
+    const net = freshV6Net();
+    const statuses: number[] = [];
+    for (let i = 0; i < 10; i++) statuses.push((await call(app, "POST", `/api/user/code?phone=${uniquePhone()}`, { ip: inNet(net, i) })).status);
+    expect(statuses).toEqual([200, 200, 429, 429, 429, 429, 429, 429, 429, 429]);
+    expect((await call(app, "POST", `/api/user/code?phone=${uniquePhone()}`, { ip: inNet(freshV6Net(), 0) })).status).toBe(200);
+  });
+
+  test("seckill attempts: buyers rotating through one /64 stay in one per-address window", async () => {
+    const t = await createTestApp({ SECKILL_IP_LIMIT: "2", SECKILL_IP_WINDOW_MS: "60000", SECKILL_USER_LIMIT: "0", ORDER_PAY_TIMEOUT_SECONDS: "86400" });
+    const { voucherId } = await createSeckill(t, { stock: 50 });
+    const tokens = await sessionsFor(t, userIds(6));
+    const net = freshV6Net();
+    const codes: (string | undefined)[] = [];
+    for (const [i, token] of tokens.entries()) {
+      const res = await call(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token, ip: inNet(net, i) });
+      codes.push(res.body.success ? "OK" : res.body.code);
+    }
+    expect(codes).toEqual(["OK", "OK", "RATE_LIMITED", "RATE_LIMITED", "RATE_LIMITED", "RATE_LIMITED"]);
+    await t.settle();
+  });
+
+  test("the prefix is configurable: with /48 two /64s of one /48 share the allowance", async () => {
+    const { app } = await createTestApp({ LOGIN_CODE_SENDS_PER_IP_HOUR: "1", LIMIT_IPV6_PREFIX: "48" });
+    const a = Math.floor(Math.random() * 0xffff).toString(16);
+    const send = (ip: string) => call(app, "POST", `/api/user/code?phone=${uniquePhone()}`, { ip });
+    expect((await send(`2001:db8:${a}:1::1`)).status).toBe(200);
+    expect((await send(`2001:db8:${a}:2::1`)).status).toBe(429);
+    const { limitKeyOf } = await import("../../src/http/client-ip.ts");
+    expect(limitKeyOf("2001:db8:abcd:12ff::1", 56)).toBe("2001:db8:abcd:1200::/56");
+    expect(limitKeyOf("2001:db8:abcd:12ff::1", 128)).toBe("2001:db8:abcd:12ff:0:0:0:1/128");
+    expect(limitKeyOf("not:an:address", 64)).toBe("not:an:address");
+  });
+});
+
 describe("TRUST_PROXY", () => {
   test("with TRUST_PROXY the first x-forwarded-for hop is the address; cf-connecting-ip is still ignored", async () => {
     const { app } = await createTestApp({ LOGIN_CODE_SENDS_PER_IP_HOUR: "1", TRUST_PROXY: "true" });
@@ -87,6 +129,20 @@ describe("TRUST_PROXY", () => {
 });
 
 describe("UV", () => {
+  test("an anonymous visitor rotating its User-Agent (or its address within a /64) is one visitor", async () => {
+    const clock = manualClock(Date.parse("2043-04-11T12:00:00+08:00"));
+    const t = await createTestApp({}, { clock });
+    const ip = freshIp();
+    const net = freshV6Net();
+    for (let i = 0; i < 30; i++) {
+      expect((await call(t.app, "GET", "/api/shop-type/list", { ip, headers: { "user-agent": `agent-${i}-${crypto.randomUUID()}` } })).status).toBe(200);
+      expect((await call(t.app, "GET", "/api/shop-type/list", { ip: inNet(net, i), headers: { "user-agent": `agent-${i}` } })).status).toBe(200);
+    }
+    await t.settle();
+    await t.deps.isolate.uv.flush(t.deps);
+    expect(await t.deps.redis.pfcount(keys.uv("20430411"))).toBe(2);
+  });
+
   test("spoofed address headers do not make one anonymous visitor several", async () => {
     // A day no other test counts on, so PFCOUNT is exactly this test's visitors.
     const clock = manualClock(Date.parse("2043-03-07T12:00:00+08:00"));

@@ -62,7 +62,7 @@ async function report(t: TestApp, query: string) {
 }
 
 describe("unique visitors", () => {
-  test("each visitor counts once a day: users by id, others by address + user agent, gathered into one PFADD per isolate", async () => {
+  test("each visitor counts once a day: users by id, others by address (not by user agent), gathered into one PFADD per isolate", async () => {
     // Users log in through another app, on the real date, so their logins do not count below.
     const login = await createTestApp();
     const [a, b] = [await newUser(login), await newUser(login)];
@@ -73,23 +73,23 @@ describe("unique visitors", () => {
     for (let i = 0; i < 3; i++) await visit(t, { token: a.token, ip: `10.7.0.${i}` });
     await visit(t, { token: b.token });
     for (let i = 0; i < 3; i++) await visit(t, { ip: "10.7.1.1", ua: "ua-1" });
-    await visit(t, { ip: "10.7.1.1", ua: "ua-2" });
+    await visit(t, { ip: "10.7.1.1", ua: "ua-2" }); // the same address with another agent: the same visitor
     await visit(t, { ip: "10.7.1.2", ua: "ua-1" });
     // Not an /api request: not counted.
     await t.app.request("/health");
     await t.settle();
     // Gathered, not sent: the interval has not passed on the injected clock.
     expect(counter.pfadd).toBe(0);
-    expect(t.deps.isolate.uv.size).toBe(5);
+    expect(t.deps.isolate.uv.size).toBe(4);
     clock.ms += t.deps.isolate.uv.opts.flushEveryMs;
     await visit(t, { ip: "10.7.1.1", ua: "ua-1" }); // a known visitor: only makes the due flush start
     await t.settle();
     expect(counter.pfadd).toBe(1);
-    expect(await t.deps.redis.pfcount(keys.uv("20410610"))).toBe(5);
+    expect(await t.deps.redis.pfcount(keys.uv("20410610"))).toBe(4);
     expect(await t.deps.redis.ttl(keys.uv("20410610"))).toBeGreaterThan(300 * 86_400);
 
     const day1 = await report(t, "?from=2041-06-10&to=2041-06-10");
-    expect(day1.body).toEqual({ success: true, data: { from: "2041-06-10", to: "2041-06-10", days: [{ date: "2041-06-10", uv: 5 }], total: 5 } });
+    expect(day1.body).toEqual({ success: true, data: { from: "2041-06-10", to: "2041-06-10", days: [{ date: "2041-06-10", uv: 4 }], total: 4 } });
 
     // Next day: a returning user and a new address. A second isolate repeats a PFADD harmlessly
     // (the report flushes the serving isolate; the other one is flushed explicitly).
@@ -106,11 +106,11 @@ describe("unique visitors", () => {
       to: "2041-06-11",
       days: [
         { date: "2041-06-09", uv: 0 },
-        { date: "2041-06-10", uv: 5 },
+        { date: "2041-06-10", uv: 4 },
         { date: "2041-06-11", uv: 2 },
       ],
       // The union: user a visited on both days and counts once.
-      total: 6,
+      total: 5,
     });
   });
 
@@ -163,7 +163,8 @@ describe("unique visitors", () => {
     expect(counter.n - before.n).toBe(1);
     expect(counter.pfadd - before.pfadd).toBe(1);
     expect(t.stack.rest.stats().requests - restBefore.requests).toBeLessThanOrEqual(2); // + at most another test app's background flush
-    expect(await t.deps.redis.pfcount(day)).toBe(N + 1);
+    // HyperLogLog: an estimate (standard error 0.81 %), so within a few of N + 1, not exactly it.
+    expect(Math.abs((await t.deps.redis.pfcount(day)) - (N + 1))).toBeLessThanOrEqual(4);
   });
 
   test("a failed flush keeps its batch and retries it next interval, boundedly", async () => {
