@@ -5,6 +5,7 @@
  * `child` is on every request's path (app.ts binds the request id), so it only records its fields:
  * they are merged into the line when one is actually written, which at production levels is rare.
  */
+import { scrub } from "./util/scrub.ts";
 export type LogLevel = "debug" | "info" | "warn" | "error" | "silent";
 const rank: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 };
 
@@ -47,9 +48,12 @@ class JsonLogger implements Logger {
   }
 }
 
-/** Errors are not enumerable: serialise their name, message and stack explicitly. */
+/**
+ * Errors are not enumerable: serialise their name, message and stack explicitly — scrubbed
+ * (util/scrub.ts): a dependency's error text may carry other users' tokens. Causes likewise.
+ */
 function errorReplacer(_key: string, value: unknown): unknown {
-  if (value instanceof Error) return { name: value.name, message: value.message, stack: value.stack };
+  if (value instanceof Error) return { name: value.name, message: scrub(value.message), stack: value.stack === undefined ? undefined : scrub(value.stack), ...(value.cause === undefined ? {} : { cause: value.cause }) };
   if (typeof value === "bigint") return value.toString();
   return value;
 }

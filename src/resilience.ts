@@ -37,6 +37,8 @@ import { errors as redisErrors, type Redis } from "@upstash/redis";
 import type { CircuitBreakerPolicy } from "cockatiel";
 import type { Config } from "./env.ts";
 
+import { scrubbedMessage } from "./util/scrub.ts";
+
 export type DependencyName = "redis" | "mysql" | "qstash" | "sms" | "payments";
 export const DEPENDENCIES: readonly DependencyName[] = ["redis", "mysql", "qstash", "sms", "payments"];
 
@@ -62,7 +64,7 @@ export class DependencyUnavailableError extends Error {
         ? `${dependency} unavailable (circuit open)`
         : reason === "timeout"
           ? `${dependency} unavailable (timed out)`
-          : `${dependency} unavailable (${cause instanceof Error ? cause.message : String(cause)})`,
+          : `${dependency} unavailable (${scrubbedMessage(cause)})`,
       { cause },
     );
     this.name = "DependencyUnavailableError";
@@ -239,7 +241,7 @@ export class Guard {
       }
       if (this.opts.isFailure?.(err) ?? true) {
         this.counters.failures++;
-        this.lastFailure = err instanceof Error ? err.message : String(err);
+        this.lastFailure = scrubbedMessage(err);
         throw new DependencyUnavailableError(this.name, "failed", this.retryAfterMs(), err);
       }
       throw err;

@@ -49,8 +49,13 @@ export const optionalUser = createMiddleware<MaybeUserEnv>(async (c, next) => {
   await next();
 });
 
+/** Does an Authorization header carry the operator secret (constant-time compare)? */
+export function isOperator(authorization: string | undefined, adminToken: string): boolean {
+  const token = bearer(authorization);
+  return token !== undefined && token !== null && timingSafeEqual(token, adminToken);
+}
+
 export const requireOperator = createMiddleware<AppEnv>(async (c, next) => {
-  const token = bearer(c.req.header("authorization"));
-  if (!token || !timingSafeEqual(token, c.get("deps").config.ADMIN_TOKEN)) throw new AppError("UNAUTHORIZED", "operator credentials required");
+  if (!isOperator(c.req.header("authorization"), c.get("deps").config.ADMIN_TOKEN)) throw new AppError("UNAUTHORIZED", "operator credentials required");
   await next();
 });

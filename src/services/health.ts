@@ -1,5 +1,6 @@
 import type { Deps } from "../deps.ts";
 import { type DependencyName, type GuardSnapshot, resilienceSnapshot } from "../resilience.ts";
+import { scrubbedMessage } from "../util/scrub.ts";
 
 export interface ProbeResult {
   ok: boolean;
@@ -33,7 +34,7 @@ async function probe(run: () => Promise<unknown>, timeoutMs: number): Promise<Pr
     ]);
     return { ok: true, latencyMs: round(performance.now() - started) };
   } catch (err) {
-    return { ok: false, latencyMs: round(performance.now() - started), error: err instanceof Error ? err.message : String(err) };
+    return { ok: false, latencyMs: round(performance.now() - started), error: scrubbedMessage(err) };
   } finally {
     clearTimeout(timer);
   }
@@ -52,4 +53,18 @@ export async function checkHealth(deps: Pick<Deps, "redis" | "db" | "config" | "
     probe(() => deps.db.execute("SELECT 1"), timeout),
   ]);
   return { ok: redis.ok && mysql.ok, redis, mysql, breakers: resilienceSnapshot(deps.isolate.resilience) };
+}
+
+export type DependencyStatus = "up" | "degraded" | "down";
+
+/** What anyone may know: per dependency up, degraded (answering, breaker not closed) or down. */
+export interface PublicHealth {
+  ok: boolean;
+  redis: DependencyStatus;
+  mysql: DependencyStatus;
+}
+
+export function publicHealth(r: HealthReport): PublicHealth {
+  const status = (p: ProbeResult, breaker: GuardSnapshot | undefined): DependencyStatus => (!p.ok ? "down" : breaker && breaker.state !== "closed" ? "degraded" : "up");
+  return { ok: r.ok, redis: status(r.redis, r.breakers.redis), mysql: status(r.mysql, r.breakers.mysql) };
 }

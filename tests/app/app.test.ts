@@ -6,38 +6,44 @@ import { createApp } from "../../src/app.ts";
 import { freePort } from "../../scripts/stack/engines.ts";
 
 describe("app skeleton", () => {
-  test("/health is green with Redis and MySQL reported separately", async () => {
-    const { app } = await createTestApp();
+  test("/health is green with Redis and MySQL reported separately: anyone sees up/down, operators the detail", async () => {
+    const { app, deps } = await createTestApp();
     const res = await app.request("/health");
     expect(res.status).toBe(200);
-    const body = (await res.json()) as { success: boolean; data: { ok: boolean; redis: { ok: boolean; latencyMs: number }; mysql: { ok: boolean } } };
-    expect(body.success).toBe(true);
+    expect(await res.json()).toEqual({ success: true, data: { ok: true, redis: "up", mysql: "up" } });
+    const op = await app.request("/health", { headers: { authorization: `Bearer ${deps.config.ADMIN_TOKEN}` } });
+    const body = (await op.json()) as { success: boolean; data: { ok: boolean; redis: { ok: boolean; latencyMs: number }; mysql: { ok: boolean }; breakers: Record<string, unknown> } };
     expect(body.data.redis.ok).toBe(true);
     expect(body.data.mysql.ok).toBe(true);
     expect(typeof body.data.redis.latencyMs).toBe("number");
+    expect(body.data.breakers.redis).toBeDefined();
   });
 
-  test("/health answers 503 naming Redis when Redis is unreachable, MySQL still reported up", async () => {
+  test("/health answers 503 naming Redis when Redis is unreachable, MySQL still reported up; errors only for operators", async () => {
     const dead = `http://127.0.0.1:${await freePort()}`;
-    const { app } = await createTestApp({ UPSTASH_REDIS_REST_URL: dead });
+    const { app, deps } = await createTestApp({ UPSTASH_REDIS_REST_URL: dead });
     const res = await app.request("/health");
     expect(res.status).toBe(503);
-    const body = (await res.json()) as { success: boolean; data: { redis: { ok: boolean; error?: string }; mysql: { ok: boolean } } };
-    expect(body.success).toBe(false);
+    expect(await res.json()).toEqual({ success: false, data: { ok: false, redis: "down", mysql: "up" } });
+    const op = await app.request("/health", { headers: { authorization: `Bearer ${deps.config.ADMIN_TOKEN}` } });
+    const body = (await op.json()) as { success: boolean; data: { redis: { ok: boolean; error?: string }; mysql: { ok: boolean } } };
     expect(body.data.redis.ok).toBe(false);
     expect(body.data.redis.error).toBeString();
     expect(body.data.mysql.ok).toBe(true);
   });
 
-  test("/health answers 503 naming MySQL when the database rejects us, Redis still reported up", async () => {
+  test("/health answers 503 naming MySQL when the database rejects us, Redis still reported up; the database password never appears", async () => {
     const { app, stack } = await createTestApp();
-    const badDb = stack.env.DATABASE_URL?.replace(/:[^:@/]+@/, ":wrong-password@") as string;
-    const broken = createApp(createDeps(parseEnv({ ...stack.env, DATABASE_URL: badDb, LOG_LEVEL: "silent" })));
+    const badDb = stack.env.DATABASE_URL?.replace(/:[^:@/]+@/, ":wrong-password-9f3k2@") as string;
+    const deps = createDeps(parseEnv({ ...stack.env, DATABASE_URL: badDb, LOG_LEVEL: "silent" }));
+    const broken = createApp(deps);
     const res = await broken.request("/health");
     expect(res.status).toBe(503);
-    const body = (await res.json()) as { data: { redis: { ok: boolean }; mysql: { ok: boolean } } };
-    expect(body.data.redis.ok).toBe(true);
-    expect(body.data.mysql.ok).toBe(false);
+    expect(await res.json()).toEqual({ success: false, data: { ok: false, redis: "up", mysql: "down" } });
+    const op = await broken.request("/health", { headers: { authorization: `Bearer ${deps.config.ADMIN_TOKEN}` } });
+    const text = await op.text();
+    expect(JSON.parse(text).data.mysql.ok).toBe(false);
+    expect(text).not.toContain("wrong-password-9f3k2");
     expect((await app.request("/health")).status).toBe(200);
   });
 

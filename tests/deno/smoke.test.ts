@@ -82,9 +82,9 @@ afterAll(async () => {
 describe("Deno entry (deno run src/entry/deno.ts)", () => {
   test("GET /health is 200 with Redis and MySQL green", async () => {
     const res = await fetch(`${base}/health`, { signal: AbortSignal.timeout(5000) });
-    const body = (await res.json()) as { success: boolean; data: { redis: { ok: boolean }; mysql: { ok: boolean } } };
+    const body = (await res.json()) as { success: boolean; data: { ok: boolean; redis: string; mysql: string } };
     if (res.status !== 200) throw new Error(`health ${res.status}: ${JSON.stringify(body)}\n${recentOutput()}`);
-    expect(body).toMatchObject({ success: true, data: { ok: true, redis: { ok: true }, mysql: { ok: true } } });
+    expect(body).toEqual({ success: true, data: { ok: true, redis: "up", mysql: "up" } });
     expect(res.headers.get("x-request-id")).toBeString();
   }, 10_000);
 

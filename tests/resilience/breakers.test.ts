@@ -97,7 +97,7 @@ afterAll(async () => {
 });
 
 async function healthy(): Promise<boolean> {
-  const h = await call<{ ok: boolean; breakers: Record<string, { state: string }> }>(t.app, "GET", "/health");
+  const h = await call<{ ok: boolean; breakers: Record<string, { state: string }> }>(t.app, "GET", "/health", { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` });
   return h.status === 200 && Object.values(h.body.data?.breakers ?? {}).every((b) => b.state === "closed");
 }
 
@@ -164,7 +164,7 @@ describe("slow and failing dependencies", () => {
     expect((await breakers()).redis?.rejected).toBeGreaterThan(0);
 
     // /health names the open breaker and answers 503 without waiting.
-    const h = await ms(() => call<{ ok: boolean; redis: { ok: boolean; error?: string }; breakers: Record<string, { state: string }> }>(t.app, "GET", "/health"));
+    const h = await ms(() => call<{ ok: boolean; redis: { ok: boolean; error?: string }; breakers: Record<string, { state: string }> }>(t.app, "GET", "/health", { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` }));
     expect(h.value.status).toBe(503);
     expect(h.value.body.data?.breakers.redis?.state).toMatch(/open|halfOpen/);
     expect(h.ms).toBeLessThan(REDIS_TIMEOUT_MS + MARGIN_MS);
