@@ -139,6 +139,11 @@ export const EnvSchema = z.object({
    * per isolate). Turn off once they have expired: then no malformed token ever costs a Redis call.
    */
   SESSION_LEGACY_TOKENS: bool.default(true),
+  /**
+   * A signed token's absolute lifetime, seconds (its `exp`): past it the token is refused even while
+   * its session slides in Redis; the user signs in again. 30 days by default.
+   */
+  SESSION_MAX_AGE_SECONDS: z.coerce.number().int().min(300).max(366 * 86_400).default(30 * 86_400),
   /** Login code lifetime, seconds. */
   LOGIN_CODE_TTL_SECONDS: z.coerce.number().int().min(30).default(120),
   /** Wrong attempts a login code survives; the next wrong one burns it. */

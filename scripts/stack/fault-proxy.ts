@@ -11,12 +11,12 @@
  *   replyDelay(ms) forward at once, hold the answer `ms` (the dependency did the work; its reply is
  *                 late). A caller that gives up meanwhile never hears it, although the command ran:
  *                 the "timeout is not a no" case. `match` limits the mode to requests whose body
- *                 contains the string (e.g. one script's SHA-1); others pass.
+ *                 contains the string, or one of the strings (e.g. scripts' SHA-1s); others pass.
  *
  * Requests seen (and forwarded) are counted, so a test can prove that an open breaker makes no
  * calls. Bench scenarios use it too (scripts/bench/scenarios/slow-redis.ts).
  */
-export type ProxyMode = { kind: "pass" } | { kind: "delay"; ms: number; match?: string } | { kind: "fail"; match?: string } | { kind: "replyDelay"; ms: number; match?: string };
+export type ProxyMode = { kind: "pass" } | { kind: "delay"; ms: number; match?: string | string[] } | { kind: "fail"; match?: string | string[] } | { kind: "replyDelay"; ms: number; match?: string | string[] };
 
 export interface FaultProxy {
   url: string;
@@ -43,7 +43,8 @@ export function startFaultProxy(target: string): FaultProxy {
       seen++;
       const m = mode;
       const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
-      const matches = (match: string | undefined) => match === undefined || (body !== undefined && new TextDecoder().decode(body).includes(match));
+      const text = body === undefined ? "" : new TextDecoder().decode(body);
+      const matches = (match: string | string[] | undefined) => match === undefined || (typeof match === "string" ? [match] : match).some((m) => text.includes(m));
       if (m.kind === "fail" && matches(m.match)) return new Response("502 Bad Gateway", { status: 502, headers: { "content-type": "text/plain" } });
       const holdReply = m.kind === "replyDelay" && matches(m.match);
       if (m.kind === "delay" && matches(m.match)) {

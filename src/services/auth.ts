@@ -116,7 +116,7 @@ export async function loginWithCode(deps: Deps, phone: string, code: string): Pr
   const token = await createSession(deps.redis, user, deps.config.SESSION_TTL_SECONDS, sessions.keys, deps.clock.now());
   // This isolate wrote the record just now: it need not confirm it (the client's next call is warm).
   const claims = await sessions.keys.verify(token);
-  if (claims) sessions.remember(deps, token, user, claims.sid);
+  if (claims) sessions.remember(deps, token, user, claims.sid, claims.expiresAt);
   return { ok: true, token, user, created };
 }
 

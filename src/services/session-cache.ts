@@ -30,11 +30,17 @@
  * Memory is bounded by SESSION_CACHE_MAX entries (LRU; an evicted session is simply verified and
  * confirmed again on next use). A Redis failure never widens the bound: past it, requests fail.
  */
+import { LRUCache } from "lru-cache";
 import type { Deps } from "../deps.ts";
 import type { Config } from "../env.ts";
 import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
 import { LEGACY_TOKEN_RE, legacySid, readLegacySession, revokeSession, SessionKeys, type SessionUser } from "./session.ts";
+
+/** Dead session ids an isolate remembers (~100 B each). */
+const REVOKED_MEMORY = 100_000;
+/** Unknown legacy tokens an isolate remembers as refused. */
+const NEGATIVE_MAX = 10_000;
 
 /** Sessions confirmed/renewed by one sync command (bounds the request body: ~260 bytes each). */
 const SYNC_BATCH = 500;
@@ -52,6 +58,8 @@ interface Entry {
    * or -Infinity: never confirmed by this isolate (first seen, or forgotten).
    */
   confirmedAt: number;
+  /** The token's absolute end, epoch ms (its `exp`; Infinity for legacy tokens). */
+  expiresAt: number;
   /** In `pending`, waiting for the next sync. */
   queued: boolean;
 }
@@ -78,6 +86,19 @@ export class SessionCache {
   /** Start of the last successful sync (isolate clock, ms). */
   private lastSyncAt: number | undefined;
   private syncing: Promise<void> | undefined;
+  /**
+   * Session ids this isolate knows are dead (revoked anywhere, or found expired by a sync): refused
+   * before any signature work. Filled only by sync and logout — never by what a caller sends — so a
+   * flood of junk tokens cannot evict a logout (issue 16: 12,000 random tokens evicted the dead
+   * entry and the revoked token worked again). At most REVOKED_MEMORY (LRU); a sid evicted from
+   * here is refused again by the next sync that meets its token (≤ SESSION_TRUST_MS).
+   */
+  private readonly revoked = new LRUCache<string, true>({ max: REVOKED_MEMORY });
+  /**
+   * Legacy (32-hex) tokens Redis has no record of: refused from memory, in their own small LRU, so
+   * refusals never take room from live sessions (at most NEGATIVE_MAX).
+   */
+  private readonly unknownLegacy = new LRUCache<string, true>({ max: NEGATIVE_MAX });
   private syncs = 0;
   private syncFailures = 0;
 
@@ -90,7 +111,7 @@ export class SessionCache {
   private readonly legacy: boolean;
 
   constructor(config: Config) {
-    this.keys = new SessionKeys(config.SESSION_SECRET, config.SESSION_SECRET_PREVIOUS);
+    this.keys = new SessionKeys(config.SESSION_SECRET, config.SESSION_SECRET_PREVIOUS, config.SESSION_MAX_AGE_SECONDS);
     this.ttlSeconds = config.SESSION_TTL_SECONDS;
     this.ttlMs = config.SESSION_TTL_SECONDS * 1000;
     this.renewMs = config.SESSION_RENEW_SECONDS * 1000;
@@ -117,6 +138,8 @@ export class SessionCache {
     }
     if (!e.user) return null;
     const now = deps.clock.now();
+    // Past the token's absolute end: refused, whatever memory or Redis say.
+    if (now >= e.expiresAt) return null;
     if (!e.queued && now - e.confirmedAt >= this.renewMs) this.enqueue(token, e);
     if (this.lastSyncAt === undefined || now - this.lastSyncAt >= this.trustMs) {
       // Memory is too old to answer from (cold isolate, or idle/failing past the bound).
@@ -137,7 +160,7 @@ export class SessionCache {
     const e = this.entries.get(token);
     if (!e || !e.user) return undefined;
     const now = deps.clock.now();
-    if (this.lastSyncAt === undefined || now - this.lastSyncAt >= this.trustMs) return undefined;
+    if (this.lastSyncAt === undefined || now - this.lastSyncAt >= this.trustMs || now >= e.expiresAt) return undefined;
     this.entries.delete(token);
     this.entries.set(token, e);
     if (!e.queued && now - e.confirmedAt >= this.renewMs) this.enqueue(token, e);
@@ -149,8 +172,8 @@ export class SessionCache {
    * A session this isolate just opened (login): known good without a confirming round trip, once
    * the isolate follows the revocation stream (before its first sync it is confirmed like any other).
    */
-  remember(deps: Deps, token: string, user: SessionUser, sid: string): void {
-    const e: Entry = { user, sid, confirmedAt: this.cursor === undefined ? -Infinity : deps.clock.now(), queued: false };
+  remember(deps: Deps, token: string, user: SessionUser, sid: string, expiresAt: number): void {
+    const e: Entry = { user, sid, confirmedAt: this.cursor === undefined ? -Infinity : deps.clock.now(), queued: false, expiresAt };
     this.insert(token, e);
     if (e.confirmedAt === -Infinity) this.enqueue(token, e);
   }
@@ -161,6 +184,7 @@ export class SessionCache {
     const sid = e?.sid ?? (await this.keys.verify(token))?.sid ?? (LEGACY_TOKEN_RE.test(token) ? legacySid(token) : null);
     if (!sid) return;
     await revokeSession(deps.redis, token, sid);
+    this.revoked.set(sid, true);
     this.markDead(e);
   }
 
@@ -187,15 +211,22 @@ export class SessionCache {
   }
 
   private async admit(deps: Deps, token: string): Promise<Entry | null> {
-    const claims = await this.keys.verify(token);
+    const claims = await this.keys.verify(token, deps.clock.now());
     let e: Entry;
     if (claims) {
-      e = { user: claims.user, sid: claims.sid, confirmedAt: -Infinity, queued: false };
+      if (this.revoked.has(claims.sid)) return null;
+      e = { user: claims.user, sid: claims.sid, confirmedAt: -Infinity, queued: false, expiresAt: claims.expiresAt };
     } else if (this.legacy && LEGACY_TOKEN_RE.test(token)) {
-      // Unsigned: only Redis knows the user. A missing record is remembered as dead, so a repeated
-      // unknown 32-hex token costs one command per isolate, not one per request.
+      const sid = legacySid(token);
+      if (this.revoked.has(sid) || this.unknownLegacy.has(token)) return null;
+      // Unsigned: only Redis knows the user. A missing record is remembered in the negative LRU, so
+      // a repeated unknown 32-hex token costs one command per isolate, not one per request.
       const user = await readLegacySession(deps.redis, token);
-      e = { user, sid: legacySid(token), confirmedAt: -Infinity, queued: false };
+      if (!user) {
+        this.unknownLegacy.set(token, true);
+        return null;
+      }
+      e = { user, sid, confirmedAt: -Infinity, queued: false, expiresAt: Number.POSITIVE_INFINITY };
     } else {
       // Not cached: caching refusals would let garbage evict real sessions; refusing costs only CPU.
       return null;
@@ -231,10 +262,12 @@ export class SessionCache {
     this.pending.set(token, e);
   }
 
+  /** Dead from now on in this isolate: the sid is remembered apart from the session LRU. */
   private markDead(e: Entry | undefined): void {
     if (!e) return;
     e.user = null;
     e.queued = false;
+    this.revoked.set(e.sid, true);
   }
 
   private async runSync(deps: Deps): Promise<void> {
@@ -277,7 +310,12 @@ export class SessionCache {
         // session is verified and confirmed again on its next use.
         for (const [token, e] of [...this.entries]) this.forget(token, e);
       } else {
-        for (const sid of sids ?? []) this.markDead(this.bySid.get(String(sid)));
+        for (const sid of sids ?? []) {
+          // Every revocation, also of sessions this isolate never held: a revoked token first seen
+          // here later is refused before its signature is even checked.
+          this.revoked.set(String(sid), true);
+          this.markDead(this.bySid.get(String(sid)));
+        }
       }
       // Monotonic: on workerd two syncs may overlap (see sync), and the later-finishing one may have
       // started earlier; re-reading a revocation is harmless, trusting memory longer is not.

@@ -33,6 +33,8 @@ export interface SessionClaims {
   sid: string;
   /** Issued at, epoch seconds (0 for legacy tokens). */
   iat: number;
+  /** Absolute end of the token, epoch ms (Infinity for legacy tokens: their record's TTL bounds them). */
+  expiresAt: number;
 }
 
 /**
@@ -40,6 +42,9 @@ export interface SessionClaims {
  * forgets everything it trusted and re-checks each session on next use.
  */
 export const REVOKED_KEEP = 10_000;
+
+/** A token's absolute lifetime when none is configured, seconds (30 days). */
+export const DEFAULT_MAX_AGE_SECONDS = 30 * 86_400;
 
 /** Classic unsigned tokens: 16 random bytes as 32 hex chars. */
 export const LEGACY_TOKEN_RE = /^[0-9a-f]{32}$/;
@@ -64,9 +69,14 @@ function base64url(bytes: Uint8Array): string {
 export class SessionKeys {
   private imported: { current: CryptoKey; previous: CryptoKey | null } | undefined;
 
+  /**
+   * @param maxAgeSeconds  a token's absolute lifetime (its `exp` = `iat` + this); past it the token
+   *                       is refused whatever Redis says (SESSION_MAX_AGE_SECONDS)
+   */
   constructor(
     private readonly secret: string,
     private readonly previousSecret?: string,
+    readonly maxAgeSeconds = DEFAULT_MAX_AGE_SECONDS,
   ) {}
 
   /**
@@ -87,7 +97,8 @@ export class SessionKeys {
   async sign(user: SessionUser, nowMs: number): Promise<string> {
     const jti = base64url(crypto.getRandomValues(new Uint8Array(16)));
     const { current } = await this.keys();
-    return await sign({ sub: String(user.id), nick: user.nickName, icon: user.icon, iat: Math.floor(nowMs / 1000), jti }, current, "HS256");
+    const iat = Math.floor(nowMs / 1000);
+    return await sign({ sub: String(user.id), nick: user.nickName, icon: user.icon, iat, exp: iat + this.maxAgeSeconds, jti }, current, "HS256");
   }
 
   /**
@@ -102,13 +113,16 @@ export class SessionKeys {
    * (HS256, typ JWT), so the header segment is compared as text — which also closes the door on
    * alg confusion — and only the payload is decoded.
    */
-  async verify(token: string): Promise<SessionClaims | null> {
+  async verify(token: string, nowMs = Date.now()): Promise<SessionClaims | null> {
     if (!SIGNED_TOKEN_RE.test(token)) return null;
     const dot = token.lastIndexOf(".");
     const first = token.indexOf(".");
     if (token.slice(0, first) !== JWT_HEADER) return null;
     const signature = base64urlBytes(token.slice(dot + 1));
     if (!signature || signature.byteLength !== 32) return null;
+    // Canonical spelling only: 43 base64url chars carry 258 bits for 256, so the last char's two
+    // spare bits gave every token three other spellings, each a separate cache key and record.
+    if (base64url(signature) !== token.slice(dot + 1)) return null;
     const input = utf8.encode(token.slice(0, dot)) as Uint8Array<ArrayBuffer>;
     const { current, previous } = await this.keys();
     let valid = await crypto.subtle.verify("HMAC", current, signature, input);
@@ -123,10 +137,13 @@ export class SessionKeys {
       return null;
     }
     if (payload === null || typeof payload !== "object") return null;
-    const { sub, nick, icon, iat, jti } = payload;
+    const { sub, nick, icon, iat, exp, jti } = payload;
     if (typeof sub !== "string" || !/^[1-9]\d{0,15}$/.test(sub) || typeof nick !== "string" || typeof icon !== "string") return null;
     if (typeof jti !== "string" || !/^[A-Za-z0-9_-]{16,64}$/.test(jti) || typeof iat !== "number") return null;
-    return { user: { id: Number(sub), nickName: nick, icon }, sid: `j:${jti}`, iat };
+    // Absolute lifetime: `exp`, or for tokens issued before it existed, iat + the same maximum.
+    const expires = typeof exp === "number" ? exp : iat + this.maxAgeSeconds;
+    if (nowMs >= expires * 1000) return null;
+    return { user: { id: Number(sub), nickName: nick, icon }, sid: `j:${jti}`, iat, expiresAt: expires * 1000 };
   }
 }
 

@@ -339,3 +339,67 @@ describe("lua/session-sync.lua and session-revoke.lua", () => {
     expect(Number(oldest)).toBeGreaterThan(Number(cursor0) + 1);
   });
 });
+
+describe("sessions that end (issue 16 item 2)", () => {
+  /** The 3 other spellings of a token's 43-char signature (its last char's two spare bits). */
+  function respellings(token: string): string[] {
+    const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const last = alphabet.indexOf(token.at(-1) as string);
+    return [1, 2, 3].map((x) => token.slice(0, -1) + alphabet[last ^ x]);
+  }
+
+  test("a signature is accepted in its canonical spelling only", async () => {
+    const t = await createTestApp();
+    const { token } = await loginAs(t.app, t.deps);
+    expect((await call(t.app, "GET", "/api/user/me", { token })).status).toBe(200);
+    for (const other of respellings(token)) expect((await call(t.app, "GET", "/api/user/me", { token: other })).status).toBe(401);
+    expect(await t.deps.isolate.sessions.keys.verify(respellings(token)[0] as string)).toBeNull();
+  });
+
+  test("a logout holds in an isolate flooded with junk tokens (refusals never evict it)", async () => {
+    const t = await createTestApp({ SESSION_CACHE_MAX: "50" });
+    const { token } = await loginAs(t.app, t.deps);
+    expect((await call(t.app, "GET", "/api/user/me", { token })).status).toBe(200);
+    expect((await call(t.app, "POST", "/api/user/logout", { token })).status).toBe(200);
+    expect((await call(t.app, "GET", "/api/user/me", { token })).status).toBe(401);
+    // 400 random legacy tokens: each a miss in Redis, 8 × the session LRU's size.
+    for (let i = 0; i < 400; i++) {
+      const junk = [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("");
+      expect((await call(t.app, "GET", "/api/user/me", { token: junk })).status).toBe(401);
+    }
+    // And live sessions beyond the LRU's size.
+    for (let i = 0; i < 60; i++) await loginAs(t.app, t.deps);
+    for (let i = 0; i < 8; i++) expect((await call(t.app, "GET", "/api/user/me", { token })).status).toBe(401);
+    expect((await call(t.app, "POST", "/api/user/sign", { token })).status).toBe(401);
+  });
+
+  test("a token revoked on another isolate is refused here once the revocation is read, even if this isolate never held it", async () => {
+    const a = await createTestApp();
+    const b = await createTestApp();
+    const { token } = await loginAs(a.app, a.deps);
+    await b.deps.isolate.sessions.sync(b.deps); // b follows the stream
+    expect((await call(a.app, "POST", "/api/user/logout", { token })).status).toBe(200);
+    await b.deps.isolate.sessions.sync(b.deps);
+    expect((await call(b.app, "GET", "/api/user/me", { token })).status).toBe(401);
+  });
+
+  test("a token carries an absolute expiry (SESSION_MAX_AGE_SECONDS): past it, refused although its session still slides", async () => {
+    const clock = manualClock();
+    const t = await createTestApp({ SESSION_MAX_AGE_SECONDS: "3600", SESSION_TTL_SECONDS: "7200", SESSION_RENEW_SECONDS: "60" }, { clock });
+    const { token } = await loginAs(t.app, t.deps);
+    const payload = JSON.parse(atob((token.split(".")[1] as string).replace(/-/g, "+").replace(/_/g, "/"))) as { iat: number; exp: number };
+    expect(payload.exp - payload.iat).toBe(3600);
+    expect((await call(t.app, "GET", "/api/user/me", { token })).status).toBe(200);
+    // Used every 20 minutes: the idle timeout never ends it; the absolute lifetime does.
+    for (let i = 0; i < 2; i++) {
+      clock.advance(20 * 60_000);
+      expect((await call(t.app, "GET", "/api/user/me", { token })).status).toBe(200);
+    }
+    clock.advance(21 * 60_000);
+    // The isolate that holds it in memory refuses it too.
+    expect((await call(t.app, "GET", "/api/user/me", { token })).status).toBe(401);
+    const fresh = await createTestApp({ SESSION_MAX_AGE_SECONDS: "3600" }, { clock });
+    expect((await call(fresh.app, "GET", "/api/user/me", { token })).status).toBe(401);
+    expect(await t.deps.isolate.sessions.keys.verify(token, clock.now())).toBeNull();
+  });
+});

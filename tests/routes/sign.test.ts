@@ -11,9 +11,13 @@ function addDays(date: string, n: number): string {
   return new Date(Date.parse(`${date}T00:00:00Z`) + n * 86_400_000).toISOString().slice(0, 10);
 }
 
-async function setup(): Promise<{ t: TestApp; clock: ReturnType<typeof manualClock>; user: TestUser; signOn: (date: string) => Promise<void>; countOn: (date: string) => Promise<number> }> {
-  const clock = manualClock();
-  const t = await createTestApp({}, { clock });
+/**
+ * `startMs`: the clock when the user signs in. The tests travel 2031–2032 on that clock, so the
+ * token's absolute lifetime is the longest allowed (366 days) from mid-2031.
+ */
+async function setup(startMs = Date.parse("2031-06-01T04:00:00Z")): Promise<{ t: TestApp; clock: ReturnType<typeof manualClock>; user: TestUser; signOn: (date: string) => Promise<void>; countOn: (date: string) => Promise<number> }> {
+  const clock = manualClock(startMs);
+  const t = await createTestApp({ SESSION_MAX_AGE_SECONDS: String(366 * 86_400) }, { clock });
   const user = await newUser(t);
   return {
     t,
@@ -73,13 +77,13 @@ describe("sign-in", () => {
   }, 60_000);
 
   test("days are calendar days in the service time zone", async () => {
-    const { t, clock, user } = await setup();
+    const { t, clock, user } = await setup(Date.parse("2031-03-01T12:00:00Z"));
     // 16:30 UTC on March 1st is 00:30 on March 2nd in Shanghai.
     clock.ms = Date.parse("2031-03-01T16:30:00Z");
     await call(t.app, "POST", "/api/user/sign", { token: user.token });
     expect(await t.deps.redis.getbit(keys.sign(user.id, "203103"), 1)).toBe(1);
     expect(await t.deps.redis.getbit(keys.sign(user.id, "203103"), 0)).toBe(0);
-    const utc = await createTestApp({ SERVICE_TIME_ZONE: "UTC" }, { clock });
+    const utc = await createTestApp({ SERVICE_TIME_ZONE: "UTC", SESSION_MAX_AGE_SECONDS: String(366 * 86_400) }, { clock });
     await call(utc.app, "POST", "/api/user/sign", { token: user.token });
     expect(await t.deps.redis.getbit(keys.sign(user.id, "203103"), 0)).toBe(1);
   });

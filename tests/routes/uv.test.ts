@@ -63,8 +63,9 @@ async function report(t: TestApp, query: string) {
 
 describe("unique visitors", () => {
   test("each visitor counts once a day: users by id, others by address (not by user agent), gathered into one PFADD per isolate", async () => {
-    // Users log in through another app, on the real date, so their logins do not count below.
-    const login = await createTestApp();
+    // Users log in through another app, on a day outside the reported range (their logins do not
+    // count below), within their tokens' absolute lifetime of the days visited.
+    const login = await createTestApp({}, { clock: manualClock(noonOn("2041-06-01")) });
     const [a, b] = [await newUser(login), await newUser(login)];
     const counter = newCounter();
     const clock = manualClock(noonOn("2041-06-10"));

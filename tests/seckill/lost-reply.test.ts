@@ -23,6 +23,7 @@ let proxy: FaultProxy;
 let t: ServedApp;
 let direct: Redis;
 let reserveSha: string;
+let fenceSha: string;
 
 beforeAll(async () => {
   const stack = await getStack();
@@ -39,6 +40,7 @@ beforeAll(async () => {
     ORDER_PAY_TIMEOUT_SECONDS: "86400",
   });
   reserveSha = await sha1Hex(luaSources.reserveStock);
+  fenceSha = await sha1Hex(luaSources.reserveFence);
   // Loaded, so each reservation is one EVALSHA whose body names the script (what the proxy matches).
   await direct.scriptLoad(luaSources.reserveStock);
   await direct.scriptLoad(luaSources.reserveFence);
@@ -134,7 +136,9 @@ describe("a reservation whose reply is lost", () => {
     expect((await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: first.token })).body.success).toBe(true);
 
     const buyer = await warmBuyer();
-    proxy.set({ kind: "replyDelay", ms: 1_000 });
+    // The reservation's reply and its settling check's reply both held (the writer's own commands
+    // pass: a claim whose reply is lost would hold its group for a whole claim lease).
+    proxy.set({ kind: "replyDelay", ms: 1_000, match: [reserveSha, fenceSha] });
     const res = await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: buyer.token });
     proxy.set({ kind: "pass" });
     expect(res.status).toBe(503);

@@ -209,8 +209,9 @@ function mayHaveRun(err: unknown): boolean {
  * not be told "nothing reserved" while they may hold a unit. One more command in the same request
  * (lua/reserve-fence.lua) learns the truth and makes it final:
  *   - our order id is in the outbox → reserved: the order id, announced and indexed like any other;
- *   - the buyer already holds a unit (ours already written to MySQL, or an earlier order) →
- *     DUPLICATE_ORDER with the order MySQL has (null while queued, as for any duplicate);
+ *   - the buyer is a buyer but our id is not in the outbox: ours was already written to MySQL
+ *     (the writer drained it while the reply was late) → the order id, as a success; or an
+ *     earlier order → DUPLICATE_ORDER with the order MySQL has (null while queued, as for any duplicate);
  *   - neither → fenced: reserve-stock refuses this order id if it ever arrives late, so the
  *     fail-closed 503 ("nothing reserved") is true.
  * If that command fails too, nothing is known: 503 OUTCOME_UNKNOWN, and the reservation is
@@ -230,8 +231,10 @@ async function settleLostReply(deps: Deps, cfg: SeckillConfig, r: Reservation, r
     announce(deps, r);
     return { ok: false, reason: "OUTCOME_UNKNOWN", message: "the reservation's outcome is not known yet: retry to learn your order", retryAfterMs: 1000 };
   }
-  deps.isolate.seckillLostReplies[settled === 1 ? "reserved" : settled === 2 ? "buyer" : "fenced"]++;
+  const counts = deps.isolate.seckillLostReplies;
+  if (settled === 0) counts.fenced++;
   if (settled === 1) {
+    counts.reserved++;
     announce(deps, r);
     remember(r.orderId);
     return { ok: true, orderId: r.orderId };
@@ -239,6 +242,12 @@ async function settleLostReply(deps: Deps, cfg: SeckillConfig, r: Reservation, r
   if (settled === 2) {
     const held = await heldOrderId(deps, voucherId, r.userId);
     if (held) remember(held);
+    // Ours, already drained from the outbox into MySQL while the reply was late: this attempt's order.
+    if (held === r.orderId) {
+      counts.reserved++;
+      return { ok: true, orderId: held };
+    }
+    counts.buyer++;
     return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER, orderId: held };
   }
   // Fenced: nothing was reserved and nothing will be. The caller's error path (503) is the truth.
