@@ -14,7 +14,10 @@
  * fingerprint (running or stored) → 422. Redis commands: 2 for a keyed request that runs, 1 for a
  * replay, a 409 or a 422.
  *
- * What is not stored (the key is released): every 4xx the route answers — in this API a handler's
+ * What is not stored (the key is released): a business refusal (`success:false` with 200 — an
+ * unknown shop, a sold-out or "try again" outcome: the routes answer those before writing anything,
+ * and the same request may succeed later, so a day-long replay of the refusal would be wrong);
+ * every 4xx the route answers — in this API a handler's
  * 4xx (validation 400, 409, 413, 429) is a refusal before anything was written, and Stripe likewise
  * saves no result for a request that failed validation or conflicted — and every 5xx/503 (the draft
  * and Stripe treat these as retryable; see the window below). 401/403 never reach the claim: the
@@ -136,7 +139,8 @@ function parseRecord(raw: unknown): { running: true; f: string } | ({ running: f
 }
 
 /** The stored form of a final response, or null when it must not be stored (too large, not text). */
-async function doneRecord(res: Response, fingerprint: string, maxBytes: number): Promise<string | null> {
+/** The record to store for a final response; null when it cannot be stored, "refusal" when it must not be. */
+async function doneRecord(res: Response, fingerprint: string, maxBytes: number): Promise<string | null | "refusal"> {
   const declared = res.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) return null;
   const bytes = new Uint8Array(await res.clone().arrayBuffer());
@@ -147,6 +151,7 @@ async function doneRecord(res: Response, fingerprint: string, maxBytes: number):
   } catch {
     return null;
   }
+  if (text.startsWith('{"success":false')) return "refusal";
   const h: [string, string][] = [];
   for (const name of STORED_HEADERS) {
     const value = res.headers.get(name);
@@ -244,8 +249,9 @@ async function guard<E extends AppEnv>(c: Context<E>, next: Next, callerOf: Call
   try {
     await next();
     if (c.error === undefined && c.res.status < 400) {
-      done = await doneRecord(c.res, fingerprint, config.IDEMPOTENCY_MAX_RESPONSE_BYTES);
-      if (done === null) c.get("log").warn("idempotent response not stored (too large or not text)", { path: c.req.path, status: c.res.status });
+      const record = await doneRecord(c.res, fingerprint, config.IDEMPOTENCY_MAX_RESPONSE_BYTES);
+      if (record === null) c.get("log").warn("idempotent response not stored (too large or not text)", { path: c.req.path, status: c.res.status });
+      done = record === "refusal" ? null : record;
     }
   } finally {
     // Awaited, not background: a retry that arrives after this response must see the outcome.

@@ -71,8 +71,15 @@ export const INT_UNSIGNED_MAX = 4_294_967_295;
  * and well-formed (a lone surrogate from a `\ud800` escape has no UTF-8 form for utf8mb4).
  */
 export function varchar(n: number) {
-  return z.string({ error: "must be a string" }).max(n, `at most ${n} characters`).refine(isWellFormed, "not valid Unicode text");
+  return z
+    .string({ error: "must be a string" })
+    .max(n, `at most ${n} characters`)
+    .refine(isWellFormed, "not valid Unicode text")
+    .refine((s) => !CONTROL_CHARS.test(s), "control characters are not allowed (tab and line breaks are)");
 }
+
+/** C0 controls but tab, LF and CR, and DEL: never text a person typed (`\u0000` was stored as is). */
+const CONTROL_CHARS = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
 
 /** `String.prototype.isWellFormed` (ES2024; in Bun, Deno and workerd, not yet in our TS lib). */
 const isWellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): boolean }).isWellFormed();

@@ -45,11 +45,12 @@ const publicRoutes = new Hono<MaybeUserEnv>().get("/hot", optionalUser, doc({ ta
 
 const authed = new Hono<UserEnv>()
   .use(requireUser)
-  .post("/", jsonBody(BODY_LIMITS.note), doc({ tag: "notes", summary: "Publish a note; its id is pushed to every follower's feed", description: "Per user: a token bucket (NOTE_BUCKET_*); an empty bucket is a 429 with Retry-After.", access: "user", data: NumericId, errors: ["INVALID_INPUT", "RATE_LIMITED"] }, v("json", BlogBody)), idempotentUser(BODY_LIMITS.note), async (c) => {
+  .post("/", jsonBody(BODY_LIMITS.note), doc({ tag: "notes", summary: "Publish a note; its id is pushed to every follower's feed", description: "Per user: a token bucket (NOTE_BUCKET_*); an empty bucket is a 429 with Retry-After.", access: "user", data: NumericId, outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT", "RATE_LIMITED"] }, v("json", BlogBody)), idempotentUser(BODY_LIMITS.note), async (c) => {
     const limited = await takeWriteToken(c.get("deps"), "note", c.get("user").id);
     if (limited) throw new AppError("RATE_LIMITED", limited.message, { retryAfterSeconds: limited.retryAfterMs / 1000 });
     const res = await createBlog(c.get("deps"), c.get("user").id, c.req.valid("json"));
-    return res.ok ? c.json(ok(res.id)) : c.json(fail("INVALID_INPUT", "unknown shop"), 400);
+    // An unknown shop is a business outcome (api.md "Status codes"), not malformed input.
+    return res.ok ? c.json(ok(res.id)) : c.json(fail("NOT_FOUND", "shop not found"));
   })
   .put("/like/:id", nonCore("likes"), jsonBody(BODY_LIMITS.none), doc({ tag: "notes", summary: "Like or unlike a note (toggle)", description: NON_CORE_NOTE, access: "user", outcomes: ["NOT_FOUND"], errors: ["UNAVAILABLE"] }, v("param", IdParam)), idempotentUser(BODY_LIMITS.none), async (c) => {
     const res = await toggleLike(c.get("deps"), c.req.valid("param").id, c.get("user").id);

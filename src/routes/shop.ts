@@ -120,10 +120,10 @@ export const shop = new Hono<AppEnv>()
     return c.json(ok(await shopsByName(c.get("deps"), name, current, NAME_PAGE_SIZE)));
   })
   .get("/:id", doc({ tag: "shops", summary: "A shop (ETag / If-None-Match: 304)", access: "public", params: IdParam, data: ShopSchema, outcomes: ["NOT_FOUND"], errors: ["UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).shop, parseParams(IdParam, c.req.param()).id, "shop data")))
-  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a shop (MySQL first, then its cache entry and the GEO index)", access: "operator", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", ShopBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
+  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a shop (MySQL first, then its cache entry and the GEO index)", access: "operator", data: NumericId, outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", ShopBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
-    if (!(await shopTypeExists(deps, body.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);
+    if (!(await shopTypeExists(deps, body.typeId))) return c.json(fail("NOT_FOUND", "shop type not found"));
     const id = await insertShop(deps, body);
     await afterShopCommit(deps, id);
     return c.json(ok(id));
@@ -131,7 +131,7 @@ export const shop = new Hono<AppEnv>()
   .put("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Update a shop: only the fields sent are written", access: "operator", outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", ShopPatch)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
     const deps = c.get("deps");
     const { id, ...patch } = c.req.valid("json");
-    if (patch.typeId !== undefined && !(await shopTypeExists(deps, patch.typeId))) return c.json(fail("INVALID_INPUT", "unknown shop type"), 400);
+    if (patch.typeId !== undefined && !(await shopTypeExists(deps, patch.typeId))) return c.json(fail("NOT_FOUND", "shop type not found"));
     const res = await updateShop(deps, id, patch);
     if (!res) return c.json(fail("NOT_FOUND", "shop not found"));
     await afterShopCommit(deps, id, res.previousTypeId);

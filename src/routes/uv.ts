@@ -1,6 +1,6 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { fail, ok } from "../errors.ts";
+import { AppError, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
 import { doc, v } from "../openapi/describe.ts";
 import { isoDay, UV_MAX_RANGE_DAYS, uvReport } from "../services/uv.ts";
@@ -21,8 +21,8 @@ export const uv = new Hono<AppEnv>().get("/", requireOperator, doc({ tag: "opera
   const today = isoDay(deps.clock.now(), deps.config.SERVICE_TIME_ZONE);
   const to = q.to ?? today;
   const from = q.from ?? to;
-  if (from > to) return c.json(fail("INVALID_INPUT", "from must not be after to"), 400);
+  if (from > to) throw new AppError("INVALID_INPUT", "from must not be after to");
   const days = ((parseIsoDate(to) ?? 0) - (parseIsoDate(from) ?? 0)) / 86_400_000 + 1;
-  if (days > UV_MAX_RANGE_DAYS) return c.json(fail("INVALID_INPUT", `at most ${UV_MAX_RANGE_DAYS} days per query`), 400);
+  if (days > UV_MAX_RANGE_DAYS) throw new AppError("INVALID_INPUT", `at most ${UV_MAX_RANGE_DAYS} days per query`);
   return c.json(ok(await uvReport(deps, from, to)));
 });

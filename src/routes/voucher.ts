@@ -20,17 +20,22 @@ import { parseDateTime } from "../util/time.ts";
 
 /** Amounts are integer cents (pay_value BIGINT UNSIGNED, actual_value BIGINT; bounded far below either). */
 const Cents = z.number({ error: "must be a number" }).int("must be whole cents").min(0).max(100_000_000);
-const VoucherBody = z.object({
+const VoucherFields = {
   shopId: JsonId,
   title: varchar(255).trim().min(1),
   subTitle: varchar(255).nullable().default(null),
   rules: varchar(1024).nullable().default(null),
   payValue: Cents,
   actualValue: Cents,
-});
+};
+/** A voucher sells for at most what it is worth (payValue ≤ actualValue). */
+const payNotAboveValue = (v: { payValue: number; actualValue: number }) => v.payValue <= v.actualValue;
+const PAY_ABOVE_VALUE = { message: "payValue must not exceed actualValue", path: ["payValue"] };
+const VoucherBody = z.object(VoucherFields).refine(payNotAboveValue, PAY_ABOVE_VALUE);
 /** Sale window as `YYYY-MM-DDTHH:mm:ss` in the service zone (or with a `Z`/`±HH:MM` offset), or epoch milliseconds. */
 const Instant = z.union([z.number().int().positive().max(Number.MAX_SAFE_INTEGER), z.string().min(10).max(40)], { error: "must be YYYY-MM-DDTHH:mm:ss or epoch milliseconds" });
-const SeckillBody = VoucherBody.extend({
+const SeckillBody = z.object({
+  ...VoucherFields,
   /** tb_seckill_voucher.stock INT. */
   stock: z.number().int().min(1).max(10_000_000),
   beginTime: Instant,
@@ -43,7 +48,7 @@ const SeckillBody = VoucherBody.extend({
   purchaseRules: PurchaseRulesInput.default([]),
   /** The (per-shop) campaign a campaign rule counts across; required iff there is one. */
   campaign: CampaignId.nullable().default(null),
-});
+}).refine(payNotAboveValue, PAY_ABOVE_VALUE);
 
 /**
  * What a sale window must be. Times are kept in whole seconds (MySQL DATETIME), so Redis and MySQL
@@ -78,6 +83,7 @@ const CREATE_SECKILL: RouteDoc = {
   description: "`beginTime`/`endTime`: `YYYY-MM-DDTHH:mm:ss` in the service zone (or with an offset), or epoch ms; a sale lasts 1 s to 366 days and begins within 366 days of now. `buckets` splits a hot voucher's stock over Redis keys. `purchaseRules` (optional, one per scope): `{scope: \"shop\" | \"campaign\", limit: K, days: N}` = at most K orders per user across the shop's rule-carrying vouchers / the vouchers naming `campaign` (per shop) in the last N×24 h; a refused reservation answers `LIMIT_REACHED`.",
   access: "operator",
   data: NumericId,
+  outcomes: ["NOT_FOUND"],
   errors: ["INVALID_INPUT"],
 };
 
@@ -88,10 +94,10 @@ export async function refreshVoucherList(deps: Deps, shopId: number): Promise<vo
 
 export const voucher = new Hono<AppEnv>()
   .get("/list/:shopId", doc({ tag: "vouchers", summary: "Vouchers of a shop on sale; seckill ones with `stock`, `beginTime`, `endTime`. Amounts in cents", description: LISTING_LIMIT_NOTE, access: "public", params: ShopIdParam, data: z.array(Voucher), errors: ["RATE_LIMITED", "UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).vouchers, parseParams(ShopIdParam, c.req.param()).shopId, "vouchers")))
-  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a normal voucher", access: "operator", data: NumericId, errors: ["INVALID_INPUT"] }, v("json", VoucherBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
+  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a normal voucher", access: "operator", data: NumericId, outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", VoucherBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
-    if (!(await shopExists(deps, body.shopId))) return c.json(fail("INVALID_INPUT", "unknown shop"), 400);
+    if (!(await shopExists(deps, body.shopId))) return c.json(fail("NOT_FOUND", "shop not found"));
     const id = await insertVoucher(deps.db, body);
     await refreshVoucherList(deps, body.shopId);
     return c.json(ok(id));
@@ -100,12 +106,12 @@ export const voucher = new Hono<AppEnv>()
     const deps = c.get("deps");
     const body = c.req.valid("json");
     const window = saleWindow(body.beginTime, body.endTime, deps.config.SERVICE_TIME_ZONE, deps.clock.now());
-    if (!window.ok) return c.json(fail("INVALID_INPUT", window.message), 400);
+    if (!window.ok) throw new AppError("INVALID_INPUT", window.message);
     const { beginMs, endMs } = window;
     const rules = checkRules(body.purchaseRules, body.campaign, deps.config);
-    if (!rules.ok) return c.json(fail("INVALID_INPUT", `${rules.field}: ${rules.message}`), 400);
-    if (!(await shopExists(deps, body.shopId))) return c.json(fail("INVALID_INPUT", "unknown shop"), 400);
-    if (body.buckets > body.stock) return c.json(fail("INVALID_INPUT", "more buckets than stock"), 400);
+    if (!rules.ok) throw new AppError("INVALID_INPUT", `${rules.field}: ${rules.message}`);
+    if (body.buckets > body.stock) throw new AppError("INVALID_INPUT", "more buckets than stock");
+    if (!(await shopExists(deps, body.shopId))) return c.json(fail("NOT_FOUND", "shop not found"));
     const cfg = await createSeckillVoucher(deps, { ...body, beginMs, endMs, dailyLimit: body.shopDailyLimit, purchaseRules: rules.rules });
     await refreshVoucherList(deps, body.shopId);
     return c.json(ok(cfg.voucherId));

@@ -46,12 +46,19 @@ describe("notes", () => {
     expect((await call(t.app, "GET", "/api/blog/987654321", { token: author.token })).body).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "blog not found" });
   });
 
-  test("a note for an unknown shop is rejected and nothing is written", async () => {
+  test("a note for an unknown shop is a business outcome (200 NOT_FOUND) and nothing is written; a NUL in its text is a 400", async () => {
     const t = await createTestApp();
     const author = await newUser(t);
     const res = await call(t.app, "POST", "/api/blog", { token: author.token, json: { shopId: 987654321, title: "t", content: "c" } });
-    expect(res.status).toBe(400);
-    expect(res.body).toMatchObject({ success: false, code: "INVALID_INPUT" });
+    expect({ status: res.status, body: res.body }).toEqual({ status: 200, body: { success: false, code: "NOT_FOUND", errorMsg: "shop not found" } });
+    const shopId = await newShop(t);
+    for (const content of ["a\u0000b", "bell\u0007", "del\u007f"]) {
+      const nul = await call(t.app, "POST", "/api/blog", { token: author.token, json: { shopId, title: "t", content } });
+      expect(nul.status).toBe(400);
+      expect(nul.body.code).toBe("INVALID_INPUT");
+    }
+    expect((await call(t.app, "POST", "/api/blog", { token: author.token, json: { shopId, title: "t", content: "line one\nline two\tend" } })).body.success).toBe(true);
+    await t.deps.db.execute("DELETE FROM tb_blog WHERE user_id = ?", [author.id]);
     const rows = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_blog WHERE user_id = ?", [author.id])).rows[0] as { n: string };
     expect(Number(rows.n)).toBe(0);
   });

@@ -171,12 +171,14 @@ describe("shops", () => {
       ["POST", "/api/shop", { name: "", typeId, address: "a", x: 1, y: 1 }],
       ["POST", "/api/shop", { name: "n", typeId: "one", address: "a", x: 1, y: 1 }],
       ["POST", "/api/shop", { name: "n", typeId, address: "a", x: 181, y: 1 }],
-      ["POST", "/api/shop", { name: "n", typeId: 987654, address: "a", x: 1, y: 1 }],
+      ["POST", "/api/shop", { name: "n\u0000", typeId, address: "a", x: 1, y: 1 }],
       ["PUT", "/api/shop", { name: "no id" }],
       ["PUT", "/api/shop", { id: 1, score: 99 }],
       ["GET", "/api/voucher/list/abc"],
       ["POST", "/api/voucher", { shopId: 1, title: "t", payValue: -1, actualValue: 1 }],
       ["POST", "/api/voucher", { shopId: 1, title: "t", payValue: 1.5, actualValue: 1 }],
+      ["POST", "/api/voucher", { shopId: 1, title: "t", payValue: 3, actualValue: 2 }],
+      ["POST", "/api/voucher/seckill", { shopId: 1, title: "t", payValue: 3, actualValue: 2, stock: 5, beginTime: "2026-01-01T00:00:00", endTime: "2026-01-02T00:00:00" }],
       ["POST", "/api/voucher/seckill", { shopId: 1, title: "t", payValue: 1, actualValue: 1, stock: 0, beginTime: "2026-01-01T00:00:00", endTime: "2026-01-02T00:00:00" }],
       ["POST", "/api/voucher/seckill", { shopId: 1, title: "t", payValue: 1, actualValue: 1, stock: 5, beginTime: "tomorrow", endTime: "2026-01-02T00:00:00" }],
     ];
@@ -186,6 +188,13 @@ describe("shops", () => {
       expect(res.body.success).toBe(false);
       expect(res.body.code).toBe("INVALID_INPUT");
     }
+    // Handler-built 400s carry the request id like the validator's.
+    const reversedWindow = await call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: { shopId: 1, title: "t", payValue: 1, actualValue: 1, stock: 5, beginTime: "2026-01-02T00:00:00", endTime: "2026-01-01T00:00:00" } });
+    expect(reversedWindow.status).toBe(400);
+    expect(reversedWindow.body.requestId).toBe(reversedWindow.headers.get("x-request-id") as string);
+    // Something that does not exist is a business outcome (api.md), not malformed input.
+    const unknownType = await call(t.app, "POST", "/api/shop", { token: operator(t), json: { name: "n", typeId: 987654, address: "a", x: 1, y: 1 } });
+    expect({ status: unknownType.status, body: unknownType.body }).toEqual({ status: 200, body: { success: false, code: "NOT_FOUND", errorMsg: "shop type not found" } });
     const bad = await call(t.app, "POST", "/api/shop", { token: operator(t), body: "{", headers: { "content-type": "application/json" } });
     expect(bad.status).toBe(400);
   });
@@ -249,7 +258,7 @@ describe("shop types and vouchers", () => {
     const body = { shopId, title: "x", payValue: 1, actualValue: 2 };
     expect((await call(t.app, "POST", "/api/voucher", { json: body, token })).status).toBe(401);
     expect((await call(t.app, "POST", "/api/voucher/seckill", { json: { ...body, stock: 1, beginTime: 1, endTime: 2 } })).status).toBe(401);
-    expect((await call(t.app, "POST", "/api/voucher", { json: { ...body, shopId: 912345678 }, token: operator(t) })).status).toBe(400);
+    expect((await call(t.app, "POST", "/api/voucher", { json: { ...body, shopId: 912345678 }, token: operator(t) })).body).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "shop not found" });
     const reversed = await call(t.app, "POST", "/api/voucher/seckill", {
       token: operator(t),
       json: { ...body, stock: 5, beginTime: "2026-12-02T00:00:00", endTime: "2026-12-01T00:00:00" },
