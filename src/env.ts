@@ -217,6 +217,14 @@ export const EnvSchema = z.object({
   NOTE_BUCKET_SIZE: z.coerce.number().int().min(0).default(20),
   NOTE_BUCKET_REFILL: z.coerce.number().int().min(1).default(1),
   NOTE_BUCKET_INTERVAL_MS: z.coerce.number().int().min(100).default(30_000),
+  /**
+   * Like and follow toggles per user: a token bucket of this many (0 = off), refilled by
+   * TOGGLE_BUCKET_REFILL per TOGGLE_BUCKET_INTERVAL_MS (default: bursts of 30, then one a second).
+   * Each toggle is a MySQL write; unmetered, one account made ~1,000 of them a second.
+   */
+  TOGGLE_BUCKET_SIZE: z.coerce.number().int().min(0).default(30),
+  TOGGLE_BUCKET_REFILL: z.coerce.number().int().min(1).default(1),
+  TOGGLE_BUCKET_INTERVAL_MS: z.coerce.number().int().min(100).default(1_000),
   /** How long an isolate answers SOLD_OUT from memory after Redis said so, ms (released stock reappears after this). */
   SOLD_OUT_MEMO_MS: z.coerce.number().int().min(0).default(1_000),
   /** Outbox entries older than this are re-published by the sweep, seconds. */

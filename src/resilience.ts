@@ -39,6 +39,13 @@ import type { Config } from "./env.ts";
 
 import { scrubbedMessage } from "./util/scrub.ts";
 
+/**
+ * @upstash/ratelimit's own `timeout` (5 s by default) *allows* the request when Redis is slow (fail
+ * open). 0 turns it off: its calls then run under our Redis deadline (REDIS_TIMEOUT_MS, 250 ms) and
+ * a slow Redis is a 503, never a free pass past a limit. Every Ratelimit of the app sets it.
+ */
+export const RATELIMIT_FAIL_CLOSED = 0;
+
 export type DependencyName = "redis" | "mysql" | "qstash" | "sms" | "payments";
 export const DEPENDENCIES: readonly DependencyName[] = ["redis", "mysql", "qstash", "sms", "payments"];
 

@@ -117,4 +117,6 @@ export const keys = {
   /** Prefixes of the per-user token buckets (@upstash/ratelimit appends `:<userId>`). */
   uploadBucket: () => "rl:upload",
   noteBucket: () => "rl:note",
+  /** Like/follow toggle token buckets (@upstash/ratelimit prefix). */
+  toggleBucket: () => "rl:toggle",
 } as const;

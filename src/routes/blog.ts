@@ -52,7 +52,9 @@ const authed = new Hono<UserEnv>()
     // An unknown shop is a business outcome (api.md "Status codes"), not malformed input.
     return res.ok ? c.json(ok(res.id)) : c.json(fail("NOT_FOUND", "shop not found"));
   })
-  .put("/like/:id", nonCore("likes"), jsonBody(BODY_LIMITS.none), doc({ tag: "notes", summary: "Like or unlike a note (toggle)", description: NON_CORE_NOTE, access: "user", outcomes: ["NOT_FOUND"], errors: ["UNAVAILABLE"] }, v("param", IdParam)), idempotentUser(BODY_LIMITS.none), async (c) => {
+  .put("/like/:id", nonCore("likes"), jsonBody(BODY_LIMITS.none), doc({ tag: "notes", summary: "Like or unlike a note (toggle)", description: `${NON_CORE_NOTE} Per user: a token bucket shared with follows (TOGGLE_BUCKET_*); empty: 429 with Retry-After.`, access: "user", outcomes: ["NOT_FOUND"], errors: ["UNAVAILABLE", "RATE_LIMITED"] }, v("param", IdParam)), idempotentUser(BODY_LIMITS.none), async (c) => {
+    const limited = await takeWriteToken(c.get("deps"), "toggle", c.get("user").id);
+    if (limited) throw new AppError("RATE_LIMITED", limited.message, { retryAfterSeconds: limited.retryAfterMs / 1000 });
     const res = await toggleLike(c.get("deps"), c.req.valid("param").id, c.get("user").id);
     return c.json(res.ok ? ok() : fail("NOT_FOUND", "blog not found"));
   })

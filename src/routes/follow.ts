@@ -1,6 +1,6 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { fail, ok } from "../errors.ts";
+import { AppError, fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
 import { idempotentUser } from "../http/idempotency.ts";
@@ -8,12 +8,15 @@ import { Id, IdParam } from "../http/validate.ts";
 import { doc, v } from "../openapi/describe.ts";
 import { UserCard } from "../openapi/schemas.ts";
 import { commonFollows, isFollowing, setFollow } from "../services/follow.ts";
+import { takeWriteToken } from "../services/upload-limits.ts";
 
 /** Mounted at /api/follow. */
 export const follow = new Hono<UserEnv>()
   .use(requireUser)
-  .put("/:id/:isFollow", jsonBody(BODY_LIMITS.none), doc({ tag: "follows", summary: "Follow (`true`) or unfollow (`false`) a user", access: "user", outcomes: ["INVALID_INPUT", "NOT_FOUND"] }, v("param", z.object({ id: Id, isFollow: z.enum(["true", "false"]) }))), idempotentUser(BODY_LIMITS.none), async (c) => {
+  .put("/:id/:isFollow", jsonBody(BODY_LIMITS.none), doc({ tag: "follows", summary: "Follow (`true`) or unfollow (`false`) a user", description: "Per user: a token bucket shared with likes (TOGGLE_BUCKET_*); empty: 429 with Retry-After.", access: "user", outcomes: ["INVALID_INPUT", "NOT_FOUND"], errors: ["RATE_LIMITED"] }, v("param", z.object({ id: Id, isFollow: z.enum(["true", "false"]) }))), idempotentUser(BODY_LIMITS.none), async (c) => {
     const { id, isFollow } = c.req.valid("param");
+    const limited = await takeWriteToken(c.get("deps"), "toggle", c.get("user").id);
+    if (limited) throw new AppError("RATE_LIMITED", limited.message, { retryAfterSeconds: limited.retryAfterMs / 1000 });
     const res = await setFollow(c.get("deps"), c.get("user").id, id, isFollow === "true");
     if (res.ok) return c.json(ok());
     // Business outcomes: 200 with success:false (api.md "Status codes").

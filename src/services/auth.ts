@@ -9,6 +9,7 @@
  *   (services/session.ts) and its record written to Redis; logout revokes it everywhere
  *   (services/session-cache.ts).
  */
+import { RATELIMIT_FAIL_CLOSED } from "../resilience.ts";
 import { Ratelimit } from "@upstash/ratelimit";
 import type { Deps, RedisPort } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
@@ -34,7 +35,7 @@ export interface LoginLimiters {
  * until its window ends (@upstash/ratelimit's ephemeralCache; bounded by the callers it blocks).
  */
 export function createLoginLimiters(config: Pick<Deps["config"], "LOGIN_CODE_PHONE_INTERVAL_SECONDS" | "LOGIN_CODE_SENDS_PER_IP_HOUR">, redis: RedisPort): LoginLimiters {
-  const base = { redis, analytics: false, ephemeralCache: new Map<string, number>() };
+  const base = { redis, analytics: false, timeout: RATELIMIT_FAIL_CLOSED, ephemeralCache: new Map<string, number>() };
   return {
     perPhoneMinute: new Ratelimit({ ...base, limiter: Ratelimit.fixedWindow(1, `${config.LOGIN_CODE_PHONE_INTERVAL_SECONDS} s`), prefix: "rl:code:phone:gap" }),
     perPhoneHour: new Ratelimit({ ...base, limiter: Ratelimit.slidingWindow(5, "1 h"), prefix: "rl:code:phone:1h" }),

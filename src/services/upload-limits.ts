@@ -16,6 +16,7 @@
  * rather than UTC days, and give bytes back when the store fails.
  */
 import { Ratelimit } from "@upstash/ratelimit";
+import { RATELIMIT_FAIL_CLOSED } from "../resilience.ts";
 import type { Deps, RedisPort } from "../deps.ts";
 import type { Config } from "../env.ts";
 import { keys } from "../redis/keys.ts";
@@ -49,9 +50,14 @@ export interface WriteLimiters {
   /** Null when the bucket is off (size 0). */
   upload: Ratelimit | null;
   note: Ratelimit | null;
+  /** Like and follow toggles (one bucket for both). */
+  toggle: Ratelimit | null;
 }
 
-type LimitConfig = Pick<Config, "UPLOAD_BUCKET_SIZE" | "UPLOAD_BUCKET_REFILL" | "UPLOAD_BUCKET_INTERVAL_MS" | "NOTE_BUCKET_SIZE" | "NOTE_BUCKET_REFILL" | "NOTE_BUCKET_INTERVAL_MS">;
+type LimitConfig = Pick<
+  Config,
+  "UPLOAD_BUCKET_SIZE" | "UPLOAD_BUCKET_REFILL" | "UPLOAD_BUCKET_INTERVAL_MS" | "NOTE_BUCKET_SIZE" | "NOTE_BUCKET_REFILL" | "NOTE_BUCKET_INTERVAL_MS" | "TOGGLE_BUCKET_SIZE" | "TOGGLE_BUCKET_REFILL" | "TOGGLE_BUCKET_INTERVAL_MS"
+>;
 
 /**
  * The write buckets, built once per isolate (deps.isolate.writeLimiters). Each keeps an ephemeral
@@ -62,10 +68,11 @@ export function createWriteLimiters(c: LimitConfig, redis: RedisPort): WriteLimi
   const bucket = (size: number, refill: number, intervalMs: number, prefix: string) =>
     size === 0
       ? null
-      : new Ratelimit({ redis, analytics: false, ephemeralCache: new BoundedMap<string, number>(BLOCK_CACHE_MAX), limiter: Ratelimit.tokenBucket(refill, `${intervalMs} ms`, size), prefix });
+      : new Ratelimit({ redis, analytics: false, timeout: RATELIMIT_FAIL_CLOSED, ephemeralCache: new BoundedMap<string, number>(BLOCK_CACHE_MAX), limiter: Ratelimit.tokenBucket(refill, `${intervalMs} ms`, size), prefix });
   return {
     upload: bucket(c.UPLOAD_BUCKET_SIZE, c.UPLOAD_BUCKET_REFILL, c.UPLOAD_BUCKET_INTERVAL_MS, keys.uploadBucket()),
     note: bucket(c.NOTE_BUCKET_SIZE, c.NOTE_BUCKET_REFILL, c.NOTE_BUCKET_INTERVAL_MS, keys.noteBucket()),
+    toggle: bucket(c.TOGGLE_BUCKET_SIZE, c.TOGGLE_BUCKET_REFILL, c.TOGGLE_BUCKET_INTERVAL_MS, keys.toggleBucket()),
   };
 }
 

@@ -157,3 +157,23 @@ describe("follows", () => {
     }
   });
 });
+
+describe("like and follow toggles are metered per user (issue 16 item 9)", () => {
+  test("a burst of toggles past the bucket is 429 with Retry-After; likes and follows share it; other users are unaffected", async () => {
+    const t = await createTestApp({ TOGGLE_BUCKET_SIZE: "6", TOGGLE_BUCKET_REFILL: "1", TOGGLE_BUCKET_INTERVAL_MS: "60000" });
+    const [me, other, target] = [await newUser(t), await newUser(t), await newUser(t)];
+    const blogId = await postBlog(t, target, await newShop(t));
+    const statuses: number[] = [];
+    for (let i = 0; i < 4; i++) statuses.push((await call(t.app, "PUT", `/api/blog/like/${blogId}`, { token: me.token })).status);
+    for (let i = 0; i < 4; i++) statuses.push((await call(t.app, "PUT", `/api/follow/${target.id}/${i % 2 === 0}`, { token: me.token })).status);
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 429, 429]);
+    const refused = await call(t.app, "PUT", `/api/blog/like/${blogId}`, { token: me.token });
+    expect(refused.status).toBe(429);
+    expect(refused.body.code).toBe("RATE_LIMITED");
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    // Refused toggles wrote nothing: 4 likes (back to not liked), 2 follows (followed, unfollowed).
+    expect(await t.deps.redis.zscore(keys.blogLiked(blogId), me.id)).toBeNull();
+    expect(await followRows(t, me.id, target.id)).toBe(0);
+    expect((await call(t.app, "PUT", `/api/blog/like/${blogId}`, { token: other.token })).status).toBe(200);
+  });
+});
