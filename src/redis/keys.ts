@@ -3,11 +3,19 @@
  * (architecture.md §4) so existing tooling and data keep working; keys that one Lua script touches
  * together share a `{hash tag}` so the scripts stay valid on a clustered Redis.
  */
+import { hash53 } from "../util/hash.ts";
+
 export const keys = {
   /** Login code for a phone (string, TTL = code lifetime). */
   loginCode: (phone: string) => `login:code:${phone}`,
-  /** Session hash `{id, nickName, icon}`; its TTL slides on every authenticated request. */
-  loginToken: (token: string) => `login:token:${token}`,
+  /**
+   * Session hash `{id, nickName, icon}`; its TTL slides on every authenticated request. Named by
+   * the session, never by the raw bearer token (key names end up in Upstash's error text, dumps
+   * and logs): a signed token's record is `login:token:j:<jti>` — its random 128-bit id, useless
+   * without the signature. A classic 32-hex token keeps its classic key (data the classic service
+   * wrote; set SESSION_LEGACY_TOKENS=false once they have expired).
+   */
+  loginToken: (token: string) => `login:token:${sessionKeyPart(token)}`,
   /** Revocation stream: ZSET session id → revocation sequence number (lua/session-revoke.lua appends, lua/session-sync.lua reads). */
   loginRevoked: () => "login:revoked",
   /** The last revocation sequence number handed out (string, INCR). */
@@ -120,3 +128,21 @@ export const keys = {
   /** Like/follow toggle token buckets (@upstash/ratelimit prefix). */
   toggleBucket: () => "rl:toggle",
 } as const;
+
+/** `j:<jti>` of a signed token (its payload decoded, no signature check: callers verified it), the
+ * classic token itself for 32-hex ones, else a digest (never the token). */
+function sessionKeyPart(token: string): string {
+  if (/^[0-9a-f]{32}$/.test(token)) return token;
+  const first = token.indexOf(".");
+  const last = token.lastIndexOf(".");
+  if (first > 0 && last > first) {
+    try {
+      const b64 = token.slice(first + 1, last).replace(/-/g, "+").replace(/_/g, "/");
+      const jti = (JSON.parse(atob(b64 + "===".slice((b64.length + 3) % 4))) as { jti?: unknown }).jti;
+      if (typeof jti === "string" && /^[A-Za-z0-9_-]{16,64}$/.test(jti)) return `j:${jti}`;
+    } catch {
+      // not a token of ours: fall through
+    }
+  }
+  return `x:${hash53(token).toString(36)}`;
+}

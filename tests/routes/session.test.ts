@@ -117,9 +117,20 @@ describe("session tokens", () => {
     expect((await me(after, fresh)).status).toBe(200);
   });
 
-  test("login returns the raw token, its record is the classic hash at login:token:{token}, and Bearer works too", async () => {
+  test("login returns the raw token, its record is the classic hash under a key named by the session (never the raw token), and Bearer works too", async () => {
     const t = await counted();
     const { token } = await loginAs(t.app, t.deps);
+    const jti = (JSON.parse(atob((token.split(".")[1] as string).replace(/-/g, "+").replace(/_/g, "/"))) as { jti: string }).jti;
+    expect(keys.loginToken(token)).toBe(`login:token:j:${jti}`);
+    expect(await t.deps.redis.exists(`login:token:${token}`)).toBe(0);
+    // No key anywhere carries the bearer token (nor its signature).
+    const signature = token.split(".")[2] as string;
+    let cursor = "0";
+    do {
+      const [next, found] = await t.deps.redis.scan(cursor, { match: "login:*", count: 1000 });
+      cursor = String(next);
+      for (const k of found) expect(k.includes(signature)).toBe(false);
+    } while (cursor !== "0");
     const rec = await t.deps.redis.hgetall<Record<string, string | number>>(keys.loginToken(token));
     const who = (await me(t, `Bearer ${token}`)).body.data as { id: number; nickName: string };
     expect(Number(rec?.id)).toBe(who.id);
