@@ -6,7 +6,7 @@
 import { z } from "zod";
 import type { Deps } from "../deps.ts";
 import { refreshVoucherList, saleWindow } from "../routes/voucher.ts";
-import { createSeckillVoucher } from "../services/seckill/config.ts";
+import { CampaignRuleConflict, createSeckillVoucher } from "../services/seckill/config.ts";
 import { CampaignId, checkRules, type PurchaseRule, type RuleScope } from "../services/seckill/rules.ts";
 import { insertVoucher, shopExists } from "../services/shops.ts";
 
@@ -137,13 +137,19 @@ export async function submitSeckill(deps: Deps, values: FormValues): Promise<For
   if (!rules.ok) Object.assign(errors, rules.errors);
   if (!window.ok || !rules.ok || Object.keys(errors).length > 0) return { ok: false, errors };
   if (!(await shopExists(deps, body.shopId))) return { ok: false, errors: { shopId: "unknown shop" } };
-  const cfg = await createSeckillVoucher(deps, {
-    ...body,
-    beginMs: window.beginMs,
-    endMs: window.endMs,
-    dailyLimit: body.shopDailyLimit,
-    purchaseRules: rules.rules,
-  });
+  let cfg: Awaited<ReturnType<typeof createSeckillVoucher>>;
+  try {
+    cfg = await createSeckillVoucher(deps, {
+      ...body,
+      beginMs: window.beginMs,
+      endMs: window.endMs,
+      dailyLimit: body.shopDailyLimit,
+      purchaseRules: rules.rules,
+    });
+  } catch (err) {
+    if (err instanceof CampaignRuleConflict) return { ok: false, errors: { campaign: err.message } };
+    throw err;
+  }
   await refreshVoucherList(deps, body.shopId);
   return { ok: true, voucherId: cfg.voucherId };
 }

@@ -10,7 +10,7 @@ import { Id, JsonId, varchar } from "../http/validate.ts";
 import { doc, LISTING_LIMIT_NOTE, type RouteDoc, v } from "../openapi/describe.ts";
 import { NumericId, Voucher } from "../openapi/schemas.ts";
 import { insertVoucher, loadVouchersOfShop, shopExists } from "../services/shops.ts";
-import { createSeckillVoucher } from "../services/seckill/config.ts";
+import { CampaignRuleConflict, createSeckillVoucher } from "../services/seckill/config.ts";
 import { CampaignId, checkRules, PurchaseRulesInput } from "../services/seckill/rules.ts";
 import type { AppEnv } from "../types.ts";
 import { servePrepared } from "../http/edge.ts";
@@ -112,7 +112,13 @@ export const voucher = new Hono<AppEnv>()
     if (!rules.ok) throw new AppError("INVALID_INPUT", `${rules.field}: ${rules.message}`);
     if (body.buckets > body.stock) throw new AppError("INVALID_INPUT", "more buckets than stock");
     if (!(await shopExists(deps, body.shopId))) return c.json(fail("NOT_FOUND", "shop not found"));
-    const cfg = await createSeckillVoucher(deps, { ...body, beginMs, endMs, dailyLimit: body.shopDailyLimit, purchaseRules: rules.rules });
+    let cfg: Awaited<ReturnType<typeof createSeckillVoucher>>;
+    try {
+      cfg = await createSeckillVoucher(deps, { ...body, beginMs, endMs, dailyLimit: body.shopDailyLimit, purchaseRules: rules.rules });
+    } catch (err) {
+      if (err instanceof CampaignRuleConflict) throw new AppError("INVALID_INPUT", `purchaseRules: ${err.message}`);
+      throw err;
+    }
     await refreshVoucherList(deps, body.shopId);
     return c.json(ok(cfg.voucherId));
   });

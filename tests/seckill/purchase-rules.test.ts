@@ -205,6 +205,34 @@ describe("purchase rules: reservation", () => {
     await t.settle();
   }, 30_000);
 
+  test("a campaign's rule belongs to the campaign: a second voucher with another limit is refused (400, nothing written), also when created concurrently", async () => {
+    const t = await createTestApp(ENV);
+    const first = await createSeckill(t, { stock: 5, purchaseRules: [campaignRule(1, 30)], campaign: "once" });
+    const now = Date.now();
+    const body = (limit: number, campaign = "once") => ({
+      shopId: first.shopId,
+      title: "flash",
+      payValue: 8000,
+      actualValue: 10000,
+      stock: 5,
+      beginTime: now - 3600_000,
+      endTime: now + 3600_000,
+      purchaseRules: [{ scope: "campaign", limit, days: 30 }],
+      campaign,
+    });
+    const vouchersBefore = Number(((await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = ?", [first.shopId])).rows[0] as { n: string }).n);
+    const other = await call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: body(2) });
+    expect(other.status).toBe(400);
+    expect(other.body.errorMsg).toContain('campaign "once" already has the rule 1 per user in 30 days');
+    // The same rule is fine.
+    expect((await call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: body(1) })).body.success).toBe(true);
+    // Two new campaigns' first vouchers created at once with different limits: exactly one wins.
+    const raced = await Promise.all([call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: body(1, "race") }), call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: body(3, "race") })]);
+    expect(raced.map((r) => r.status).sort()).toEqual([200, 400]);
+    const vouchersAfter = Number(((await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = ?", [first.shopId])).rows[0] as { n: string }).n);
+    expect(vouchersAfter - vouchersBefore).toBe(2);
+  });
+
   test("shop and campaign rules on one voucher: each is checked, the first that is full refuses", async () => {
     const t = await createTestApp(ENV);
     const shop = await createSeckill(t, { stock: 5, purchaseRules: [shopRule(3, 7)] });

@@ -117,9 +117,31 @@ export interface NewSeckill extends VoucherInput {
  * Creates the voucher rows in one MySQL transaction, then loads Redis. If the Redis step fails the
  * call fails; the voucher exists in MySQL and the reconcile job loads it on its next pass.
  */
+/** A campaign already registered with another rule (tb_seckill_campaign): the creation is refused, nothing written. */
+export class CampaignRuleConflict extends Error {
+  constructor(
+    readonly campaign: string,
+    readonly registered: { limit: number; days: number },
+  ) {
+    super(`campaign "${campaign}" already has the rule ${registered.limit} per user in ${registered.days} days: every voucher of a campaign carries the same rule`);
+    this.name = "CampaignRuleConflict";
+  }
+}
+
 export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis">, v: NewSeckill): Promise<SeckillConfig> {
   const rules = [...(v.purchaseRules ?? [])];
+  const campaignRule = rules.find((r) => r.scope === "campaign");
   const voucherId = await deps.db.transaction(async (tx) => {
+    if (campaignRule && v.campaign) {
+      // The first voucher registers the campaign's rule; a concurrent creation waits on this row's
+      // exclusive lock (ON DUPLICATE KEY takes it at once: INSERT IGNORE's shared lock, upgraded,
+      // deadlocked two creations) and then compares against what committed. Before any other
+      // write: a refusal writes nothing.
+      await tx.execute("INSERT INTO tb_seckill_campaign (shop_id, campaign, rule_limit, rule_days) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE shop_id = shop_id", [v.shopId, v.campaign, campaignRule.limit, campaignRule.days]);
+      const row = (await tx.execute("SELECT rule_limit, rule_days FROM tb_seckill_campaign WHERE shop_id = ? AND campaign = ?", [v.shopId, v.campaign])).rows[0] as { rule_limit: string | number; rule_days: string | number };
+      const registered = { limit: Number(row.rule_limit), days: Number(row.rule_days) };
+      if (registered.limit !== campaignRule.limit || registered.days !== campaignRule.days) throw new CampaignRuleConflict(v.campaign, registered);
+    }
     const id = await insertVoucher(tx, v, 1);
     await tx.execute("INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (?, ?, ?, ?)", [id, v.stock, toSqlUtc(v.beginMs), toSqlUtc(v.endMs)]);
     await tx.execute("INSERT INTO tb_seckill_config (voucher_id, shop_id, initial_stock, buckets, shop_daily_limit, campaign, purchase_rules) VALUES (?, ?, ?, ?, ?, ?, ?)", [
