@@ -22,7 +22,10 @@ export const EnvSchema = z.object({
   QSTASH_CURRENT_SIGNING_KEY: z.string().min(1),
   QSTASH_NEXT_SIGNING_KEY: z.string().min(1),
   /** Operator secret for /admin/* and operator routes (`authorization: Bearer <ADMIN_TOKEN>`). */
-  ADMIN_TOKEN: secret("ADMIN_TOKEN"),
+  ADMIN_TOKEN: z.string({ error: "ADMIN_TOKEN is required" }).min(32, "ADMIN_TOKEN must be at least 32 characters"),
+  /** Failed operator sign-ins allowed per client address per OPERATOR_AUTH_WINDOW_SECONDS (0 = no limit). */
+  OPERATOR_AUTH_FAILURES: z.coerce.number().int().min(0).max(10_000).default(20),
+  OPERATOR_AUTH_WINDOW_SECONDS: z.coerce.number().int().min(1).max(86_400).default(900),
   /**
    * Public base URL of this deployment, used as the destination of QStash callbacks
    * (`${PUBLIC_URL}/internal/...`). Must be reachable by QStash.

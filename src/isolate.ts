@@ -11,6 +11,7 @@ import { SaleCounters } from "./console/counters.ts";
 import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
 import { ListingLimiter } from "./http/listing-limit.ts";
+import { OperatorAttempts } from "./http/operator-attempts.ts";
 import { IsolateIds } from "./redis/ids.ts";
 import type { Resilience } from "./resilience.ts";
 import type { Runtime } from "./runtime.ts";
@@ -39,6 +40,13 @@ export interface Isolate {
   ids: IsolateIds;
   /** Login-code rate limiters (@upstash/ratelimit) with their ephemeral block caches. */
   loginLimiters: LoginLimiters;
+  /**
+   * Failed operator sign-ins (http/operator-attempts.ts): addresses refused until a time (LRU,
+   * 10,000), counted across isolates by a Redis sliding window.
+   */
+  operatorAttempts: OperatorAttempts;
+  /** Live console streams open per console session (nonce → count), at most CONSOLE_STREAMS_PER_SESSION each. */
+  consoleStreams: Map<string, number>;
   /**
    * Reservations waiting for this turn's shared pipeline (redis/script-batch.ts): at most one event
    * loop turn's worth, sent as one `/pipeline` request of EVALSHAs.
@@ -131,6 +139,8 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     caches: createCaches({}, { hot: hotKeyRuleOf(config) }),
     ids: new IsolateIds(ports.redis, () => ports.clock.now(), { sharesIo: ports.runtime.sharesIo }),
     loginLimiters: createLoginLimiters(config, ports.redis),
+    operatorAttempts: new OperatorAttempts(config, ports.redis),
+    consoleStreams: new Map<string, number>(),
     fastLane: { prepared: 0, me: 0, seckill: 0 },
     seckillLostReplies: { reserved: 0, buyer: 0, fenced: 0 },
     reserveBatch: new ScriptBatcher(luaSources.reserveStock, (redis) => scriptsFor(redis).reserveStock, ports.runtime.sharesIo),

@@ -124,7 +124,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       QSTASH_TOKEN: qkeys.token,
       QSTASH_CURRENT_SIGNING_KEY: qkeys.currentSigningKey,
       QSTASH_NEXT_SIGNING_KEY: qkeys.nextSigningKey,
-      ADMIN_TOKEN: opts.adminToken ?? "local-admin-token-change-me",
+      ADMIN_TOKEN: opts.adminToken ?? "local-admin-token-change-me-0123456789abcdef",
       PUBLIC_URL: opts.publicUrl ?? "http://127.0.0.1:8787",
       PAYMENT_WEBHOOK_SECRET: opts.paymentWebhookSecret ?? randomSecret("whsec_"),
       SESSION_SECRET: opts.sessionSecret ?? randomSecret("sess_"),

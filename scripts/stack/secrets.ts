@@ -15,7 +15,7 @@ function persistedSecret(fileName: string, prefix: string): string {
   const file = join(LOCAL_DIR, fileName);
   if (existsSync(file)) {
     const t = readFileSync(file, "utf8").trim();
-    if (t.length >= 16) return t;
+    if (t.length >= 32) return t;
   }
   mkdirSync(LOCAL_DIR, { recursive: true });
   const secret = randomSecret(prefix);

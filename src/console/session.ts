@@ -2,8 +2,9 @@
  * Console sessions: a signed, expiring cookie instead of the operator token itself.
  *
  * The cookie is `v1.<expiresMs>.<nonce>.<mac>` with mac = HMAC-SHA256(ADMIN_TOKEN, "console:v1:<expiresMs>:<nonce>").
- * It is stateless on purpose: any isolate (Workers, Bun, Deno) verifies it without Redis, and
- * rotating ADMIN_TOKEN revokes every console session at once. The raw token never leaves the login
+ * Any isolate (Workers, Bun, Deno) verifies it without Redis; rotating ADMIN_TOKEN revokes every
+ * console session at once. Sign-out and "revoke all" are server-side as well (routes/console.tsx:
+ * a revoked nonce, and an epoch before which sessions are void, both in Redis). The raw token never leaves the login
  * request. The per-session CSRF token is a second HMAC over the session's mac, so it is bound to
  * one session, changes at each login, and cannot be derived without ADMIN_TOKEN.
  */
@@ -15,6 +16,10 @@ export const SESSION_TTL_MS = 8 * 3600_000;
 
 export interface ConsoleSession {
   expiresMs: number;
+  /** When it was issued, epoch ms (expiresMs − SESSION_TTL_MS). */
+  issuedMs: number;
+  /** The session's random id (32 hex): what a sign-out revokes. */
+  nonce: string;
   /** Hidden field of every state-changing form. */
   csrf: string;
 }
@@ -43,7 +48,7 @@ export async function issueSession(secret: string, now: number): Promise<{ cooki
   const expiresMs = now + SESSION_TTL_MS;
   const nonce = randomHex(16);
   const mac = await hmacHex(secret, `console:v1:${expiresMs}:${nonce}`);
-  return { cookie: `v1.${expiresMs}.${nonce}.${mac}`, session: { expiresMs, csrf: await csrfFor(secret, mac) } };
+  return { cookie: `v1.${expiresMs}.${nonce}.${mac}`, session: { expiresMs, issuedMs: now, nonce, csrf: await csrfFor(secret, mac) } };
 }
 
 /** The session a cookie proves at `now`, or null (malformed, forged, signed with another token, expired). */
@@ -55,5 +60,5 @@ export async function verifySession(secret: string, cookie: string | undefined, 
   const expiresMs = Number(exp);
   const expected = await hmacHex(secret, `console:v1:${exp}:${nonce}`);
   if (!timingSafeEqual(mac, expected) || expiresMs <= now) return null;
-  return { expiresMs, csrf: await csrfFor(secret, mac) };
+  return { expiresMs, issuedMs: expiresMs - SESSION_TTL_MS, nonce, csrf: await csrfFor(secret, mac) };
 }

@@ -6,10 +6,12 @@
  * the idle timeout slides in the background.
  */
 import { createMiddleware } from "hono/factory";
+import type { Deps } from "../deps.ts";
 import { AppError } from "../errors.ts";
 import type { SessionUser } from "../services/session.ts";
 import type { AppEnv } from "../types.ts";
 import { timingSafeEqual } from "../util/compare.ts";
+import { limitAddress } from "./client-ip.ts";
 
 export type UserEnv = AppEnv & { Variables: { user: SessionUser; token: string } };
 export type MaybeUserEnv = AppEnv & { Variables: { user: SessionUser | null; token: string | null } };
@@ -56,6 +58,22 @@ export function isOperator(authorization: string | undefined, adminToken: string
 }
 
 export const requireOperator = createMiddleware<AppEnv>(async (c, next) => {
-  if (!isOperator(c.req.header("authorization"), c.get("deps").config.ADMIN_TOKEN)) throw new AppError("UNAUTHORIZED", "operator credentials required");
+  const deps = c.get("deps");
+  await checkOperatorAttempt(deps, limitAddress(c, deps.config), isOperator(c.req.header("authorization"), deps.config.ADMIN_TOKEN));
   await next();
 });
+
+/**
+ * An operator credential check from `address` (http/operator-attempts.ts): a refused address is a
+ * 429 whatever it sent; a wrong credential counts against it (a 429 once over the limit, else 401).
+ */
+export async function checkOperatorAttempt(deps: Deps, address: string, valid: boolean): Promise<void> {
+  const attempts = deps.isolate.operatorAttempts;
+  const now = deps.clock.now();
+  const refused = attempts.refusedFor(address, now);
+  if (refused > 0) throw new AppError("RATE_LIMITED", "too many failed operator sign-ins from this address", { retryAfterSeconds: refused / 1000 });
+  if (valid) return;
+  const blocked = await attempts.failed(address, now);
+  if (blocked > 0) throw new AppError("RATE_LIMITED", "too many failed operator sign-ins from this address", { retryAfterSeconds: blocked / 1000 });
+  throw new AppError("UNAUTHORIZED", "operator credentials required");
+}

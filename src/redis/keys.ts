@@ -125,6 +125,10 @@ export const keys = {
   /** Prefixes of the per-user token buckets (@upstash/ratelimit appends `:<userId>`). */
   uploadBucket: () => "rl:upload",
   noteBucket: () => "rl:note",
+  /** A console session signed out before it expired (string, TTL = the rest of its life). */
+  consoleRevoked: (nonce: string) => `console:revoked:${nonce}`,
+  /** Console sessions issued before this epoch ms are void ("revoke all console sessions"). */
+  consoleEpoch: () => "console:epoch",
   /** Like/follow toggle token buckets (@upstash/ratelimit prefix). */
   toggleBucket: () => "rl:toggle",
 } as const;

@@ -24,6 +24,11 @@ const RefundsQuery = z.object({
 
 export const admin = new Hono<AppEnv>()
   .use(requireOperator)
+  .post("/console/revoke-sessions", doc({ tag: "operator", summary: "Sign out every console session now (sessions issued before this instant are void in every isolate)", access: "operator" }, async (c) => {
+    const deps = c.get("deps");
+    await deps.redis.set(keys.consoleEpoch(), String(deps.clock.now()));
+    return c.json(ok());
+  }))
   .get("/resilience", doc({ tag: "operator", summary: "This isolate's circuit breakers per dependency: state, timeout, calls, failures, timeouts, rejected, openings, last failure", access: "operator", data: { type: "object" } }, (c) => {
     // Memory only (no dependency is called): it answers while everything is down.
     return c.json(ok(resilienceSnapshot(c.get("deps").isolate.resilience)));

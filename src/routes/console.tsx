@@ -15,7 +15,9 @@ import { type FormValues, submitSeckill, submitVoucher } from "../console/forms.
 import { type SaleSnapshot, saleConfig, saleLimits, saleSnapshot, saleState } from "../console/sale.ts";
 import { type ConsoleSession, issueSession, SESSION_COOKIE, SESSION_TTL_MS, verifySession } from "../console/session.ts";
 import { LoginPage, MessagePage, OpsPage, OrdersPage, SalePage, SalesPage, type VoucherRow, VouchersPage } from "../console/views.tsx";
-import { fail } from "../errors.ts";
+import { AppError, fail } from "../errors.ts";
+import { checkOperatorAttempt } from "../http/auth.ts";
+import { limitAddress } from "../http/client-ip.ts";
 import { doc, type RouteDoc } from "../openapi/describe.ts";
 import { keys } from "../redis/keys.ts";
 import { withLock } from "../redis/lock.ts";
@@ -57,10 +59,34 @@ function cookieOptions(publicUrl: string, maxAgeSeconds: number) {
   return { path: "/console", httpOnly: true, sameSite: "Strict" as const, secure: publicUrl.startsWith("https:"), maxAge: maxAgeSeconds };
 }
 
+/**
+ * The console's Content-Security-Policy: its pages load only their own files (site.tsx: same-origin
+ * scripts and stylesheets, no inline script); charts set styles from script, hence 'unsafe-inline'
+ * for styles only. Nothing may frame the console.
+ */
+export const CONSOLE_CSP = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+/** Live streams one console session may hold open in an isolate. */
+export const CONSOLE_STREAMS_PER_SESSION = 4;
+
+/**
+ * Is a verified console session still alive server-side: not signed out (its nonce revoked) and
+ * not issued before the last "revoke all"? One MGET. With Redis unreachable, pages (reads) are
+ * answered — the console is most needed during an outage — and state-changing posts are refused.
+ */
+async function sessionAlive(deps: AppEnv["Variables"]["deps"], s: ConsoleSession, method: string): Promise<boolean> {
+  try {
+    const [revoked, epoch] = await deps.redis.mget<(string | number | null)[]>(keys.consoleRevoked(s.nonce), keys.consoleEpoch());
+    return revoked === null && (epoch === null || s.issuedMs >= Number(epoch));
+  } catch {
+    return method === "GET";
+  }
+}
+
 /** Signed in, or: pages redirect to the login form, streams and posts answer 401. */
 const requireConsole = createMiddleware<ConsoleEnv>(async (c, next) => {
   const deps = c.get("deps");
-  const session = await verifySession(deps.config.ADMIN_TOKEN, getCookie(c, SESSION_COOKIE), deps.clock.now());
+  const verified = await verifySession(deps.config.ADMIN_TOKEN, getCookie(c, SESSION_COOKIE), deps.clock.now());
+  const session = verified && (await sessionAlive(deps, verified, c.req.method)) ? verified : null;
   if (!session) {
     if (c.req.method === "GET" && !c.req.path.endsWith("/events")) return c.redirect(LOGIN, 302);
     return c.html(<MessagePage title="Signed out" message="Sign in again: the console session is missing or has expired." />, 401);
@@ -130,6 +156,10 @@ const sseEvent = (s: SaleSnapshot) => ({ event: "stats", data: JSON.stringify(s)
 
 /** Mounted at /console. */
 export const consolePages = new Hono<ConsoleEnv>()
+  .use(async (c, next) => {
+    await next();
+    c.res.headers.set("content-security-policy", CONSOLE_CSP);
+  })
   .get(
     "/login",
     doc(page("sign-in form"), (c) => c.html(<LoginPage />)),
@@ -141,7 +171,17 @@ export const consolePages = new Hono<ConsoleEnv>()
       if (!sameOrigin(c.req.raw, deps.config.PUBLIC_URL)) return c.html(<LoginPage error="This form was not sent from the console's own pages." />, 403);
       const form = await formOf(c.req.raw);
       const token = form?.token ?? "";
-      if (!timingSafeEqual(token, deps.config.ADMIN_TOKEN)) return c.html(<LoginPage error="Not the operator token." />, 401);
+      try {
+        // Failed sign-ins count per address like the Bearer routes' (http/operator-attempts.ts).
+        await checkOperatorAttempt(deps, limitAddress(c, deps.config), timingSafeEqual(token, deps.config.ADMIN_TOKEN));
+      } catch (err) {
+        if (err instanceof AppError && err.code === "RATE_LIMITED") {
+          c.header("Retry-After", String(Math.max(1, Math.ceil((err.retryAfterSeconds ?? 1)))));
+          return c.html(<LoginPage error="Too many failed sign-ins from this address: try again later." />, 429);
+        }
+        if (err instanceof AppError && err.code === "UNAUTHORIZED") return c.html(<LoginPage error="Not the operator token." />, 401);
+        throw err;
+      }
       const { cookie } = await issueSession(deps.config.ADMIN_TOKEN, deps.clock.now());
       setCookie(c, SESSION_COOKIE, cookie, cookieOptions(deps.config.PUBLIC_URL, SESSION_TTL_MS / 1000));
       return c.redirect("/console", 303);
@@ -151,8 +191,12 @@ export const consolePages = new Hono<ConsoleEnv>()
     "/logout",
     requireConsole,
     requireCsrf,
-    doc(post("sign out (clears the session cookie)"), (c) => {
-      deleteCookie(c, SESSION_COOKIE, cookieOptions(c.get("deps").config.PUBLIC_URL, 0));
+    doc(post("sign out (ends the session server-side and clears its cookie)"), async (c) => {
+      const deps = c.get("deps");
+      const s = c.get("session");
+      // Server-side: the cookie stops working everywhere, also if someone kept a copy.
+      await deps.redis.set(keys.consoleRevoked(s.nonce), "1", { px: Math.max(1000, s.expiresMs - deps.clock.now()) });
+      deleteCookie(c, SESSION_COOKIE, cookieOptions(deps.config.PUBLIC_URL, 0));
       return c.redirect(LOGIN, 303);
     }),
   )
@@ -245,7 +289,20 @@ export const consolePages = new Hono<ConsoleEnv>()
         const id = c.req.param("voucherId") ?? "";
         const cfg = /^[1-9]\d{0,15}$/.test(id) ? await saleConfig(deps, Number(id)) : null;
         if (!cfg) return c.json(fail("NOT_FOUND", `voucher ${id} is not a seckill voucher`, c.get("requestId")), 404);
+        const nonce = c.get("session").nonce;
+        const open = deps.isolate.consoleStreams;
+        if ((open.get(nonce) ?? 0) >= CONSOLE_STREAMS_PER_SESSION) {
+          c.header("Retry-After", "5");
+          return c.json(fail("RATE_LIMITED", `at most ${CONSOLE_STREAMS_PER_SESSION} live streams per console session`, c.get("requestId")), 429);
+        }
+        open.set(nonce, (open.get(nonce) ?? 0) + 1);
+        const closed = () => {
+          const n = (open.get(nonce) ?? 1) - 1;
+          if (n <= 0) open.delete(nonce);
+          else open.set(nonce, n);
+        };
         return streamSSE(c, async (stream) => {
+          stream.onAbort(closed);
           const until = Date.now() + STREAM_MAX_MS;
           await stream.write("retry: 2000\n\n");
           while (!stream.aborted && !stream.closed && Date.now() < until) {
@@ -257,6 +314,7 @@ export const consolePages = new Hono<ConsoleEnv>()
             }
             await stream.sleep(TICK_MS);
           }
+          if (!stream.aborted) closed();
         });
       },
     ),

@@ -144,6 +144,60 @@ describe("console sign-in", () => {
     expect(res.status).toBe(303);
     expect(res.headers.get("location")).toBe("/console/login");
     expect(res.headers.get("set-cookie")).toMatch(/cityhub_console=;.*Max-Age=0/);
+    // Server-side too: a copy of the cookie kept by someone no longer works, in any isolate.
+    const other = await createTestApp();
+    for (const app of [t, other]) expect((await app.app.request("/console/orders", { headers: { cookie } })).status).toBe(302);
+  });
+
+  test("an operator can sign out every console session at once (POST /admin/console/revoke-sessions)", async () => {
+    const clock = { ms: Date.now(), now: () => clock.ms };
+    const app = await createTestApp({}, { clock });
+    const a = await signIn(app);
+    expect((await app.app.request("/console/orders", { headers: { cookie: a.cookie } })).status).toBe(200);
+    clock.ms += 10;
+    const res = await call(app.app, "POST", "/admin/console/revoke-sessions", { token: `Bearer ${app.deps.config.ADMIN_TOKEN}` });
+    expect(res.body.success).toBe(true);
+    expect((await app.app.request("/console/orders", { headers: { cookie: a.cookie } })).status).toBe(302);
+    // A session issued after the revocation works.
+    clock.ms += 10;
+    const b = await signIn(app);
+    expect((await app.app.request("/console/orders", { headers: { cookie: b.cookie } })).status).toBe(200);
+    // The epoch is global: leave the shared test Redis as other files expect it.
+    await app.deps.redis.del(keys.consoleEpoch());
+  });
+
+  test("console pages carry a Content-Security-Policy that allows only their own scripts", async () => {
+    const { cookie } = await signIn();
+    for (const path of ["/console/login", "/console/ops"]) {
+      const res = await t.app.request(path, { headers: { cookie } });
+      const csp = res.headers.get("content-security-policy") ?? "";
+      expect(csp).toContain("script-src 'self'");
+      expect(csp).toContain("frame-ancestors 'none'");
+      expect(csp).not.toMatch(/script-src[^;]*unsafe-inline/);
+    }
+  });
+
+  test("failed operator sign-ins are limited per address, on the console and on /admin alike", async () => {
+    const app = await createTestApp({ OPERATOR_AUTH_FAILURES: "3", OPERATOR_AUTH_WINDOW_SECONDS: "600" });
+    const ip = `10.77.${Math.floor(Math.random() * 250)}.${1 + Math.floor(Math.random() * 250)}`;
+    const guess = (token: string) => app.app.request("/console/login", { method: "POST", headers: FORM, body: form({ token }) }, { clientIp: ip });
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) statuses.push((await guess(`wrong-${i}`)).status);
+    statuses.push((await call(app.app, "GET", "/admin/cache", { token: "Bearer wrong-again", ip })).status);
+    expect(statuses).toEqual([401, 401, 401, 429]);
+    // Blocked: even the right token from that address waits.
+    const right = await guess(app.deps.config.ADMIN_TOKEN);
+    expect(right.status).toBe(429);
+    expect(Number(right.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    expect((await call(app.app, "GET", "/admin/cache", { token: `Bearer ${app.deps.config.ADMIN_TOKEN}`, ip })).status).toBe(429);
+    // Another address is not affected.
+    expect((await call(app.app, "GET", "/admin/cache", { token: `Bearer ${app.deps.config.ADMIN_TOKEN}`, ip: "10.78.0.1" })).status).toBe(200);
+  });
+
+  test("ADMIN_TOKEN must be at least 32 characters", async () => {
+    const { parseEnv } = await import("../../src/env.ts");
+    expect(() => parseEnv({ ...t.stack.env, ADMIN_TOKEN: "x".repeat(31) })).toThrow(/ADMIN_TOKEN must be at least 32 characters/);
+    expect(() => parseEnv({ ...t.stack.env, ADMIN_TOKEN: "x".repeat(32) })).not.toThrow();
   });
 });
 

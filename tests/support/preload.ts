@@ -30,7 +30,7 @@ if (!globalThis.__cityhubStack) {
       database: "cityhub_test",
       qstashTimeScale: 0.01,
       qstashPollMs: 20,
-      adminToken: "test-admin-token-0123456789",
+      adminToken: "test-admin-token-0123456789abcdefghijklmn",
       qstashKeys: { token: `test_${rand()}`, currentSigningKey: `sig_${rand()}`, nextSigningKey: `sig_${rand()}` },
       publicUrl: `http://127.0.0.1:${await freePort()}`,
     });

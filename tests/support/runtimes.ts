@@ -83,7 +83,7 @@ export async function startPrivateStack(dir: string): Promise<Stack> {
       database: "cityhub_matrix",
       qstashTimeScale: 0.01,
       qstashPollMs: 20,
-      adminToken: `matrix-admin-${rand()}`,
+      adminToken: `matrix-admin-token-${rand()}-${rand()}-${rand()}`,
       qstashKeys: { token: `matrix_${rand()}`, currentSigningKey: `sig_${rand()}`, nextSigningKey: `sig_${rand()}` },
       publicUrl: `http://127.0.0.1:${await freePort()}`,
     }),
