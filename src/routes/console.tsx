@@ -17,6 +17,7 @@ import { type ConsoleSession, issueSession, SESSION_COOKIE, SESSION_TTL_MS, veri
 import { LoginPage, MessagePage, OpsPage, OrdersPage, SalePage, SalesPage, type VoucherRow, VouchersPage } from "../console/views.tsx";
 import { AppError, fail } from "../errors.ts";
 import { checkOperatorAttempt } from "../http/auth.ts";
+import { boundedForm } from "../http/body.ts";
 import { limitAddress } from "../http/client-ip.ts";
 import { doc, type RouteDoc } from "../openapi/describe.ts";
 import { keys } from "../redis/keys.ts";
@@ -102,12 +103,9 @@ function sameOrigin(req: Request, publicUrl: string): boolean {
   return origin === new URL(req.url).origin || origin === new URL(publicUrl).origin;
 }
 
+/** The form of a console post, bounded in bytes and pairs before it is parsed (http/body.ts). */
 async function formOf(req: Request): Promise<FormValues | null> {
-  const type = req.headers.get("content-type") ?? "";
-  if (!type.startsWith("application/x-www-form-urlencoded")) return null;
-  const out: FormValues = {};
-  for (const [k, v] of new URLSearchParams(await req.text())) if (!(k in out)) out[k] = v;
-  return out;
+  return await boundedForm(req);
 }
 
 /** Same origin and the session's CSRF token in `_csrf`; the parsed form is in `c.var.form`. */
@@ -169,6 +167,12 @@ export const consolePages = new Hono<ConsoleEnv>()
     doc(page("sign in with the operator token (sets the HttpOnly, SameSite=Strict session cookie)", { responses: { ...html, 401: { description: "Wrong token" }, 403: { description: "Not same-origin" } } }), async (c) => {
       const deps = c.get("deps");
       if (!sameOrigin(c.req.raw, deps.config.PUBLIC_URL)) return c.html(<LoginPage error="This form was not sent from the console's own pages." />, 403);
+      // An address over its failed sign-ins is refused before its body is even read.
+      const refused = deps.isolate.operatorAttempts.refusedFor(limitAddress(c, deps.config), deps.clock.now());
+      if (refused > 0) {
+        c.header("Retry-After", String(Math.max(1, Math.ceil(refused / 1000))));
+        return c.html(<LoginPage error="Too many failed sign-ins from this address: try again later." />, 429);
+      }
       const form = await formOf(c.req.raw);
       const token = form?.token ?? "";
       try {

@@ -1,9 +1,8 @@
 import { Hono } from "hono";
-import { bodyLimit } from "hono/body-limit";
-import { createMiddleware } from "hono/factory";
 import { z } from "zod";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
+import { multipartBody } from "../http/body.ts";
 import { idempotentUser } from "../http/idempotency.ts";
 import { doc, type RouteDoc, v } from "../openapi/describe.ts";
 import { deleteBlogImage, keyOfName, readBlogImage, saveBlogImage } from "../services/upload.ts";
@@ -16,15 +15,13 @@ export const UPLOAD_PATH = "/api/upload/blog";
 const MULTIPART_OVERHEAD = 16 * 1024;
 
 /** Caps the raw body at UPLOAD_MAX_BYTES + framing before anything parses it. */
-const uploadBodyLimit = createMiddleware<AppEnv>(async (c, next) => {
-  const max = c.get("deps").config.UPLOAD_MAX_BYTES;
-  return await bodyLimit({
-    maxSize: max + MULTIPART_OVERHEAD,
-    onError: () => {
-      throw new AppError("PAYLOAD_TOO_LARGE", `file larger than ${max} bytes`);
-    },
-  })(c, next);
-});
+/** One file plus a few fields: anything with more parts is refused before the parser runs. */
+export const MAX_UPLOAD_PARTS = 8;
+const uploadBodyLimit = multipartBody(
+  (c) => c.get("deps").config.UPLOAD_MAX_BYTES + MULTIPART_OVERHEAD,
+  MAX_UPLOAD_PARTS,
+  (c) => `file larger than ${c.get("deps").config.UPLOAD_MAX_BYTES} bytes`,
+);
 
 const DeleteQuery = z.object({ name: z.string().min(1).max(300) });
 
