@@ -51,6 +51,20 @@ export const DEPENDENCIES: readonly DependencyName[] = ["redis", "mysql", "qstas
 
 export type BreakerStateName = "closed" | "open" | "halfOpen" | "isolated";
 
+/** A deadline's timer this late (and at least half the timeout) means our event loop was starved, ms. */
+const STARVED_MIN_MS = 50;
+
+/** A deadline missed because this isolate's event loop was busy, not because the dependency was slow. */
+export class StarvedDeadline extends Error {
+  constructor(
+    readonly timeoutMs: number,
+    readonly lateMs: number,
+  ) {
+    super(`timed out after ${timeoutMs} ms (the event loop was busy: the timer ran ${Math.round(lateMs)} ms late)`);
+    this.name = "StarvedDeadline";
+  }
+}
+
 /** Why a call to a dependency did not get an answer. */
 export type UnavailableReason = "open" | "timeout" | "failed";
 
@@ -91,6 +105,8 @@ export interface GuardSnapshot {
   rejected: number;
   /** Times the breaker opened. */
   opened: number;
+  /** Of `timeouts`: deadlines missed because this isolate's event loop was busy (not counted as failures). */
+  starved: number;
   /** Epoch ms of the last opening, or null. */
   lastOpenedAt: number | null;
   /** The last failure's message, or null. */
@@ -126,7 +142,7 @@ export interface GuardOptions {
 /** One dependency's timeout + breaker in one isolate. */
 export class Guard {
   private policies: Policies | undefined;
-  private readonly counters = { calls: 0, failures: 0, timeouts: 0, rejected: 0, opened: 0 };
+  private readonly counters = { calls: 0, failures: 0, timeouts: 0, rejected: 0, opened: 0, starved: 0 };
   private lastOpenedAt: number | null = null;
   private lastFailure: string | null = null;
   private readonly now: () => number;
@@ -141,7 +157,7 @@ export class Guard {
   private build(lib: Cockatiel): Policies {
     const isFailure = this.opts.isFailure ?? (() => true);
     // TaskCancelledError is the timeout's own: always a failure.
-    const handled = lib.handleWhen((err) => err instanceof lib.TaskCancelledError || isFailure(err));
+    const handled = lib.handleWhen((err) => !(err instanceof StarvedDeadline) && (err instanceof lib.TaskCancelledError || isFailure(err)));
     const breaker = lib.circuitBreaker(handled, { halfOpenAfter: this.opts.halfOpenAfterMs, breaker: new lib.ConsecutiveBreaker(this.opts.threshold) });
     breaker.onBreak(() => {
       this.counters.opened++;
@@ -159,8 +175,15 @@ export class Guard {
    */
   private withDeadline<T>(fn: (signal: AbortSignal) => Promise<T>, ctrl: AbortController, lib: Cockatiel): Promise<T> {
     return new Promise<T>((resolve, reject) => {
+      const due = performance.now() + this.opts.timeoutMs;
       const timer = setTimeout(() => {
-        reject(new lib.TaskCancelledError(`timed out after ${this.opts.timeoutMs} ms`));
+        // Our own event loop was starved (a CPU-heavy request, a GC pause) if the timer itself ran
+        // far past its time: the dependency may well have answered and its reply wait behind us.
+        // That is still a timeout for this caller, but not the dependency failing: the breaker
+        // does not count it (issue 16: a flood of heavy bodies opened the Redis breaker).
+        const late = performance.now() - due;
+        const starved = late > Math.max(STARVED_MIN_MS, this.opts.timeoutMs / 2);
+        reject(starved ? new StarvedDeadline(this.opts.timeoutMs, late) : new lib.TaskCancelledError(`timed out after ${this.opts.timeoutMs} ms`));
         ctrl.abort();
       }, this.opts.timeoutMs);
       fn(ctrl.signal).then(
@@ -239,6 +262,12 @@ export class Guard {
       if (err instanceof p.lib.BrokenCircuitError || err instanceof p.lib.IsolatedCircuitError) {
         this.counters.rejected++;
         throw this.unavailable();
+      }
+      if (err instanceof StarvedDeadline) {
+        // Not a dependency failure: the breaker's policy does not handle it (isFailure below).
+        this.counters.timeouts++;
+        this.counters.starved++;
+        throw new DependencyUnavailableError(this.name, "timeout", this.retryAfterMs(), err);
       }
       if (err instanceof p.lib.TaskCancelledError) {
         this.counters.failures++;

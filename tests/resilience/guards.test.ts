@@ -176,3 +176,39 @@ describe("half-open", () => {
     expect(await guard.run(async () => "fine")).toBe("fine");
   });
 });
+
+describe("our own stall is not the dependency failing (issue 16 item 1)", () => {
+  /** Burns the event loop for `ms` (a CPU-heavy request), synchronously. */
+  const burn = (ms: number) => {
+    const end = performance.now() + ms;
+    while (performance.now() < end) {
+      /* busy */
+    }
+  };
+
+  test("a deadline missed because the event loop was busy times the caller out but does not count against Redis; a slow Redis does", async () => {
+    const stack = await getStack();
+    const proxy = startFaultProxy(stack.env.UPSTASH_REDIS_REST_URL as string);
+    try {
+      const t = await createTestApp({ UPSTASH_REDIS_REST_URL: proxy.url, REDIS_TIMEOUT_MS: "100", BREAKER_THRESHOLD: "1", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
+      await t.deps.redis.get("guard-test:warm");
+      proxy.set({ kind: "delay", ms: 1_000 });
+      // Starved: the call is in flight while this isolate burns 500 ms; its 100 ms timer runs 400 ms late.
+      const seen = proxy.seen;
+      const starved = t.deps.redis.get("guard-test:starved");
+      // Once the request is out (its deadline timer running), burn the loop past the deadline.
+      await eventually("the request reached the proxy", async () => proxy.seen > seen, 5_000, 1);
+      burn(500);
+      const r = await elapsed(() => starved);
+      expect(r.error).toBeInstanceOf(DependencyUnavailableError);
+      const s = t.deps.isolate.resilience.redis.snapshot();
+      expect({ state: s.state, failures: s.failures, starved: s.starved }).toEqual({ state: "closed", failures: 0, starved: 1 });
+      // Contrast: Redis itself slow, the loop idle — a failure, and with threshold 1 the breaker opens.
+      const slow = await elapsed(() => t.deps.redis.get("guard-test:slow"));
+      expect((slow.error as DependencyUnavailableError).reason).toBe("timeout");
+      expect(t.deps.isolate.resilience.redis.snapshot()).toMatchObject({ state: "open", failures: 1 });
+    } finally {
+      await proxy.stop();
+    }
+  });
+});
