@@ -124,6 +124,20 @@ describe("batched order pipeline", () => {
     expect(await writeGroup(t.deps, all)).toMatchObject({ created: 0, existed: stock });
   });
 
+  test("an order id whose row belongs to another reservation is not acknowledged as this one (a collision never drops an order silently)", async () => {
+    const { t } = await tappedApp();
+    const { shopId, voucherId } = await createSeckill(t, { stock: 5 });
+    await reserveMany(t, voucherId, 2);
+    const [mine, other] = (await outbox(t, shopId)) as [Reservation, Reservation];
+    // Someone else's order already holds `mine`'s id (a collision the id scheme rules out, stated as a test).
+    await t.deps.db.execute("INSERT INTO tb_voucher_order (id, user_id, voucher_id, status, create_time) VALUES (?, ?, ?, 1, NOW())", [BigInt(mine.orderId), mine.userId + 1, voucherId]);
+    const res = await writeGroup(t.deps, [mine, other]);
+    expect(res.refused).toEqual([mine.orderId]);
+    expect(res.written).toEqual([other.orderId]);
+    // Its replay of the same reservation (same user and voucher) is still exactly-once and acknowledged.
+    expect(await writeGroup(t.deps, [other])).toMatchObject({ created: 0, existed: 1, written: [other.orderId], refused: [] });
+  });
+
   test("a claimed group is not handed to a second writer until its lease runs out, and a failed write hands it back at once", async () => {
     const { t } = await tappedApp();
     const { shopId, voucherId } = await createSeckill(t, { stock: 20 });

@@ -85,12 +85,33 @@ export async function writeGroup(deps: Deps, rs: readonly Reservation[]): Promis
       );
       out.created += created;
       out.existed += list.length - created;
-      for (const r of list) out.written.push(r.orderId);
+      // Rows that already existed: the same reservations written before (redelivery, a re-claimed
+      // group) — or, if an id ever collided, someone else's order, which must not be acknowledged
+      // as this one (its buyer would silently hold nothing). One SELECT, only on this path.
+      const foreign = created < list.length ? await foreignRows(deps, list) : new Set<string>();
+      for (const r of list) (foreign.has(r.orderId) ? out.refused : out.written).push(r.orderId);
+      if (foreign.size > 0) deps.log.error("order id collision: a row with this id belongs to another reservation; the entry stays in the outbox", { voucherId, orderIds: [...foreign] });
     } catch (err) {
       if (!(err instanceof OversellError)) throw err;
       deps.log.error("oversell refused: reservations stay in the outbox", { voucherId, orders: list.length, err });
       for (const r of list) out.refused.push(r.orderId);
     }
+  }
+  return out;
+}
+
+/** Ids of `rs` whose MySQL row is another user's or another voucher's. */
+async function foreignRows(deps: Deps, rs: readonly Reservation[]): Promise<Set<string>> {
+  const rows = (await deps.db.execute(`SELECT id, user_id, voucher_id FROM tb_voucher_order WHERE id IN (${rs.map(() => "?").join(", ")})`, rs.map((r) => BigInt(r.orderId)))).rows as {
+    id: string | number;
+    user_id: string | number;
+    voucher_id: string | number;
+  }[];
+  const byId = new Map(rows.map((row) => [String(row.id), row]));
+  const out = new Set<string>();
+  for (const r of rs) {
+    const row = byId.get(r.orderId);
+    if (row && (Number(row.user_id) !== r.userId || Number(row.voucher_id) !== r.voucherId)) out.add(r.orderId);
   }
   return out;
 }
