@@ -278,6 +278,39 @@ describe("drain windows", () => {
     return clock;
   }
 
+  test("the drain window is the one the outbox entry landed in, not the clock read before the reservation's awaits", async () => {
+    const faults = new Faults().on("queue.batchJSON", "tap");
+    const clock = stoppableClock();
+    const t = await createTestApp({ ...ENV, ORDER_WINDOW_GRACE_MS: "100" }, { clock, wrap: (deps) => faults.wrap(deps) });
+    const { shopId, voucherId } = await createSeckill(t, { stock: 10 });
+    const w = Math.floor(Date.now() / 1000) + 1;
+    // The reservation starts 500 ms into window w; its awaits (config, admission, id, the script)
+    // take it 900 ms further, into w + 1, before the entry lands.
+    clock.frozen = w * 1000 + 500;
+    // The reservation script's round trip is where the time passes (the clock moves when it returns).
+    const batch = t.deps.isolate.reserveBatch;
+    const slowScript = (deps: Deps): Deps => ({
+      ...deps,
+      isolate: {
+        ...deps.isolate,
+        reserveBatch: Object.assign(Object.create(batch) as typeof batch, {
+          exec: async (...args: Parameters<typeof batch.exec>) => {
+            const out = await batch.exec(...args);
+            clock.frozen = (clock.frozen as number) + 900;
+            return out;
+          },
+        }),
+      },
+    });
+    const res = await reserve(slowScript(t.deps), { voucherId, userId: 7, ip: "10.0.0.1" });
+    expect(res.ok).toBe(true);
+    await t.settle();
+    const ids = (faults.tapped.get("queue.batchJSON") ?? []).flatMap((args) => args[0] as Message[]).map((m) => m.deduplicationId);
+    // Window w was (or will be) drained before this entry existed: w + 1 is the one announced.
+    expect(ids).toContain(`drain-s${shopId}-w${w + 1}`);
+    expect(ids).not.toContain(`drain-s${shopId}-w${w}`);
+  });
+
   test("a reservation in the last ORDER_WINDOW_GRACE_MS of its window also announces the next window; one earlier in the window does not", async () => {
     const faults = new Faults().on("queue.batchJSON", "tap");
     const clock = stoppableClock();

@@ -80,10 +80,14 @@ export class OrderGroups {
     let entries = this.pendingIndex.get(hour);
     if (!entries) this.pendingIndex.set(hour, (entries = new Map()));
     entries.set(r.orderId, r.shopId);
-    const window = Math.floor(r.reservedAt / DRAIN_WINDOW_MS);
+    // The window of when the entry *landed* (now: the script has returned), not of `reservedAt`,
+    // which was read before the config load, the admission lease and the id draw: a reservation
+    // whose awaits crossed a window boundary was announced for a window already drained.
+    const landed = Math.max(r.reservedAt, deps.clock.now());
+    const window = Math.floor(landed / DRAIN_WINDOW_MS);
     // In the window's last ORDER_WINDOW_GRACE_MS, the next window too (see env.ts): its drain is
     // delivered a whole window after this entry exists, whatever happened to this window's id.
-    const late = Math.floor((r.reservedAt + deps.config.ORDER_WINDOW_GRACE_MS) / DRAIN_WINDOW_MS);
+    const late = Math.floor((landed + deps.config.ORDER_WINDOW_GRACE_MS) / DRAIN_WINDOW_MS);
     for (const w of late > window ? [window, late] : [window]) {
       if ((this.drainedWindow.get(r.shopId) ?? -1) >= w) continue;
       const pending = this.pendingDrains.get(r.shopId);
