@@ -141,7 +141,7 @@ export class CacheModule<K extends string | number, V, P = never> {
   readonly policy: CachePolicy;
   /** Counters since this isolate started (metrics.ts flushes deltas to Redis). */
   readonly counters: CacheCounters = emptyCounters();
-  private readonly l1: LRUCache<string, L1Entry<V, P>>;
+  private readonly l1: SplitL1<L1Entry<V, P>>;
   private readonly inflight = new Map<string, Promise<V | null>>();
   /** logical: keys whose background rebuild this isolate already started. */
   private readonly rebuilding = new Set<string>();
@@ -180,7 +180,10 @@ export class CacheModule<K extends string | number, V, P = never> {
     this.hotWindowMs = hot ? hot.rule.windowMs : Number.POSITIVE_INFINITY;
     // L1 keeps entries past their freshness (ttl = 10× plus a floor) so a MySQL outage can still
     // be answered with the last value this isolate saw; `freshUntil` decides what is fresh.
-    this.l1 = new LRUCache<string, L1Entry<V, P>>({ max: this.policy.l1Max, ttl: Math.max(this.policy.l1TtlMs * 10, 60_000), ttlAutopurge: false });
+    this.l1 = new SplitL1<L1Entry<V, P>>(
+      new LRUCache<string, L1Entry<V, P>>({ max: this.policy.l1Max, ttl: Math.max(this.policy.l1TtlMs * 10, 60_000), ttlAutopurge: false }),
+      new LRUCache<string, L1Entry<V, P>>({ max: NULL_L1_MAX, ttl: Math.max(this.policy.l1TtlMs * 10, 60_000), ttlAutopurge: false }),
+    );
   }
 
   l2Key(key: K): string {
@@ -606,4 +609,50 @@ export class CacheModule<K extends string | number, V, P = never> {
 
 export function createCacheModule<K extends string | number, V, P = never>(def: CacheModuleDef<K, V, P>, now: () => number = Date.now, hot?: HotKeys): CacheModule<K, V, P> {
   return new CacheModule(def, now, hot);
+}
+
+/** Known-missing keys one module's L1 remembers, apart from its values. */
+export const NULL_L1_MAX = 1_000;
+
+/**
+ * A module's L1 in two LRUs: values, and known-missing keys (`value === null`). A caller probing
+ * random ids (issue 16: unknown shop and voucher ids) fills only the second, so it can never evict
+ * a live entry — a sale's config, a hot shop — from the first. The interface is the slice of
+ * LRUCache the module uses; a key lives in at most one of the two.
+ */
+class SplitL1<E extends { value: unknown }> {
+  constructor(
+    private readonly live: LRUCache<string, E>,
+    private readonly missing: LRUCache<string, E>,
+  ) {}
+  get(id: string): E | undefined {
+    return this.live.get(id) ?? this.missing.get(id);
+  }
+  peek(id: string): E | undefined {
+    return this.live.peek(id) ?? this.missing.peek(id);
+  }
+  has(id: string): boolean {
+    return this.live.has(id) || this.missing.has(id);
+  }
+  set(id: string, e: E): void {
+    if (e.value === null) {
+      this.live.delete(id);
+      this.missing.set(id, e);
+    } else {
+      this.missing.delete(id);
+      this.live.set(id, e);
+    }
+  }
+  delete(id: string): void {
+    this.live.delete(id);
+    this.missing.delete(id);
+  }
+  clear(): void {
+    this.live.clear();
+    this.missing.clear();
+  }
+  /** Entries held (values and known-missing). */
+  get size(): number {
+    return this.live.size + this.missing.size;
+  }
 }

@@ -6,6 +6,7 @@
 import { z } from "zod";
 import type { Deps } from "../deps.ts";
 import { refreshVoucherList, saleWindow } from "../routes/voucher.ts";
+import { cachesFor } from "../cache/modules.ts";
 import { CampaignRuleConflict, createSeckillVoucher } from "../services/seckill/config.ts";
 import { CampaignId, checkRules, type PurchaseRule, type RuleScope } from "../services/seckill/rules.ts";
 import { insertVoucher, shopExists } from "../services/shops.ts";
@@ -150,6 +151,8 @@ export async function submitSeckill(deps: Deps, values: FormValues): Promise<For
     if (err instanceof CampaignRuleConflict) return { ok: false, errors: { campaign: err.message } };
     throw err;
   }
+  // Over any cached "not found" of this id (see routes/voucher.ts).
+  await cachesFor(deps).seckill.set(deps, cfg.voucherId, cfg);
   await refreshVoucherList(deps, body.shopId);
   return { ok: true, voucherId: cfg.voucherId };
 }

@@ -119,6 +119,9 @@ export const voucher = new Hono<AppEnv>()
       if (err instanceof CampaignRuleConflict) throw new AppError("INVALID_INPUT", `purchaseRules: ${err.message}`);
       throw err;
     }
+    // Over any "not found" a buyer's early probe of this id left in the cache: at once here, in
+    // L2, and in other isolates' L1 through the write log (cache/hot.ts).
+    await cachesFor(deps).seckill.set(deps, cfg.voucherId, cfg);
     await refreshVoucherList(deps, body.shopId);
     return c.json(ok(cfg.voucherId));
   });

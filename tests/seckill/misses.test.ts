@@ -1,0 +1,50 @@
+/**
+ * Misses that are cheap (issue 16 item 5, in part): probing voucher ids that do not exist can
+ * neither push a live sale's config out of the isolate nor make a sale created right after the
+ * probe answer NOT_FOUND to its first buyers.
+ */
+import { expect, test } from "bun:test";
+import { cachesFor } from "../../src/cache/modules.ts";
+import { call } from "../support/http.ts";
+import { createSeckill, sessionsFor, userIds } from "../support/seckill.ts";
+import { createTestApp } from "../support/stack.ts";
+
+const ENV = { SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", SOLD_OUT_MEMO_MS: "0" };
+
+test("a voucher created after its id was probed sells to its first buyer (the creation overwrites the cached NOT_FOUND)", async () => {
+  const t = await createTestApp(ENV);
+  const first = await createSeckill(t, { stock: 5 });
+  const [token, probe] = (await sessionsFor(t, userIds(2))) as [string, string];
+  // A buyer (or a scraper) tries the next id before the sale exists: NOT_FOUND, cached.
+  const next = first.voucherId + 1;
+  expect((await call(t.app, "POST", `/api/voucher-order/seckill/${next}`, { token: probe })).body.code).toBe("NOT_FOUND");
+  const created = await createSeckill(t, { stock: 5, shopId: first.shopId });
+  expect(created.voucherId).toBe(next);
+  const res = await call<string>(t.app, "POST", `/api/voucher-order/seckill/${next}`, { token });
+  expect(res.body.success).toBe(true);
+  // Another isolate that cached the NOT_FOUND in L2 reads the config too (L2 overwritten).
+  const other = await createTestApp(ENV);
+  expect(await cachesFor(other.deps).seckill.get(other.deps, next)).toMatchObject({ voucherId: next });
+  await t.settle();
+});
+
+test("probing thousands of unknown voucher ids never evicts a live sale's config from the isolate", async () => {
+  const t = await createTestApp(ENV, {});
+  const live = await createSeckill(t, { stock: 50 });
+  const tokens = await sessionsFor(t, userIds(2));
+  expect((await call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { token: tokens[0] })).body.success).toBe(true);
+  const seckill = cachesFor(t.deps).seckill;
+  const origin = seckill.counters.originLoads;
+  // More unknown ids than the module's L1 holds (policy.l1Max).
+  const probes = seckill.policy.l1Max + 500;
+  for (let i = 0; i < probes; i += 250) {
+    await Promise.all(Array.from({ length: Math.min(250, probes - i) }, (_, k) => seckill.get(t.deps, 900_000_000 + i + k)));
+  }
+  const loadsForProbes = seckill.counters.originLoads - origin;
+  expect(loadsForProbes).toBeGreaterThan(0);
+  // The live config is still in L1: the next attempt reads neither Redis nor MySQL for it.
+  const before = { ...seckill.counters };
+  expect((await call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { token: tokens[1] })).body.success).toBe(true);
+  expect({ l1: seckill.counters.l1Hits - before.l1Hits, l2: seckill.counters.l2Hits - before.l2Hits, origin: seckill.counters.originLoads - before.originLoads }).toEqual({ l1: 1, l2: 0, origin: 0 });
+  await t.settle();
+});
