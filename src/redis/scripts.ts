@@ -18,6 +18,7 @@ import releaseStockSrc from "../../lua/release-stock.lua" with { type: "text" };
 import releaseStockManySrc from "../../lua/release-stock-many.lua" with { type: "text" };
 import reconcileBuyersSrc from "../../lua/reconcile-buyers.lua" with { type: "text" };
 import reloadSeckillSrc from "../../lua/reload-seckill.lua" with { type: "text" };
+import markReleasedSrc from "../../lua/mark-released.lua" with { type: "text" };
 import reserveFenceSrc from "../../lua/reserve-fence.lua" with { type: "text" };
 import reserveStockSrc from "../../lua/reserve-stock.lua" with { type: "text" };
 import seckillAdmissionSrc from "../../lua/seckill-admission.lua" with { type: "text" };
@@ -37,6 +38,7 @@ export const luaSources = {
   blogLikeToggle: blogLikeToggleSrc,
   reserveStock: reserveStockSrc,
   reserveFence: reserveFenceSrc,
+  markReleased: markReleasedSrc,
   releaseStock: releaseStockSrc,
   resetStock: resetStockSrc,
   claimOutbox: claimOutboxSrc,
@@ -87,6 +89,7 @@ export function createScripts(redis: Redis) {
     /** {code, a, b}: see lua/reserve-stock.lua. */
     reserveStock: redis.createScript<[number, number, number]>(luaSources.reserveStock),
     reserveFence: redis.createScript<number>(luaSources.reserveFence),
+    markReleased: redis.createScript<number>(luaSources.markReleased),
     releaseStock: redis.createScript<number>(luaSources.releaseStock),
     /** {before, after} summed stock. */
     resetStock: redis.createScript<[number, number]>(luaSources.resetStock),

@@ -318,6 +318,31 @@ describe("purchase rules: releases and reloads", () => {
     await t.settle();
   });
 
+  test("reconcile's 'mark released' repair also gives back the daily shop counter, once", async () => {
+    const t = await createTestApp(ENV);
+    const a = await createSeckill(t, { stock: 5, shopDailyLimit: 1 });
+    const b = await createSeckill(t, { stock: 5, shopId: a.shopId, shopDailyLimit: 1 });
+    const [w] = userIds(1) as [number];
+    const ip = "10.0.0.8";
+    const res = await reserve(t.deps, { voucherId: a.voucherId, userId: w, ip });
+    if (!res.ok) throw new Error("reservation refused");
+    await t.settle();
+    const r = await findReservation(t.deps, res.orderId);
+    if (!r) throw new Error("reservation not in the outbox");
+    await writeOrder(t.deps, r);
+    // Closed in MySQL a while ago; the close died before its release, and the buyer was lost from Redis.
+    await t.deps.db.execute("UPDATE tb_voucher_order SET status = 4, update_time = NOW() - INTERVAL 2 MINUTE WHERE id = ?", [BigInt(res.orderId)]);
+    await t.deps.db.execute("UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = ?", [a.voucherId]);
+    await t.deps.redis.srem(keys.seckill.buyers(a.shopId, a.voucherId), String(w));
+    expect(await reserve(t.deps, { voucherId: b.voucherId, userId: w, ip })).toMatchObject({ reason: "LIMIT_REACHED" });
+    await reconcile(t.deps, Date.now());
+    await reconcile(t.deps, Date.now()); // a second pass gives nothing back twice
+    const day = keys.seckill.daily(a.shopId, w, serviceDay(r.reservedAt, t.deps.config.SERVICE_TIME_ZONE));
+    expect(Number((await t.deps.redis.get(day)) ?? 0)).toBe(0);
+    expect((await reserve(t.deps, { voucherId: b.voucherId, userId: w, ip })).ok).toBe(true);
+    await t.settle();
+  });
+
   test("rules survive a Redis reload: the vouchers' keys, rule logs and cached config deleted, reconcile reloads them from MySQL with the holders' logs and the rules still hold", async () => {
     const t = await createTestApp(ENV);
     const a = await cfgOf(t, (await createSeckill(t, { stock: 5, purchaseRules: [shopRule(1, 7)] })).voucherId);

@@ -34,6 +34,7 @@ import { withLockRetry } from "./mysql-retry.ts";
 import { releaseInRedis } from "./orders.ts";
 import { reloadArgs, type SeckillConfig } from "./config.ts";
 import { registeredSeckills } from "./registry.ts";
+import { serviceDay } from "./reserve.ts";
 import { ruleKeys } from "./rules.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 
@@ -237,13 +238,15 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
       if (buyersAtS1.has(o.userId) && !other) {
         if (await releaseInRedis(deps, { orderId: o.id, userId: Number(o.userId), voucherId, reservedAt: o.reservedAt })) released++;
       } else {
-        // The order is cancelled either way, so it leaves its purchase-rule logs too (ZREM by
-        // order id: idempotent), in the same atomic step as the mark, so a crash cannot leave
-        // it marked released while still holding quota.
-        const tx = deps.redis.multi();
-        tx.sadd(releasedKey, o.id);
-        for (const log of ruleKeys(cfg, Number(o.userId))) tx.zrem(log, o.id);
-        const [added] = await tx.exec<[number, ...number[]]>();
+        // The order is cancelled either way, so it gives back its quotas — its purchase-rule log
+        // entries and its daily shop counter (issue 16: the counter was kept) — in the same atomic,
+        // once-only step as the mark, so a crash cannot leave it marked released while still
+        // holding quota (lua/mark-released.lua).
+        const day = serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE);
+        const added = await scripts.markReleased.exec(
+          [releasedKey, keys.seckill.daily(shopId, Number(o.userId), day), ...ruleKeys(cfg, Number(o.userId))],
+          [o.id, cfg.dailyLimit > 0 ? "1" : "0"],
+        );
         if (added === 1) marked++;
       }
     }
