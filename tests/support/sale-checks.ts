@@ -8,6 +8,7 @@
  * They rely only on the public contract of the order pipeline (HTTP API, outbox hash, MySQL
  * tables, Redis stock and buyers keys, reconcile's report), not on how orders travel.
  */
+import { expect } from "bun:test";
 import type { Deps } from "../../src/deps.ts";
 import { runCron } from "../../src/jobs/index.ts";
 import { keys } from "../../src/redis/keys.ts";
@@ -189,6 +190,16 @@ export interface OrderFindings {
    * contract allows until the writer has it in MySQL): the id is then in `GET /api/voucher-order/of/me`.
    */
   heldWithoutId: { orderId: string; buyer: Buyer }[];
+}
+
+/** Every acknowledged order in MySQL once with its buyer, no holder told they lack it, and all `units` sold. */
+export function expectEveryOrderOnce(found: OrderFindings, units: number): void {
+  expect(found.missing).toEqual([]);
+  expect(found.wrongUser).toEqual([]);
+  expect(found.duplicateBuyers).toEqual([]);
+  expect(found.unannounced).toEqual([]);
+  expect(found.inactive).toEqual([]);
+  expect(found.rows.length).toBe(units);
 }
 
 /** What MySQL holds for a voucher, against what the buyers were told. */
