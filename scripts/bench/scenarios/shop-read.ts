@@ -263,4 +263,77 @@ const hostile = defineScenario({
   },
 });
 
-export default [hello, appScenario("l1"), appScenario("l2"), appScenario("mysql"), hostile];
+// ------------------------------------------------------------------- form and multipart floods
+
+const FLOOD_LUA = join(import.meta.dir, "../wrk/flood-bodies.lua");
+/** Flooding connections (issue 16 item 1: "20 clients posting 1 MB forms or 78k-part multiparts"). */
+const FLOOD_CONNECTIONS = 20;
+/** Which floods (wrk/flood-bodies.lua KINDS): all by default; BENCH_FLOOD_KINDS=form|multipart to isolate one. */
+const FLOOD_KINDS = process.env.BENCH_FLOOD_KINDS ?? "all";
+
+/**
+ * shop-l1-flood (issue 16 item 1): the L1 read quiet, then while 20 connections post 1 MB forms of
+ * 110,000 pairs to the console's sign-in and 78,000-part multiparts to the upload route as a
+ * signed-in user. Target: p50 under flood ≤ max(3 × quiet, quiet + 10 ms), 0 reads answered 5xx,
+ * no breaker opened (the round fails if the Redis breaker is not closed afterwards).
+ */
+const flood = defineScenario({
+  name: "shop-l1-flood",
+  group: GROUP,
+  description:
+    `GET /api/shop/{id} from L1 (as shop-l1) while ${FLOOD_CONNECTIONS} other wrk connections post, round robin, a 1 MB url-encoded form of 110,000 pairs to POST /console/login and a 78,000-part multipart to POST /api/upload/blog (signed in); ` +
+    "rps/p50/p99 = under flood; \"quiet p50 ms\" = the same round's quiet window; \"p50 ÷ quiet\" and \"p50 − quiet ms\" against the target ≤ max(3 × quiet, quiet + 10 ms); \"flood req/s\" = flood requests answered per second (413/401)",
+  async setup(ctx) {
+    const stack: AppStack = await appStack(ctx);
+    const server = await spawnBunServer({ script: APP_SERVER, env: { MODE: "l1", BENCH_STACK_ENV: JSON.stringify(stack.env) } });
+    const base = `${server.url}/api/shop/`;
+    let token: string;
+    try {
+      await checkShops(base, stack.ids);
+      const { Redis } = await import("@upstash/redis");
+      const { createSession, SessionKeys } = await import("../../../src/services/session.ts");
+      const redis = new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, enableTelemetry: false });
+      token = await createSession(redis, { id: 8_800_001, nickName: "flooder", icon: "" }, 3600, new SessionKeys(stack.env.SESSION_SECRET as string));
+    } catch (e) {
+      await server.stop();
+      throw e;
+    }
+    const read = { kind: "http" as const, url: base, luaScript: ROTATE_IDS_LUA, teardown: async () => {} };
+    const wrkOpts = (durationMs: number) => ({ durationMs, connections: ctx.connections, threads: ctx.threads, tmpDir: ctx.tmpDir });
+    let round = 0;
+    return {
+      kind: "run",
+      async run(opts) {
+        const quiet = await uncountedCpu(() => runWrk(read, wrkOpts(opts.durationMs)));
+        const seconds = Math.max(1, Math.round(opts.durationMs / 1000));
+        assertLoopback(server.url);
+        const attack = execWrk([`-t${ctx.threads}`, `-c${FLOOD_CONNECTIONS}`, `-d${seconds + 1}s`, "--latency", "--timeout", "5s", "-s", FLOOD_LUA, `${server.url}/`, "--", token, FLOOD_KINDS], seconds + 1);
+        await sleep(300);
+        const loaded = await runWrk(read, wrkOpts(opts.durationMs));
+        const h = parseWrkOutput(await attack);
+        // Breaker openings so far on the server (the operator's /health): the target is none.
+        const health = (await (await fetch(`${server.url}/health`, { headers: { authorization: `Bearer ${stack.env.ADMIN_TOKEN}` }, signal: AbortSignal.timeout(5000) })).json()) as { data: { breakers: Record<string, { opened: number }> } };
+        const openings = Object.values(health.data.breakers).reduce((n, b) => n + b.opened, 0);
+        if (!opts.warmup) {
+          ctx.log(
+            `  shop-l1-flood #${++round}: quiet ${formatInt(quiet.rps)} req/s p50 ${quiet.p50Ms.toFixed(2)} ms; under flood ${formatInt(loaded.rps)} req/s p50 ${loaded.p50Ms.toFixed(2)} ms ` +
+              `p99 ${loaded.p99Ms.toFixed(2)} ms; flood side ${formatInt(h.requests)} answers in ${h.durationS.toFixed(1)} s`,
+          );
+        }
+        return {
+          ...loaded,
+          extras: {
+            "quiet p50 ms": quiet.p50Ms,
+            "p50 ÷ quiet": loaded.p50Ms / quiet.p50Ms,
+            "p50 − quiet ms": loaded.p50Ms - quiet.p50Ms,
+            "flood req/s": h.rps,
+            "breaker openings": openings,
+          },
+        };
+      },
+      teardown: server.stop,
+    };
+  },
+});
+
+export default [hello, appScenario("l1"), appScenario("l2"), appScenario("mysql"), hostile, flood];
