@@ -22,6 +22,7 @@ import { SeckillAdmission } from "./services/seckill/admission.ts";
 import { createWriteLimiters, type WriteLimiters } from "./services/upload-limits.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
+import type { PublicHealth } from "./services/health.ts";
 
 export interface Isolate {
   /**
@@ -45,6 +46,8 @@ export interface Isolate {
    * 10,000), counted across isolates by a Redis sliding window.
    */
   operatorAttempts: OperatorAttempts;
+  /** The last anonymous /health answer and when it was probed (routes/health.ts): one small object. */
+  publicHealth: { report: PublicHealth | undefined; at: number };
   /** Live console streams open per console session (nonce → count), at most CONSOLE_STREAMS_PER_SESSION each. */
   consoleStreams: Map<string, number>;
   /**
@@ -141,6 +144,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     loginLimiters: createLoginLimiters(config, ports.redis),
     operatorAttempts: new OperatorAttempts(config, ports.redis),
     consoleStreams: new Map<string, number>(),
+    publicHealth: { report: undefined, at: 0 },
     fastLane: { prepared: 0, me: 0, seckill: 0 },
     seckillLostReplies: { reserved: 0, buyer: 0, fenced: 0 },
     reserveBatch: new ScriptBatcher(luaSources.reserveStock, (redis) => scriptsFor(redis).reserveStock, ports.runtime.sharesIo),

@@ -68,3 +68,21 @@ describe("app skeleton", () => {
     expect(() => parseEnv({ UPSTASH_REDIS_REST_URL: "not a url", ADMIN_TOKEN: "short" })).toThrow(/UPSTASH_REDIS_REST_URL[\s\S]*DATABASE_URL[\s\S]*ADMIN_TOKEN/);
   });
 });
+
+describe("/health costs the caller, not us", () => {
+  test("anonymous /health is probed at most once per second per isolate; operators always probe", async () => {
+    const clock = { ms: Date.now(), now: () => clock.ms };
+    const t = await createTestApp({}, { clock });
+    expect((await t.app.request("/health")).status).toBe(200);
+    const before = t.stack.rest.stats().requests;
+    for (let i = 0; i < 50; i++) expect((await t.app.request("/health")).status).toBe(200);
+    // 50 answers, no PING (at most one background metrics flush of this app rides along).
+    expect(t.stack.rest.stats().requests - before).toBeLessThanOrEqual(1);
+    clock.ms += 1_000;
+    const again = t.stack.rest.stats().requests;
+    await t.app.request("/health");
+    expect(t.stack.rest.stats().requests - again).toBeGreaterThanOrEqual(1);
+    const op = await t.app.request("/health", { headers: { authorization: `Bearer ${t.deps.config.ADMIN_TOKEN}` } });
+    expect(((await op.json()) as { data: { redis: { ok: boolean } } }).data.redis.ok).toBe(true);
+  });
+});
