@@ -309,6 +309,9 @@ export const EnvSchema = z.object({
    * providers hand those out). IPv4 counts per address.
    */
   LIMIT_IPV6_PREFIX: z.coerce.number().int().min(16).max(128).default(64),
+  /** Lookups missing the isolate's memory one address may cause per MISS_WINDOW_MS (http/miss-meter.ts; 0 = off). */
+  MISS_PER_ADDRESS: z.coerce.number().int().min(0).max(1_000_000).default(120),
+  MISS_WINDOW_MS: z.coerce.number().int().min(100).max(3_600_000).default(10_000),
   /** Client addresses one isolate tracks for the listing limit (LRU, ~150 B each). */
   LISTING_IP_MAX: z.coerce.number().int().min(100).max(1_000_000).default(20_000),
   /** Largest accepted image upload, bytes (the multipart body may exceed it by a little framing). */

@@ -12,6 +12,7 @@ import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
 import { ListingLimiter } from "./http/listing-limit.ts";
 import { OperatorAttempts } from "./http/operator-attempts.ts";
+import { MissMeter } from "./http/miss-meter.ts";
 import { IsolateIds } from "./redis/ids.ts";
 import type { Resilience } from "./resilience.ts";
 import type { Runtime } from "./runtime.ts";
@@ -46,6 +47,8 @@ export interface Isolate {
    * 10,000), counted across isolates by a Redis sliding window.
    */
   operatorAttempts: OperatorAttempts;
+  /** Memory misses per client address in the current window (http/miss-meter.ts): LRU of 20,000. */
+  missMeter: MissMeter;
   /** The last anonymous /health answer and when it was probed (routes/health.ts): one small object. */
   publicHealth: { report: PublicHealth | undefined; at: number };
   /** Live console streams open per console session (nonce → count), at most CONSOLE_STREAMS_PER_SESSION each. */
@@ -145,6 +148,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     operatorAttempts: new OperatorAttempts(config, ports.redis),
     consoleStreams: new Map<string, number>(),
     publicHealth: { report: undefined, at: 0 },
+    missMeter: new MissMeter(config),
     fastLane: { prepared: 0, me: 0, seckill: 0 },
     seckillLostReplies: { reserved: 0, buyer: 0, fenced: 0 },
     reserveBatch: new ScriptBatcher(luaSources.reserveStock, (redis) => scriptsFor(redis).reserveStock, ports.runtime.sharesIo),

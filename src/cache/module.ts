@@ -231,6 +231,12 @@ export class CacheModule<K extends string | number, V, P = never> {
   }
 
   /** A fresh L1 hit's prepared response (counted as a hit), or undefined: no load is started. */
+  /** Would a read of `key` be answered from L1 right now? No counter, no recency, no hot-key tick. */
+  inMemory(key: K): boolean {
+    const e = this.l1.peek(String(key));
+    return e !== undefined && e.freshUntil > this.now();
+  }
+
   peekFresh(key: K): P | undefined {
     const id = String(key);
     const cached = this.l1.get(id);

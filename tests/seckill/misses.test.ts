@@ -48,3 +48,34 @@ test("probing thousands of unknown voucher ids never evicts a live sale's config
   expect({ l1: seckill.counters.l1Hits - before.l1Hits, l2: seckill.counters.l2Hits - before.l2Hits, origin: seckill.counters.originLoads - before.originLoads }).toEqual({ l1: 1, l2: 0, origin: 0 });
   await t.settle();
 });
+
+test("not-found lookups are metered per address: past the budget, unknown shop and voucher ids are refused from memory with no Redis command or query", async () => {
+  const t = await createTestApp({ ...ENV, MISS_PER_ADDRESS: "20", MISS_WINDOW_MS: "60000" });
+  const live = await createSeckill(t, { stock: 5 });
+  const [token] = (await sessionsFor(t, userIds(1))) as [string];
+  const ip = `10.91.${Math.floor(Math.random() * 250)}.${1 + Math.floor(Math.random() * 250)}`;
+  for (let i = 0; i < 20; i++) expect((await call(t.app, "GET", `/api/shop/${800_000_000 + i}`, { ip })).body.code).toBe("NOT_FOUND");
+  const redisBefore = t.stack.rest.stats().requests;
+  const dbBefore = t.stack.planetscale.stats().requests;
+  const shop = await call(t.app, "GET", `/api/shop/${800_000_100}`, { ip });
+  expect(shop.status).toBe(429);
+  expect(Number(shop.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+  const voucher = await call(t.app, "POST", `/api/voucher-order/seckill/${900_000_000}`, { ip, token });
+  expect(voucher.status).toBe(429);
+  expect(t.stack.rest.stats().requests - redisBefore).toBeLessThanOrEqual(1); // (one background flush may ride along)
+  expect(t.stack.planetscale.stats().requests - dbBefore).toBe(0);
+  // What the isolate holds is still served to that address, and other addresses are not affected.
+  expect((await call<string>(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { ip, token })).body.success).toBe(true);
+  expect((await call(t.app, "GET", `/api/shop/${800_000_100}`, { ip: "10.92.0.1" })).body.code).toBe("NOT_FOUND");
+  await t.settle();
+});
+
+test("a crowd at a cold isolate for a real sale is never refused by the miss meter (only not-found lookups count)", async () => {
+  const t = await createTestApp({ ...ENV, MISS_PER_ADDRESS: "5" });
+  const live = await createSeckill(t, { stock: 300 });
+  const cold = await createTestApp({ ...ENV, MISS_PER_ADDRESS: "5" });
+  const tokens = await sessionsFor(cold, userIds(200));
+  const res = await Promise.all(tokens.map((token) => call<string>(cold.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { token, ip: "10.93.0.1" })));
+  expect(res.filter((r) => r.body.success).length).toBe(200);
+  await cold.settle();
+});

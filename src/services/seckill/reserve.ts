@@ -126,8 +126,18 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   const now = deps.clock.now();
   const holderKey = `${input.voucherId}:${input.userId}`;
   const remember = (id: string) => holders.set(holderKey, { orderId: id, untilMs: now + holderMemoMs(deps.config) });
-  const cfg = await cachesFor(deps).seckill.get(deps, input.voucherId);
-  if (!cfg) return { ok: false, reason: "NOT_FOUND", message: messages.NOT_FOUND };
+  // A voucher config not in memory is a miss the caller's address pays for (http/miss-meter.ts),
+  // before any I/O: probing unknown voucher ids is refused from memory past the budget.
+  const configs = cachesFor(deps).seckill;
+  if (!configs.inMemory(input.voucherId)) {
+    const wait = deps.isolate.missMeter.refusedFor(input.ip, now);
+    if (wait > 0) return { ok: false, reason: "RATE_LIMITED", message: "too many attempts on unknown vouchers from this address", retryAfterMs: wait };
+  }
+  const cfg = await configs.get(deps, input.voucherId);
+  if (!cfg) {
+    deps.isolate.missMeter.count(input.ip, now);
+    return { ok: false, reason: "NOT_FOUND", message: messages.NOT_FOUND };
+  }
   // Window checks the isolate can answer from the cached config, without Redis.
   if (now < cfg.beginMs) return { ok: false, reason: "NOT_STARTED", message: messages.NOT_STARTED };
   if (now >= cfg.endMs) return { ok: false, reason: "ENDED", message: messages.ENDED };
