@@ -156,6 +156,47 @@ function countOccurrences(haystack: Uint8Array, needle: Uint8Array, stopAfter: n
   return n;
 }
 
+/**
+ * readCapped that also counts `needle` in the stream (across chunk edges: each window is the last
+ * needle − 1 bytes of what came before plus the new chunk, too short to hold a whole earlier match)
+ * and stops — cancelling the rest — with `tooMany()` once more than `maxCount` have passed.
+ */
+async function readCountingCapped(body: ReadableStream<Uint8Array>, max: number, needle: Uint8Array, maxCount: number, tooMany: () => Error): Promise<Uint8Array> {
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  let count = 0;
+  let tail = new Uint8Array(0);
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > max) {
+      reader.cancel().catch(() => {});
+      throw tooLarge(max);
+    }
+    const window = tail.byteLength === 0 ? value : concatBytes(tail, value);
+    count += countOccurrences(window, needle, maxCount - count);
+    if (count > maxCount) {
+      reader.cancel().catch(() => {});
+      throw tooMany();
+    }
+    tail = window.slice(Math.max(0, window.byteLength - (needle.byteLength - 1)));
+    chunks.push(value);
+  }
+  return chunks.length === 1 ? (chunks[0] as Uint8Array) : concatBytes(...chunks);
+}
+
+function concatBytes(...parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out;
+}
+
 const MULTIPART = /^multipart\/form-data\s*;.*?\bboundary=(?:"([^"]{1,70})"|([^\s;]{1,70}))/i;
 
 /**
@@ -176,14 +217,13 @@ export function multipartBody(maxBytes: (c: Context<AppEnv>) => number, maxParts
     if (declared !== null && !(Number(declared) <= max)) throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
     let bytes: Uint8Array;
     try {
-      bytes = await readCapped(raw.body, max);
+      // n delimiters close n − 1 parts (the last one is the closing `--boundary--`): counted as the
+      // body streams in, so a body with too many parts is refused without reading the rest of it.
+      bytes = await readCountingCapped(raw.body, max, new TextEncoder().encode(`--${boundary}`), maxParts + 1, () => new AppError("PAYLOAD_TOO_LARGE", `at most ${maxParts} parts in a multipart body`));
     } catch (err) {
-      if (err instanceof AppError && err.code === "PAYLOAD_TOO_LARGE") throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
+      if (err instanceof AppError && err.code === "PAYLOAD_TOO_LARGE" && err.message.startsWith("body larger")) throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
       throw err;
     }
-    // n delimiters close n − 1 parts (the last one is the closing `--boundary--`).
-    const delimiters = countOccurrences(bytes, new TextEncoder().encode(`--${boundary}`), maxParts + 1);
-    if (delimiters - 1 > maxParts) throw new AppError("PAYLOAD_TOO_LARGE", `at most ${maxParts} parts in a multipart body`);
     const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
     (c.req.bodyCache as { arrayBuffer?: Promise<ArrayBuffer> }).arrayBuffer = Promise.resolve(buffer);
     return await next();

@@ -41,6 +41,17 @@ describe("bounded bodies", () => {
     const res = await t.app.request("/api/upload/blog", { method: "POST", headers: { authorization: user.token, "content-type": `multipart/form-data; boundary=${boundary}` }, body });
     expect(res.status).toBe(413);
     expect(((await res.json()) as { errorMsg: string }).errorMsg).toBe(`at most ${MAX_UPLOAD_PARTS} parts in a multipart body`);
+    // Streamed (no Content-Length): refused once part 9 has passed, the rest never read.
+    let pulled = 0;
+    const stream = new ReadableStream<Uint8Array>({
+      pull(ctl) {
+        if (pulled >= 10_000) return ctl.close();
+        ctl.enqueue(new TextEncoder().encode(part(pulled++)));
+      },
+    });
+    const streamed = await t.app.request("/api/upload/blog", { method: "POST", headers: { authorization: user.token, "content-type": `multipart/form-data; boundary=${boundary}` }, body: stream, duplex: "half" } as RequestInit);
+    expect(streamed.status).toBe(413);
+    expect(pulled).toBeLessThan(100);
     // A body that is not multipart at all: 400.
     expect((await t.app.request("/api/upload/blog", { method: "POST", headers: { authorization: user.token, "content-type": "text/plain" }, body: "x" })).status).toBe(400);
   });
