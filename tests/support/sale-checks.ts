@@ -192,6 +192,17 @@ export interface OrderFindings {
   heldWithoutId: { orderId: string; buyer: Buyer }[];
 }
 
+/** Stock conserved in MySQL and in Redis, and the Redis buyers exactly the users with orders. */
+export function expectStockConserved(st: Awaited<ReturnType<typeof stockFindings>>, units: number): void {
+  expect({
+    mysql: st.mysqlStock + st.active,
+    redis: st.redis.stock + st.redis.buyers,
+    buyersEqualOrders: st.redis.buyers === st.active,
+    stockEqual: st.redis.stock === st.mysqlStock,
+    activeNotInBuyers: st.activeNotInBuyers,
+  }).toEqual({ mysql: units, redis: units, buyersEqualOrders: true, stockEqual: true, activeNotInBuyers: [] });
+}
+
 /** Every acknowledged order in MySQL once with its buyer, no holder told they lack it, and all `units` sold. */
 export function expectEveryOrderOnce(found: OrderFindings, units: number): void {
   expect(found.missing).toEqual([]);

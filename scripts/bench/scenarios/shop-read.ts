@@ -198,6 +198,24 @@ const HOSTILE_LUA = join(import.meta.dir, "../wrk/hostile-bodies.lua");
 const HOSTILE_KINDS = process.env.BENCH_HOSTILE_KINDS ?? "all";
 
 /**
+ * One round of a "read beside an attack" row: the L1 read alone (quiet), then again while `attack`
+ * runs (it starts first and runs one second longer, so the whole read window is under attack).
+ */
+async function quietThenAttacked(
+  read: Parameters<typeof runWrk>[0],
+  wrkOpts: (durationMs: number) => Parameters<typeof runWrk>[1],
+  durationMs: number,
+  attack: (seconds: number) => Promise<string>,
+) {
+  const quiet = await uncountedCpu(() => runWrk(read, wrkOpts(durationMs)));
+  const seconds = Math.max(1, Math.round(durationMs / 1000));
+  const attacking = attack(seconds);
+  await sleep(300);
+  const loaded = await runWrk(read, wrkOpts(durationMs));
+  return { quiet, loaded, h: parseWrkOutput(await attacking) };
+}
+
+/**
  * shop-l1-hostile: per round, the L1 read alone (quiet, --connections wrk connections), then the
  * same read again while a second wrk sends hostile bodies to POST /api/user/login on the same
  * server. Reported rps/p50/p99 are the read's under attack; "quiet p50 ms" and "p50 ÷ quiet"
@@ -234,14 +252,10 @@ const hostile = defineScenario({
     return {
       kind: "run",
       async run(opts) {
-        const quiet = await uncountedCpu(() => runWrk(read, wrkOpts(opts.durationMs)));
-        const seconds = Math.max(1, Math.round(opts.durationMs / 1000));
         assertLoopback(login);
-        // The hostile side starts first and runs one second longer, so the whole read window is under attack.
-        const attack = execWrk([`-t${ctx.threads}`, `-c${HOSTILE_CONNECTIONS}`, `-d${seconds + 1}s`, "--latency", "--timeout", "5s", "-s", HOSTILE_LUA, login, "--", HOSTILE_KINDS], seconds + 1);
-        await sleep(300);
-        const loaded = await runWrk(read, wrkOpts(opts.durationMs));
-        const h = parseWrkOutput(await attack);
+        const { quiet, loaded, h } = await quietThenAttacked(read, wrkOpts, opts.durationMs, (seconds) =>
+          execWrk([`-t${ctx.threads}`, `-c${HOSTILE_CONNECTIONS}`, `-d${seconds + 1}s`, "--latency", "--timeout", "5s", "-s", HOSTILE_LUA, login, "--", HOSTILE_KINDS], seconds + 1),
+        );
         if (!opts.warmup) {
           ctx.log(
             `  shop-l1-hostile #${++round}: quiet ${formatInt(quiet.rps)} req/s p50 ${quiet.p50Ms.toFixed(2)} ms; under attack ${formatInt(loaded.rps)} req/s p50 ${loaded.p50Ms.toFixed(2)} ms ` +
@@ -304,13 +318,10 @@ const flood = defineScenario({
     return {
       kind: "run",
       async run(opts) {
-        const quiet = await uncountedCpu(() => runWrk(read, wrkOpts(opts.durationMs)));
-        const seconds = Math.max(1, Math.round(opts.durationMs / 1000));
         assertLoopback(server.url);
-        const attack = execWrk([`-t${ctx.threads}`, `-c${FLOOD_CONNECTIONS}`, `-d${seconds + 1}s`, "--latency", "--timeout", "5s", "-s", FLOOD_LUA, `${server.url}/`, "--", token, FLOOD_KINDS], seconds + 1);
-        await sleep(300);
-        const loaded = await runWrk(read, wrkOpts(opts.durationMs));
-        const h = parseWrkOutput(await attack);
+        const { quiet, loaded, h } = await quietThenAttacked(read, wrkOpts, opts.durationMs, (seconds) =>
+          execWrk([`-t${ctx.threads}`, `-c${FLOOD_CONNECTIONS}`, `-d${seconds + 1}s`, "--latency", "--timeout", "5s", "-s", FLOOD_LUA, `${server.url}/`, "--", token, FLOOD_KINDS], seconds + 1),
+        );
         // Breaker openings so far on the server (the operator's /health): the target is none.
         const health = (await (await fetch(`${server.url}/health`, { headers: { authorization: `Bearer ${stack.env.ADMIN_TOKEN}` }, signal: AbortSignal.timeout(5000) })).json()) as { data: { breakers: Record<string, { opened: number }> } };
         const openings = Object.values(health.data.breakers).reduce((n, b) => n + b.opened, 0);
