@@ -43,8 +43,13 @@ export function startFaultProxy(target: string): FaultProxy {
       seen++;
       const m = mode;
       const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
-      const text = body === undefined ? "" : new TextDecoder().decode(body);
-      const matches = (match: string | string[] | undefined) => match === undefined || (typeof match === "string" ? [match] : match).some((m) => text.includes(m));
+      // Decoded only when a mode names what it matches (pass mode, bench and most tests, decode nothing).
+      let text: string | undefined;
+      const matches = (match: string | string[] | undefined) => {
+        if (match === undefined) return true;
+        const haystack = (text ??= body === undefined ? "" : new TextDecoder().decode(body));
+        return (typeof match === "string" ? [match] : match).some((x) => haystack.includes(x));
+      };
       if (m.kind === "fail" && matches(m.match)) return new Response("502 Bad Gateway", { status: 502, headers: { "content-type": "text/plain" } });
       const holdReply = m.kind === "replyDelay" && matches(m.match);
       if (m.kind === "delay" && matches(m.match)) {

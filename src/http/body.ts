@@ -34,34 +34,6 @@ function tooLarge(max: number): AppError {
 }
 
 /**
- * Reads at most `max` bytes of `body`; throws 413 as soon as more arrive (the rest is never pulled:
- * the stream is cancelled).
- */
-export async function readCapped(body: ReadableStream<Uint8Array>, max: number): Promise<Uint8Array> {
-  const reader = body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > max) {
-      reader.cancel().catch(() => {});
-      throw tooLarge(max);
-    }
-    chunks.push(value);
-  }
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out;
-}
-
-/**
  * Index of the first point where `text` nests arrays/objects deeper than `max`, or -1. A linear
  * scan that skips string contents (and their escapes); it does not validate JSON, `JSON.parse` does.
  */
@@ -157,15 +129,17 @@ function countOccurrences(haystack: Uint8Array, needle: Uint8Array, stopAfter: n
 }
 
 /**
- * readCapped that also counts `needle` in the stream (across chunk edges: each window is the last
- * needle − 1 bytes of what came before plus the new chunk, too short to hold a whole earlier match)
- * and stops — cancelling the rest — with `tooMany()` once more than `maxCount` have passed.
+ * Reads at most `max` bytes of `body`; throws 413 as soon as more arrive (the rest is never pulled:
+ * the stream is cancelled). Optionally counts `count.needle` in the stream as it passes (across chunk
+ * edges: each window is the last needle − 1 bytes of what came before plus the new chunk, too short
+ * to hold a whole earlier match) and stopping — cancelling the rest — with `count.tooMany()` once
+ * more than `count.max` have passed.
  */
-async function readCountingCapped(body: ReadableStream<Uint8Array>, max: number, needle: Uint8Array, maxCount: number, tooMany: () => Error): Promise<Uint8Array> {
+export async function readCapped(body: ReadableStream<Uint8Array>, max: number, count?: { needle: Uint8Array; max: number; tooMany: () => Error }): Promise<Uint8Array> {
   const reader = body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
-  let count = 0;
+  let seen = 0;
   let tail = new Uint8Array(0);
   for (;;) {
     const { done, value } = await reader.read();
@@ -175,13 +149,15 @@ async function readCountingCapped(body: ReadableStream<Uint8Array>, max: number,
       reader.cancel().catch(() => {});
       throw tooLarge(max);
     }
-    const window = tail.byteLength === 0 ? value : concatBytes(tail, value);
-    count += countOccurrences(window, needle, maxCount - count);
-    if (count > maxCount) {
-      reader.cancel().catch(() => {});
-      throw tooMany();
+    if (count) {
+      const window = tail.byteLength === 0 ? value : concatBytes(tail, value);
+      seen += countOccurrences(window, count.needle, count.max - seen);
+      if (seen > count.max) {
+        reader.cancel().catch(() => {});
+        throw count.tooMany();
+      }
+      tail = window.slice(Math.max(0, window.byteLength - (count.needle.byteLength - 1)));
     }
-    tail = window.slice(Math.max(0, window.byteLength - (needle.byteLength - 1)));
     chunks.push(value);
   }
   return chunks.length === 1 ? (chunks[0] as Uint8Array) : concatBytes(...chunks);
@@ -219,7 +195,11 @@ export function multipartBody(maxBytes: (c: Context<AppEnv>) => number, maxParts
     try {
       // n delimiters close n − 1 parts (the last one is the closing `--boundary--`): counted as the
       // body streams in, so a body with too many parts is refused without reading the rest of it.
-      bytes = await readCountingCapped(raw.body, max, new TextEncoder().encode(`--${boundary}`), maxParts + 1, () => new AppError("PAYLOAD_TOO_LARGE", `at most ${maxParts} parts in a multipart body`));
+      bytes = await readCapped(raw.body, max, {
+        needle: new TextEncoder().encode(`--${boundary}`),
+        max: maxParts + 1,
+        tooMany: () => new AppError("PAYLOAD_TOO_LARGE", `at most ${maxParts} parts in a multipart body`),
+      });
     } catch (err) {
       if (err instanceof AppError && err.code === "PAYLOAD_TOO_LARGE" && err.message.startsWith("body larger")) throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
       throw err;

@@ -103,17 +103,13 @@ function sameOrigin(req: Request, publicUrl: string): boolean {
   return origin === new URL(req.url).origin || origin === new URL(publicUrl).origin;
 }
 
-/** The form of a console post, bounded in bytes and pairs before it is parsed (http/body.ts). */
-async function formOf(req: Request): Promise<FormValues | null> {
-  return await boundedForm(req);
-}
 
 /** Same origin and the session's CSRF token in `_csrf`; the parsed form is in `c.var.form`. */
 const requireCsrf = createMiddleware<ConsoleEnv>(async (c, next) => {
   const deps = c.get("deps");
   const refuse = (message: string) => c.html(<MessagePage title="Refused" message={message} csrf={c.get("session").csrf} />, 403);
   if (!sameOrigin(c.req.raw, deps.config.PUBLIC_URL)) return refuse("This form was not sent from the console's own pages.");
-  const form = await formOf(c.req.raw);
+  const form = await boundedForm(c.req.raw);
   if (!form || !timingSafeEqual(form._csrf ?? "", c.get("session").csrf)) return refuse("The form's CSRF token is missing or wrong: reload the page and try again.");
   c.set("form", form);
   await next();
@@ -173,7 +169,7 @@ export const consolePages = new Hono<ConsoleEnv>()
         c.header("Retry-After", String(Math.max(1, Math.ceil(refused / 1000))));
         return c.html(<LoginPage error="Too many failed sign-ins from this address: try again later." />, 429);
       }
-      const form = await formOf(c.req.raw);
+      const form = await boundedForm(c.req.raw);
       const token = form?.token ?? "";
       try {
         // Failed sign-ins count per address like the Bearer routes' (http/operator-attempts.ts).

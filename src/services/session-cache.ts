@@ -184,8 +184,7 @@ export class SessionCache {
     const sid = e?.sid ?? (await this.keys.verify(token))?.sid ?? (LEGACY_TOKEN_RE.test(token) ? legacySid(token) : null);
     if (!sid) return;
     await revokeSession(deps.redis, token, sid);
-    this.revoked.set(sid, true);
-    this.markDead(e);
+    this.markDead(e, sid);
   }
 
   /** Runs the upkeep now (or joins the running one). Tests and the trust bound use it; requests use the "if due" path. */
@@ -262,12 +261,12 @@ export class SessionCache {
     this.pending.set(token, e);
   }
 
-  /** Dead from now on in this isolate: the sid is remembered apart from the session LRU. */
-  private markDead(e: Entry | undefined): void {
+  /** Dead from now on in this isolate: the sid is remembered apart from the session LRU (held here or not). */
+  private markDead(e: Entry | undefined, sid = e?.sid): void {
+    if (sid !== undefined) this.revoked.set(sid, true);
     if (!e) return;
     e.user = null;
     e.queued = false;
-    this.revoked.set(e.sid, true);
   }
 
   private async runSync(deps: Deps): Promise<void> {
@@ -310,12 +309,9 @@ export class SessionCache {
         // session is verified and confirmed again on its next use.
         for (const [token, e] of [...this.entries]) this.forget(token, e);
       } else {
-        for (const sid of sids ?? []) {
-          // Every revocation, also of sessions this isolate never held: a revoked token first seen
-          // here later is refused before its signature is even checked.
-          this.revoked.set(String(sid), true);
-          this.markDead(this.bySid.get(String(sid)));
-        }
+        // Every revocation, also of sessions this isolate never held: a revoked token first seen
+        // here later is refused before its signature is even checked.
+        for (const sid of sids ?? []) this.markDead(this.bySid.get(String(sid)), String(sid));
       }
       // Monotonic: on workerd two syncs may overlap (see sync), and the later-finishing one may have
       // started earlier; re-reading a revocation is harmless, trusting memory longer is not.

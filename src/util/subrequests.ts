@@ -139,16 +139,9 @@ function meterPipeline<T extends object>(pipeline: T, budget: SubrequestBudget):
 
 type ScriptHandle = { script: string };
 
-/** The client's own script handles (scriptsFor) by source, so a meter reuses them (no new SHA-1s). */
-const handlesBySource = new WeakMap<object, Map<string, ScriptHandle>>();
-
+/** The client's own script handle for `source` (scriptsFor keeps them per client), so a meter reuses it (no new SHA-1). */
 function cachedHandle(redis: Deps["redis"], source: string): ScriptHandle | undefined {
-  let m = handlesBySource.get(redis);
-  if (!m) {
-    m = new Map((Object.values(scriptsFor(redis)) as ScriptHandle[]).map((h) => [h.script, h]));
-    handlesBySource.set(redis, m);
-  }
-  return m.get(source);
+  return (Object.values(scriptsFor(redis)) as ScriptHandle[]).find((h) => h.script === source);
 }
 
 /** A script handle whose every request (exec: one EVALSHA; eval, evalsha) is charged. */

@@ -27,7 +27,7 @@ import { addShopToGeo } from "../../src/services/shop-geo.ts";
 import { insertShop, insertVoucher, loadShop, loadShopTypes, loadVouchersOfShop } from "../../src/services/shops.ts";
 import { pollUntil, within } from "../support/child.ts";
 import { east, HANGZHOU } from "../support/fixtures.ts";
-import { type Answer, hazardLines, request, type RuntimeServer, seedBuyers, selectedRuntimes, stackAppEnv, startRuntime, statusCounts, tail } from "../support/runtimes.ts";
+import { type Answer, hazardLines, request, type RuntimeServer, seedBuyers, selectedRuntimes, stackAppEnv, startRuntime, statusCounts, guardedBy } from "../support/runtimes.ts";
 import { getStack } from "../support/stack.ts";
 
 const WAY = 50;
@@ -113,15 +113,9 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
     if (!fx) throw new Error("fixture missing (see beforeAll)");
     return fx;
   };
-  const guarded = (fn: () => Promise<void>) => async () => {
-    try {
-      await fn();
-    } catch (err) {
-      failed = true;
-      if (err instanceof Error && server) err.message += `\n--- ${name} log tail (${server.logFile}) ---\n${tail(server.logFile, 3000)}`;
-      throw err;
-    }
-  };
+  const guarded = guardedBy(name, () => server, () => {
+    failed = true;
+  });
 
   /** Sends the requests all at once; returns the answers in order (every 5xx is also recorded). */
   async function burst<T>(what: string, requests: (() => Promise<Answer<T>>)[]): Promise<Answer<T>[]> {
@@ -182,6 +176,19 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
       const expected = await loadShopTypes(s().driver());
       for (const a of answers) expect(a.body?.data).toEqual(expected);
       expect((expected as { id: number }[]).some((t) => t.id === typeId)).toBe(true);
+    }),
+    GROUP_TIMEOUT_MS + 15_000,
+  );
+
+  test(
+    "isolate memory added for abuse (the anonymous health memo, the miss meter): 50 anonymous /health and 50 unknown shop ids at once",
+    guarded(async () => {
+      const health = await burst("anonymous health", Array.from({ length: WAY }, () => () => request(s().url, "GET", "/health", { timeoutMs: REQUEST_TIMEOUT_MS })));
+      expect(statusCounts(health)).toEqual({ "200": WAY });
+      for (const a of health) expect(a.body?.data).toEqual({ ok: true, redis: "up", mysql: "up" });
+      const unknown = await burst("unknown shops", Array.from({ length: WAY }, (_, i) => () => request(s().url, "GET", `/api/shop/${970_000_000 + i}`, { timeoutMs: REQUEST_TIMEOUT_MS })));
+      expect(statusCounts(unknown)).toEqual({ "200": WAY });
+      for (const a of unknown) expect(a.body?.code).toBe("NOT_FOUND");
     }),
     GROUP_TIMEOUT_MS + 15_000,
   );

@@ -20,7 +20,7 @@ import type { Stack } from "../../scripts/stack/index.ts";
 import { keys } from "../../src/redis/keys.ts";
 import type { VoucherReport } from "../../src/services/seckill/reconcile.ts";
 import { pollUntil, within } from "../support/child.ts";
-import { request, type RuntimeServer, seedBuyers, selectedRuntimes, stackAppEnv, startPrivateStack, startRuntime, tail, workerBundle } from "../support/runtimes.ts";
+import { request, type RuntimeServer, seedBuyers, selectedRuntimes, stackAppEnv, startPrivateStack, startRuntime, guardedBy, workerBundle } from "../support/runtimes.ts";
 import {
   type Attempt,
   buy,
@@ -106,18 +106,14 @@ describe.each(selectedRuntimes())("runtime matrix: kill -9 of the runtime mid-sa
   const cronLog: string[] = [];
   const settleTrace: string[] = [];
 
-  const guarded = (fn: () => Promise<void>) => async () => {
-    try {
-      await fn();
-    } catch (err) {
+  const guarded = guardedBy(
+    name,
+    () => server,
+    () => {
       failed = true;
-      if (err instanceof Error && server) {
-        err.message += `\n--- settle: ${settleTrace.slice(-6).join(" · ")} ${cronLog.slice(-5).join(" | ")}`;
-        err.message += `\n--- ${name} log tail (${server.logFile}) ---\n${tail(server.logFile, 3000)}`;
-      }
-      throw err;
-    }
-  };
+    },
+    () => `settle: ${settleTrace.slice(-6).join(" · ")} ${cronLog.slice(-5).join(" | ")}`,
+  );
   const requireSale = (): KillSale => {
     if (!sale) throw new Error(`the sale on ${name} did not complete (see the first test's failure)`);
     return sale;

@@ -24,7 +24,7 @@ import { join } from "node:path";
 import type { Deps } from "../../src/deps.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { pollUntil, within } from "../support/child.ts";
-import { hazardLines, limiter, type RuntimeServer, seedBuyers, selectedRuntimes, stackAppEnv, startRuntime, tail, workerBundle } from "../support/runtimes.ts";
+import { hazardLines, limiter, type RuntimeServer, seedBuyers, selectedRuntimes, stackAppEnv, startRuntime, guardedBy, workerBundle } from "../support/runtimes.ts";
 import { type Attempt, buy, type Buyer, createSaleOverHttp, expectEveryOrderOnce, expectStockConserved, mysqlOrderCount, orderFindings, outboxSize, redisSide, stockFindings } from "../support/sale-checks.ts";
 import { getStack } from "../support/stack.ts";
 
@@ -72,15 +72,9 @@ describe.each(selectedRuntimes())("runtime matrix: the buyer swarm on %s", (name
   let server: RuntimeServer | undefined;
   let result: SwarmResult | undefined;
 
-  const guarded = (fn: () => Promise<void>) => async () => {
-    try {
-      await fn();
-    } catch (err) {
-      failed = true;
-      if (err instanceof Error && server) err.message += `\n--- ${name} log tail (${server.logFile}) ---\n${tail(server.logFile, 3000)}`;
-      throw err;
-    }
-  };
+  const guarded = guardedBy(name, () => server, () => {
+    failed = true;
+  });
   const requireResult = (): SwarmResult => {
     if (!result) throw new Error(`the swarm on ${name} did not run (see the first test's failure)`);
     return result;

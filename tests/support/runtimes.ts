@@ -309,6 +309,26 @@ function readFrom(file: string, offset: number): string {
   return buf.toString("utf8");
 }
 
+/**
+ * A test body that, on failure, calls `onFail` (the file keeps its logs) and appends the server's
+ * log tail — plus `extra()` when given — to the error: what each matrix file wraps its tests in.
+ */
+export function guardedBy(name: string, server: () => RuntimeServer | undefined, onFail: () => void, extra?: () => string) {
+  return (fn: () => Promise<void>) => async () => {
+    try {
+      await fn();
+    } catch (err) {
+      onFail();
+      const s = server();
+      if (err instanceof Error && s) {
+        if (extra) err.message += `\n--- ${extra()}`;
+        err.message += `\n--- ${name} log tail (${s.logFile}) ---\n${tail(s.logFile, 3000)}`;
+      }
+      throw err;
+    }
+  };
+}
+
 export function tail(file: string, chars: number): string {
   const size = existsSync(file) ? statSync(file).size : 0;
   return readFrom(file, Math.max(0, size - chars));

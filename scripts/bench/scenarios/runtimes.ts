@@ -51,7 +51,7 @@ import { join } from "node:path";
 import { keys } from "../../../src/redis/keys.ts";
 import { appStack, ROTATE_IDS_LUA, type AppStack } from "../fixtures/app-stack.ts";
 import { errorLinesSince, RUNTIMES, startApp, startHello, WORKERD_HOST, type RuntimeApp, type RuntimeName } from "../fixtures/runtimes.ts";
-import { qstashQuiet, redisTotal, seckillStack, sellTheOneUnit, SWARM, warmTokensFile, type AppServer, type PipelineStats, type SeckillStack } from "../fixtures/seckill-stack.ts";
+import { qstashQuiet, redisTotal, seckillStack, sellTheOneUnit, SWARM, waitUntil, warmTokensFile, type AppServer, type PipelineStats, type SeckillStack } from "../fixtures/seckill-stack.ts";
 import { uncountedCpu } from "../lib/cpu.ts";
 import { sumCounts } from "../lib/servers.ts";
 import { assertLoopback, formatInt, sleep } from "../lib/util.ts";
@@ -212,11 +212,12 @@ async function smokeTest(stack: SeckillStack, app: RuntimeApp, shopId: number): 
   if (!bodies[0]!.startsWith('200 {"success":true,"data":"') || !bodies[1]!.includes('"SOLD_OUT"')) {
     throw new Error(`smoke test on ${app.runtime}: expected a success then SOLD_OUT, got\n${bodies.join("\n")}\n--- server output ---\n${app.output().slice(-3000)}`);
   }
-  const deadline = performance.now() + 15_000;
-  while ((await stack.mysqlCounts(cfg.voucherId)).orders !== 1) {
-    if (performance.now() > deadline) throw new Error(`smoke test on ${app.runtime}: the order never reached MySQL (QStash → ${app.url}/internal/orders/drain)\n${app.output().slice(-3000)}`);
-    await sleep(50);
-  }
+  await waitUntil(
+    () => `smoke test on ${app.runtime}: the order to reach MySQL (QStash → ${app.url}/internal/orders/drain)\n${app.output().slice(-3000)}`,
+    async () => (await stack.mysqlCounts(cfg.voucherId)).orders === 1,
+    15_000,
+    50,
+  );
   const left = await quiet(stack, app.url, 15_000);
   if (left) throw new Error(`smoke test on ${app.runtime}: ${left}`);
 }
@@ -383,11 +384,7 @@ function soldOutScenario(rt: RuntimeName): Scenario {
         url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
         buyersKey = keys.seckill.buyers(shopId, cfg.voucherId);
         await sellTheOneUnit(stack, url, name, 10_000);
-        const deadline = performance.now() + 15_000;
-        while ((await stack.mysqlCounts(cfg.voucherId)).orders !== 1) {
-          if (performance.now() > deadline) throw new Error(`${name} setup: the one order never reached MySQL`);
-          await sleep(50);
-        }
+        await waitUntil(() => `${name} setup: the one order to reach MySQL`, async () => (await stack.mysqlCounts(cfg.voucherId)).orders === 1, 15_000, 50);
         const left = await quiet(stack, app.url, 15_000);
         if (left) throw new Error(`${name} setup: ${left}`);
       } catch (e) {

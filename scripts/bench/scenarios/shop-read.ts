@@ -18,7 +18,7 @@ import { uncountedCpu } from "../lib/cpu.ts";
 import { spawnBunServer, type BunChild } from "../lib/proc.ts";
 import { assertLoopback, formatInt, sleep, withTimeout } from "../lib/util.ts";
 import { execWrk, parseWrkOutput, runWrk } from "../lib/wrk.ts";
-import { defineScenario, type Extras, type Scenario } from "../types.ts";
+import { type BenchContext, defineScenario, type Extras, type Scenario } from "../types.ts";
 
 const GROUP = "shop-read";
 const APP_SERVER = join(import.meta.dir, "../servers/app-shop.ts");
@@ -201,17 +201,14 @@ const HOSTILE_KINDS = process.env.BENCH_HOSTILE_KINDS ?? "all";
  * One round of a "read beside an attack" row: the L1 read alone (quiet), then again while `attack`
  * runs (it starts first and runs one second longer, so the whole read window is under attack).
  */
-async function quietThenAttacked(
-  read: Parameters<typeof runWrk>[0],
-  wrkOpts: (durationMs: number) => Parameters<typeof runWrk>[1],
-  durationMs: number,
-  attack: (seconds: number) => Promise<string>,
-) {
-  const quiet = await uncountedCpu(() => runWrk(read, wrkOpts(durationMs)));
+async function quietThenAttacked(ctx: BenchContext, base: string, durationMs: number, attack: (seconds: number) => Promise<string>) {
+  const read = { kind: "http" as const, url: base, luaScript: ROTATE_IDS_LUA, teardown: async () => {} };
+  const wrkOpts = { durationMs, connections: ctx.connections, threads: ctx.threads, tmpDir: ctx.tmpDir };
+  const quiet = await uncountedCpu(() => runWrk(read, wrkOpts));
   const seconds = Math.max(1, Math.round(durationMs / 1000));
   const attacking = attack(seconds);
   await sleep(300);
-  const loaded = await runWrk(read, wrkOpts(durationMs));
+  const loaded = await runWrk(read, wrkOpts);
   return { quiet, loaded, h: parseWrkOutput(await attacking) };
 }
 
@@ -246,14 +243,12 @@ const hostile = defineScenario({
       await server.stop();
       throw e;
     }
-    const read = { kind: "http" as const, url: base, luaScript: ROTATE_IDS_LUA, teardown: async () => {} };
-    const wrkOpts = (durationMs: number) => ({ durationMs, connections: ctx.connections, threads: ctx.threads, tmpDir: ctx.tmpDir });
     let round = 0;
     return {
       kind: "run",
       async run(opts) {
         assertLoopback(login);
-        const { quiet, loaded, h } = await quietThenAttacked(read, wrkOpts, opts.durationMs, (seconds) =>
+        const { quiet, loaded, h } = await quietThenAttacked(ctx, base, opts.durationMs, (seconds) =>
           execWrk([`-t${ctx.threads}`, `-c${HOSTILE_CONNECTIONS}`, `-d${seconds + 1}s`, "--latency", "--timeout", "5s", "-s", HOSTILE_LUA, login, "--", HOSTILE_KINDS], seconds + 1),
         );
         if (!opts.warmup) {
@@ -312,14 +307,12 @@ const flood = defineScenario({
       await server.stop();
       throw e;
     }
-    const read = { kind: "http" as const, url: base, luaScript: ROTATE_IDS_LUA, teardown: async () => {} };
-    const wrkOpts = (durationMs: number) => ({ durationMs, connections: ctx.connections, threads: ctx.threads, tmpDir: ctx.tmpDir });
     let round = 0;
     return {
       kind: "run",
       async run(opts) {
         assertLoopback(server.url);
-        const { quiet, loaded, h } = await quietThenAttacked(read, wrkOpts, opts.durationMs, (seconds) =>
+        const { quiet, loaded, h } = await quietThenAttacked(ctx, base, opts.durationMs, (seconds) =>
           execWrk([`-t${ctx.threads}`, `-c${FLOOD_CONNECTIONS}`, `-d${seconds + 1}s`, "--latency", "--timeout", "5s", "-s", FLOOD_LUA, `${server.url}/`, "--", token, FLOOD_KINDS], seconds + 1),
         );
         // Breaker openings so far on the server (the operator's /health): the target is none.
