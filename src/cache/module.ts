@@ -219,7 +219,7 @@ export class CacheModule<K extends string | number, V, P = never> {
    * `get`'s path and returns the entry it stored (or, for a stale serve that did not enter L1,
    * prepares one on the spot).
    */
-  serve(deps: Deps, key: K): P | Promise<P> {
+  serve(deps: Deps, key: K, onSlowValue?: (value: V | null) => void): P | Promise<P> {
     const id = String(key);
     const cached = this.l1.get(id);
     if (cached && cached.prepared !== undefined && this.isFreshHit(id, cached)) {
@@ -227,16 +227,16 @@ export class CacheModule<K extends string | number, V, P = never> {
       if (cached.value === null) this.counters.nullHits++;
       return cached.prepared;
     }
-    return this.serveSlow(deps, key);
+    return this.serveSlow(deps, key, onSlowValue);
   }
 
-  /** A fresh L1 hit's prepared response (counted as a hit), or undefined: no load is started. */
   /** Would a read of `key` be answered from L1 right now? No counter, no recency, no hot-key tick. */
   inMemory(key: K): boolean {
     const e = this.l1.peek(String(key));
     return e !== undefined && e.freshUntil > this.now();
   }
 
+  /** A fresh L1 hit's prepared response (counted as a hit), or undefined: no load is started. */
   peekFresh(key: K): P | undefined {
     const id = String(key);
     const cached = this.l1.get(id);
@@ -246,10 +246,12 @@ export class CacheModule<K extends string | number, V, P = never> {
     return cached.prepared;
   }
 
-  private async serveSlow(deps: Deps, key: K): Promise<P> {
+  /** `onSlowValue`: told the value this read found (the caller meters what memory could not answer). */
+  private async serveSlow(deps: Deps, key: K, onSlowValue?: (value: V | null) => void): Promise<P> {
     const prepare = this.def.prepare;
     if (!prepare) throw new Error(`cache module ${this.name} has no prepare()`);
     const value = await this.get(deps, key);
+    onSlowValue?.(value);
     const entry = this.l1.peek(String(key));
     if (entry && entry.value === value && entry.prepared !== undefined) return entry.prepared;
     return prepare(value);

@@ -190,11 +190,13 @@ export function servePrepared<K extends string | number, V>(
   module: CacheModule<K, V, PreparedResponse>,
   key: K,
   what: string,
+  /** Told the value a read that memory could not answer found (CacheModule.serve). */
+  onSlowValue?: (value: V | null) => void,
 ): Response | Promise<Response> {
   const deps = c.get("deps");
   let served: PreparedResponse | Promise<PreparedResponse>;
   try {
-    served = module.serve(deps, key);
+    served = module.serve(deps, key, onSlowValue);
   } catch (err) {
     throw unavailable(err, what);
   }

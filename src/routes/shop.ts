@@ -1,4 +1,4 @@
-import { type Context, Hono } from "hono";
+import { Hono } from "hono";
 import { z } from "zod";
 import { cachesFor } from "../cache/modules.ts";
 import { CacheUnavailableError } from "../cache/module.ts";
@@ -98,26 +98,6 @@ async function afterShopCommit(deps: Deps, id: number, previousTypeId?: number):
   }
 }
 
-/**
- * A shop lookup memory cannot answer, metered (http/miss-meter.ts): refused before any I/O once the
- * address has spent its budget of not-found lookups; a not-found result costs one of it.
- */
-async function meteredShop(c: Context<AppEnv>, deps: Deps, id: number): Promise<void> {
-  const shops = cachesFor(deps).shop;
-  if (shops.inMemory(id)) return;
-  const address = limitAddress(c, deps.config);
-  const now = deps.clock.now();
-  const wait = deps.isolate.missMeter.refusedFor(address, now);
-  if (wait > 0) throw new AppError("RATE_LIMITED", "too many lookups of unknown shops from this address", { retryAfterSeconds: wait / 1000 });
-  let found: Shop | null | undefined;
-  try {
-    found = await shops.get(deps, id);
-  } catch {
-    return; // servePrepared answers the failure (503) the usual way
-  }
-  if (found === null) deps.isolate.missMeter.count(address, now);
-}
-
 export const shop = new Hono<AppEnv>()
   .get(
     "/of/type",
@@ -140,11 +120,20 @@ export const shop = new Hono<AppEnv>()
     const { name, current } = c.req.valid("query");
     return c.json(ok(await shopsByName(c.get("deps"), name, current, NAME_PAGE_SIZE)));
   })
-  .get("/:id", doc({ tag: "shops", summary: "A shop (ETag / If-None-Match: 304)", description: "Lookups of shops that do not exist count against the caller's address (MISS_PER_ADDRESS per MISS_WINDOW_MS per isolate): past it, a lookup the isolate's memory cannot answer is a 429 with Retry-After, before any I/O.", access: "public", params: IdParam, data: ShopSchema, outcomes: ["NOT_FOUND"], errors: ["UNAVAILABLE", "RATE_LIMITED"] }, async (c) => {
+  .get("/:id", doc({ tag: "shops", summary: "A shop (ETag / If-None-Match: 304)", description: "Lookups of shops that do not exist count against the caller's address (MISS_PER_ADDRESS per MISS_WINDOW_MS per isolate): past it, a lookup the isolate's memory cannot answer is a 429 with Retry-After, before any I/O.", access: "public", params: IdParam, data: ShopSchema, outcomes: ["NOT_FOUND"], errors: ["UNAVAILABLE", "RATE_LIMITED"] }, (c) => {
     const deps = c.get("deps");
+    const shops = cachesFor(deps).shop;
     const id = parseParams(IdParam, c.req.param()).id;
-    await meteredShop(c, deps, id);
-    return servePrepared(c, cachesFor(deps).shop, id, "shop data");
+    // Memory misses are metered per address (http/miss-meter.ts): refused before any I/O once the
+    // address spent its budget of not-found lookups; a read that finds nothing costs one of it.
+    if (shops.inMemory(id)) return servePrepared(c, shops, id, "shop data");
+    const address = limitAddress(c, deps.config);
+    const now = deps.clock.now();
+    const wait = deps.isolate.missMeter.refusedFor(address, now);
+    if (wait > 0) throw new AppError("RATE_LIMITED", "too many lookups of unknown shops from this address", { retryAfterSeconds: wait / 1000 });
+    return servePrepared(c, shops, id, "shop data", (value) => {
+      if (value === null) deps.isolate.missMeter.count(address, now);
+    });
   }))
   .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a shop (MySQL first, then its cache entry and the GEO index)", access: "operator", data: NumericId, outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", ShopBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
     const deps = c.get("deps");

@@ -64,7 +64,6 @@
  */
 import { join } from "node:path";
 import { keys } from "../../../src/redis/keys.ts";
-import { IdGenerator } from "../../../src/redis/ids.ts";
 import { loadSeckillIntoRedis, type SeckillConfig } from "../../../src/services/seckill/config.ts";
 import {
   innodbDeadlocks,
@@ -131,10 +130,13 @@ function parseSwarmLine(out: string): SwarmCounts {
   return { successes: Number(m[1]), soldOut: Number(m[2]), duplicate: Number(m[3]), other: Number(m[4]), minId: m[5]!, maxId: m[6]! };
 }
 
-/** Milliseconds between the first and the last of `n` sold units, from their order ids. */
-function saleMsFromIds(minId: string, maxId: string): number {
-  if (!minId || !maxId) return Number.NaN;
-  return IdGenerator.timeOf(BigInt(maxId)) - IdGenerator.timeOf(BigInt(minId));
+/**
+ * Milliseconds from the first reserve-stock request the app sent to the reply of the last one, as
+ * the app's client saw them (servers/app-seckill.ts). Not from order ids: an id's time is its
+ * block's draw time (src/redis/ids.ts), up to a minute before the id was issued.
+ */
+function reserveSpanMs(p: Pick<PipelineStats, "firstReserveAt" | "lastReserveAt">): number {
+  return p.firstReserveAt === null || p.lastReserveAt === null ? Number.NaN : p.lastReserveAt - p.firstReserveAt;
 }
 
 const perSecond = (units: number, ms: number): number => (units >= 2 && ms > 0 ? ((units - 1) * 1000) / ms : Number.NaN);
@@ -334,7 +336,7 @@ async function swarmRound(
   const conflicts = p2.lockConflicts.retried + p2.lockConflicts.exhausted - (p0.lockConflicts.retried + p0.lockConflicts.exhausted);
   const deadlocks = dl2 - dl0;
   const unhandled = unhandledErrors(p2);
-  const saleMs = saleMsFromIds(swarm.minId, swarm.maxId);
+  const saleMs = reserveSpanMs(sale.appAtSoldOut ?? p2);
 
   // Per phase, at the app's own Redis client (servers/app-seckill.ts counts every command it
   // sends, background upkeep included): the sale = round start → the poller's sold-out snapshot,
@@ -574,8 +576,9 @@ async function burstRound(ctx: BenchContext, stack: SeckillStack, app: AppServer
   if (b.other > 0) problems.push(`${b.other} answers were neither success, SOLD_OUT nor DUPLICATE_ORDER`);
   if (problems.length) throw new Error(`seckill-burst-10k: ${problems.join("; ")}`);
 
-  const firstAt = IdGenerator.timeOf(BigInt(db.minId!));
-  const lastAt = IdGenerator.timeOf(BigInt(db.maxId!));
+  if (p2.firstReserveAt === null || p2.lastReserveAt === null) throw new Error("seckill-burst-10k: the app sent no reservation");
+  const firstAt = p2.firstReserveAt;
+  const lastAt = p2.lastReserveAt;
   const totalS = (allAt - firstAt) / 1000;
   const published = q2.published - q0.published;
   const failed = q2.failedAttempts - q0.failedAttempts;

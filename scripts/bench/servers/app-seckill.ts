@@ -172,7 +172,9 @@ const countingFetch = ((input: RequestInfo | URL, init?: RequestInit) => {
   const url = String(input instanceof Request ? input.url : input);
   const kind = ioKind(url, typeof body === "string" ? body : undefined);
   const t0 = performance.now();
+  let isReserve = false;
   const done = () => {
+    if (isReserve) lastReserveAt = Date.now();
     const e = io.get(kind) ?? { n: 0, ms: 0 };
     e.n++;
     e.ms += performance.now() - t0;
@@ -180,6 +182,10 @@ const countingFetch = ((input: RequestInfo | URL, init?: RequestInit) => {
   };
   if (typeof body === "string" && url.startsWith(restUrl)) {
     countRedisCommands(body);
+    if (body.includes(RESERVE_SHA)) {
+      if (Number.isNaN(firstReserveAt)) firstReserveAt = Date.now();
+      isReserve = true;
+    }
     for (const [k, s] of Object.entries(WRITER_SCRIPTS)) {
       const a = occurrences(body, s.sha);
       const b = body.includes(s.src) ? occurrences(body, s.src) : 0;
@@ -211,6 +217,14 @@ let firstDrainAt = Number.NaN;
 let lastDrainEndAt = Number.NaN;
 /** Requests served other than QStash deliveries (the swarm's attempts), since the last reset. */
 let served = 0;
+/**
+ * Epoch ms: the first reserve-stock request the app's client sent, and the reply to the last one,
+ * since the last reset — the sale's span as the app saw it. (Order ids no longer tell it: an id's
+ * time is its block's draw time, up to BLOCK_MAX_AGE_MS before the id was issued.)
+ */
+let firstReserveAt = Number.NaN;
+let lastReserveAt = Number.NaN;
+const RESERVE_SHA = sha1(luaSources.reserveStock);
 
 const server = Bun.serve({
   port,
@@ -332,6 +346,8 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
         served,
         redis: Object.fromEntries(redisCmds),
         redisPerSecond: Object.fromEntries(redisPerSecond),
+        firstReserveAt: Number.isNaN(firstReserveAt) ? null : firstReserveAt,
+        lastReserveAt: Number.isNaN(lastReserveAt) ? null : lastReserveAt,
       };
       if (m.reset) {
         drains = 0;
@@ -346,6 +362,8 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
         served = 0;
         redisCmds = new Map();
         redisPerSecond = new Map();
+        firstReserveAt = Number.NaN;
+        lastReserveAt = Number.NaN;
       }
       return out;
     }
