@@ -32,7 +32,8 @@
 import { LRUCache } from "lru-cache";
 import type { Deps, RedisPort } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
-import { tryLock } from "../redis/lock.ts";
+import { type LockHandle, lockHandle, tryLock } from "../redis/lock.ts";
+import { scriptsFor } from "../redis/scripts.ts";
 import type { HotKeys } from "./hot.ts";
 
 export type CacheStrategy = "plain" | "mutex" | "logical";
@@ -84,6 +85,13 @@ export interface CacheModuleDef<K extends string | number, V, P = never> {
    * and a write (`set`) replaces it together with the value. Modules without it have no `serve`.
    */
   prepare?(value: V | null): P;
+  /**
+   * Numeric keys handed out in ascending order (auto-increment ids): the largest key the origin
+   * holds now. With it, a key above the last ceiling read is absent without an origin query, so a
+   * client probing random ids costs one Redis command per miss (lua/cache-probe.lua). `set` of a
+   * value drops the ceiling (a new id may lie above it); it is read again on the next miss.
+   */
+  ceiling?(deps: Deps): Promise<number>;
 }
 
 export interface CacheCounters {
@@ -299,14 +307,17 @@ export class CacheModule<K extends string | number, V, P = never> {
 
   /** Write path: the caller wrote MySQL first; this overwrites (not deletes) L2 and L1. */
   async set(deps: Deps, key: K, value: V | null): Promise<void> {
-    if (this.hot) {
+    // A value may be a new id above the module's ceiling: the ceiling goes (read again on a miss).
+    const dropCeiling = value !== null && this.def.ceiling !== undefined;
+    if (this.hot || dropCeiling) {
       // One request: the L2 write, then the write-log entry that makes other isolates drop their
       // (possibly promoted) copies. In this order, so an isolate that reacts to the log re-reads
       // the new value.
       const p = deps.redis.pipeline();
       const [k, json, opts] = this.l2Write(key, value);
       p.set(k, json, opts);
-      this.hot.logWrite(p, this.name, String(key));
+      if (dropCeiling) p.del(keys.cacheCeiling(this.name));
+      this.hot?.logWrite(p, this.name, String(key));
       await p.exec();
     } else {
       await this.writeL2(deps.redis, key, value);
@@ -467,9 +478,21 @@ export class CacheModule<K extends string | number, V, P = never> {
 
   private async readL2(redis: RedisPort, key: K): Promise<L2Entry<V> | undefined> {
     // The SDK JSON-parses stored JSON; a foreign or corrupt value counts as a miss.
-    const raw = await redis.get<L2Entry<V> | string>(this.l2Key(key));
-    if (raw === null || typeof raw !== "object" || raw.v !== this.policy.version || !("d" in raw)) return undefined;
-    return raw;
+    return this.entryOf(await redis.get<L2Entry<V> | string>(this.l2Key(key)));
+  }
+
+  /** A stored entry of this module's version (the SDK JSON-parses replies; a script's may still be text), else undefined. */
+  private entryOf(raw: unknown): L2Entry<V> | undefined {
+    let e = raw;
+    if (typeof e === "string") {
+      try {
+        e = JSON.parse(e);
+      } catch {
+        return undefined;
+      }
+    }
+    if (e === null || typeof e !== "object" || (e as L2Entry<V>).v !== this.policy.version || !("d" in e)) return undefined;
+    return e as L2Entry<V>;
   }
 
   /** The SET of an L2 write: key, JSON, expiry. */
@@ -488,22 +511,48 @@ export class CacheModule<K extends string | number, V, P = never> {
     await redis.set(k, json, opts);
   }
 
+  /**
+   * One command (lua/cache-probe.lua) where it saves some: the entry, or "absent above the
+   * ceiling", or the rebuild lock taken in the same step. A plain module without a ceiling reads
+   * with a GET. `lock`: taken (a handle), held elsewhere (null), not asked (undefined).
+   */
+  private async probeL2(redis: RedisPort, key: K): Promise<{ entry?: L2Entry<V>; above?: true; lock?: LockHandle | null; ceilingKnown: boolean }> {
+    const locking = this.policy.strategy !== "plain";
+    const bounded = this.def.ceiling !== undefined && typeof key === "number";
+    if (!locking && !bounded) return { entry: await this.readL2(redis, key), ceilingKnown: false };
+    const token = locking ? crypto.randomUUID() : "";
+    const lockKey = keys.lock(`cache:${this.name}:${key}`);
+    const [code, x] = await scriptsFor(redis).cacheProbe.exec([this.l2Key(key), lockKey, keys.cacheCeiling(this.name)], [bounded ? String(key) : "", token, String(this.policy.lockTtlMs)]);
+    if (code === 1) return { entry: this.entryOf(x), ceilingKnown: false };
+    if (code === 2) return { above: true, ceilingKnown: true };
+    const ceilingKnown = Number(x) === 1;
+    if (code === 3) return { lock: lockHandle(redis, lockKey, token), ceilingKnown };
+    return { lock: code === 4 ? null : undefined, ceilingKnown };
+  }
+
   private async fetchL2(deps: Deps, key: K, staleL1: L1Entry<V, P> | undefined): Promise<V | null> {
     const id = String(key);
     // Captured before the read: a write seen while it runs keeps what it brings back unpromotable.
     const gen = this.writeGen;
-    let entry: L2Entry<V> | undefined;
+    let probe: Awaited<ReturnType<typeof this.probeL2>>;
     try {
-      entry = await this.readL2(deps.redis, key);
+      probe = await this.probeL2(deps.redis, key);
     } catch (err) {
       // Redis down: fall through to MySQL (each isolate still single-flights its own loads).
       this.counters.errors++;
       deps.log.warn("cache L2 read failed", { module: this.name, err });
       return await this.loadOrStale(deps, key, staleL1?.value, false, gen);
     }
+    const { entry } = probe;
+    if (probe.above) {
+      // Above the ceiling: absent, answered by L2 without an origin query.
+      this.counters.l2Hits++;
+      this.counters.nullHits++;
+      this.remember(id, null, gen);
+      return null;
+    }
     if (entry) {
-      const expired = this.policy.strategy === "logical" && entry.d !== null && (entry.x ?? 0) <= this.now();
-      if (!expired) {
+      if (!this.expired(entry)) {
         this.counters.l2Hits++;
         if (entry.d === null) this.counters.nullHits++;
         this.remember(id, entry.d, gen);
@@ -514,11 +563,19 @@ export class CacheModule<K extends string | number, V, P = never> {
       this.startBackgroundRebuild(deps, key);
       return entry.d;
     }
-    if (this.policy.strategy === "plain") return await this.loadOrStale(deps, key, staleL1?.value, true, gen);
-    return await this.rebuildUnderLock(deps, key, staleL1?.value, gen);
+    const fill = { ceilingKnown: probe.ceilingKnown };
+    if (this.policy.strategy === "plain") return await this.loadOrStale(deps, key, staleL1?.value, true, gen, fill);
+    if (probe.lock) return await this.loadOrStale(deps, key, staleL1?.value, true, gen, { ...fill, lock: probe.lock });
+    if (probe.lock === undefined) return await this.rebuildUnderLock(deps, key, staleL1?.value, gen); // a foreign entry: no lock was asked
+    return await this.awaitRebuild(deps, key, staleL1?.value, gen);
   }
 
-  /** mutex (and a cold logical key): one rebuild across isolates; the others wait and re-read. */
+  /** logical: an entry past its own expiry (served stale while one rebuild runs). */
+  private expired(entry: L2Entry<V>): boolean {
+    return this.policy.strategy === "logical" && entry.d !== null && (entry.x ?? 0) <= this.now();
+  }
+
+  /** mutex (and a cold logical key) when the probe could not take the lock itself: take it, double-check, load. */
   private async rebuildUnderLock(deps: Deps, key: K, stale: V | null | undefined, gen: number): Promise<V | null> {
     let lock: Awaited<ReturnType<typeof tryLock>> = null;
     try {
@@ -528,21 +585,23 @@ export class CacheModule<K extends string | number, V, P = never> {
       deps.log.warn("cache lock failed", { module: this.name, err });
       return await this.loadOrStale(deps, key, stale, false, gen);
     }
-    if (lock) {
-      try {
-        // Double-check: the previous holder may have written L2 between our read and our lock.
-        const again = await this.readL2(deps.redis, key);
-        if (again && !(this.policy.strategy === "logical" && again.d !== null && (again.x ?? 0) <= this.now())) {
-          this.counters.l2Hits++;
-          this.remember(String(key), again.d, gen);
-          return again.d;
-        }
-        return await this.loadOrStale(deps, key, stale, true, gen);
-      } finally {
-        await lock.release().catch(() => {});
+    if (!lock) return await this.awaitRebuild(deps, key, stale, gen);
+    try {
+      // Double-check: the previous holder may have written L2 between our read and our lock.
+      const again = await this.readL2(deps.redis, key);
+      if (again && !this.expired(again)) {
+        this.counters.l2Hits++;
+        this.remember(String(key), again.d, gen);
+        return again.d;
       }
+      return await this.loadOrStale(deps, key, stale, true, gen);
+    } finally {
+      await lock.release().catch(() => {});
     }
-    // Someone else rebuilds: poll L2 with short sleeps (10 → 80 ms), bounded by waitMs.
+  }
+
+  /** Someone else rebuilds: poll L2 with short sleeps (10 → 80 ms), bounded by waitMs, then load ourselves. */
+  private async awaitRebuild(deps: Deps, key: K, stale: V | null | undefined, gen: number): Promise<V | null> {
     const deadline = this.now() + this.policy.waitMs;
     let pause = 10;
     while (this.now() < deadline) {
@@ -580,15 +639,18 @@ export class CacheModule<K extends string | number, V, P = never> {
 
   /**
    * Origin load; on success writes L2 (when `writeBack`) and L1. On origin failure serves the
-   * stale value if any (counted as a stale serve), else throws CacheUnavailableError.
+   * stale value if any (counted as a stale serve), else throws CacheUnavailableError. `fill`: the
+   * probe's findings — the write goes through lua/cache-fill.lua, which also releases `fill.lock`
+   * and, for a key found absent with no ceiling known, writes the module's ceiling.
    */
-  private async loadOrStale(deps: Deps, key: K, stale: V | null | undefined, writeBack: boolean, gen: number): Promise<V | null> {
+  private async loadOrStale(deps: Deps, key: K, stale: V | null | undefined, writeBack: boolean, gen: number, fill?: { lock?: LockHandle; ceilingKnown: boolean }): Promise<V | null> {
     const id = String(key);
     let value: V | null;
     try {
       this.counters.originLoads++;
       value = await this.def.load(deps, key);
     } catch (err) {
+      await fill?.lock?.release().catch(() => {});
       this.counters.errors++;
       deps.log.warn("cache origin load failed", { module: this.name, key: id, err });
       let fallback = stale;
@@ -604,14 +666,28 @@ export class CacheModule<K extends string | number, V, P = never> {
     }
     if (writeBack) {
       try {
-        await this.writeL2(deps.redis, key, value);
+        if (fill) await this.fillL2(deps, key, value, fill);
+        else await this.writeL2(deps.redis, key, value);
       } catch (err) {
+        await fill?.lock?.release().catch(() => {});
         this.counters.errors++;
         deps.log.warn("cache L2 write failed", { module: this.name, err });
       }
     }
     this.remember(id, value, gen);
     return value;
+  }
+
+  /** The L2 write after a probe: entry, ceiling (see loadOrStale) and lock release in one command. */
+  private async fillL2(deps: Deps, key: K, value: V | null, fill: { lock?: LockHandle; ceilingKnown: boolean }): Promise<void> {
+    const [k, json, { ex }] = this.l2Write(key, value);
+    let ceiling = "";
+    if (value === null && !fill.ceilingKnown && this.def.ceiling && typeof key === "number") {
+      // Read after the load found the key absent, so it is at least every id that existed then.
+      ceiling = String(await this.def.ceiling(deps).catch(() => ""));
+    }
+    const lockKey = fill.lock?.key ?? keys.lock(`cache:${this.name}:${key}`);
+    await scriptsFor(deps.redis).cacheFill.exec([k, lockKey, keys.cacheCeiling(this.name)], [json, String(ex), fill.lock?.token ?? "", ceiling, String(this.policy.nullTtlSeconds)]);
   }
 }
 

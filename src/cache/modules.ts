@@ -12,12 +12,14 @@
  * - user card: plain — small, per user, no hot spot.
  * - seckill config: plain with a long L1 — immutable after creation and read on every
  *   reservation, so an L1 hit keeps the reservation at exactly one Redis round trip.
+ * Shops and seckill configs have auto-increment ids and a `ceiling` (module.ts): a lookup of an id
+ * above the largest one is one Redis command and no MySQL query (issue 16 item 5).
  */
 import type { Deps } from "../deps.ts";
-import { loadShop, loadShopTypes, loadVouchersOfShop, type Shop, type ShopType, type Voucher } from "../services/shops.ts";
+import { loadShop, loadShopTypes, maxShopId, loadVouchersOfShop, type Shop, type ShopType, type Voucher } from "../services/shops.ts";
 import { getUserCard } from "../services/users.ts";
 import type { SessionUser } from "../services/session.ts";
-import { loadSeckillConfig, type SeckillConfig } from "../services/seckill/config.ts";
+import { loadSeckillConfig, maxSeckillVoucherId, type SeckillConfig } from "../services/seckill/config.ts";
 import { fail, ok } from "../errors.ts";
 import { HotKeys, type HotKeyRule } from "./hot.ts";
 import { CacheMetrics } from "./metrics.ts";
@@ -43,6 +45,7 @@ export function createCaches(overrides: Partial<Record<"shop" | "shopTypes" | "v
     name: "shop",
     policy: { strategy: "logical", l2TtlSeconds: 30 * 60, l1TtlMs: 2_000, nullTtlSeconds: 120, ...overrides.shop },
     load: (deps, id) => loadShop(deps, id),
+    ceiling: (deps) => maxShopId(deps),
     prepare: (found) => prepareJson(found ? ok(found) : fail("NOT_FOUND", "shop not found")),
   }, now, hot);
   const shopTypes = createCacheModule<string, ShopType[], PreparedResponse>({
@@ -66,6 +69,7 @@ export function createCaches(overrides: Partial<Record<"shop" | "shopTypes" | "v
     name: "seckill",
     policy: { strategy: "plain", l2TtlSeconds: 24 * 3600, l1TtlMs: 5 * 60_000, nullTtlSeconds: 5, ...overrides.seckill },
     load: (deps, id) => loadSeckillConfig(deps, id),
+    ceiling: (deps) => maxSeckillVoucherId(deps),
   }, now, hot);
   const all = [shop, shopTypes, vouchers, userCard, seckill] as unknown as CacheModule<string | number, unknown>[];
   const metrics = new CacheMetrics(all, 5_000, isolateId);

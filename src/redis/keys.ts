@@ -24,6 +24,8 @@ export const keys = {
   shopGeo: (typeId: number | string) => `shop:geo:${typeId}`,
   /** L2 cache entry of a cache module (`cache:shop:{id}` is the classic name). */
   cache: (module: string, id: string | number) => `cache:${module}:${id}`,
+  /** A cache module's ceiling: the largest id its origin held (every id above is absent; lua/cache-probe.lua). */
+  cacheCeiling: (module: string) => `cache-ceiling:${module}`,
   /** Cache counters summed across isolates, one hash per module. */
   cacheStats: (module: string) => `cache:stats:${module}`,
   /** Isolates that reported cache counters: hash isolateId → last report (epoch ms). */

@@ -20,6 +20,11 @@ export async function tryLock(redis: Redis, name: string, ttlMs: number): Promis
   const token = crypto.randomUUID();
   const res = await redis.set(key, token, { nx: true, px: ttlMs });
   if (res !== "OK") return null;
+  return lockHandle(redis, key, token);
+}
+
+/** The handle of a lock taken elsewhere (e.g. inside a script: lua/cache-probe.lua) under `key` with `token`. */
+export function lockHandle(redis: Redis, key: string, token: string): LockHandle {
   const scripts = scriptsFor(redis);
   return {
     key,

@@ -7,6 +7,8 @@ import type { Redis } from "@upstash/redis";
 import ackOutboxSrc from "../../lua/ack-outbox.lua" with { type: "text" };
 import claimOutboxSrc from "../../lua/claim-outbox.lua" with { type: "text" };
 import blogLikeToggleSrc from "../../lua/blog-like-toggle.lua" with { type: "text" };
+import cacheFillSrc from "../../lua/cache-fill.lua" with { type: "text" };
+import cacheProbeSrc from "../../lua/cache-probe.lua" with { type: "text" };
 import extendLockSrc from "../../lua/extend-lock.lua" with { type: "text" };
 import idBlockSrc from "../../lua/id-block.lua" with { type: "text" };
 import idempotencyClaimSrc from "../../lua/idempotency-claim.lua" with { type: "text" };
@@ -36,6 +38,8 @@ export const luaSources = {
   loginCodeMiss: loginCodeMissSrc,
   loginCodeConsume: loginCodeConsumeSrc,
   blogLikeToggle: blogLikeToggleSrc,
+  cacheProbe: cacheProbeSrc,
+  cacheFill: cacheFillSrc,
   reserveStock: reserveStockSrc,
   reserveFence: reserveFenceSrc,
   markReleased: markReleasedSrc,
@@ -87,6 +91,10 @@ export function createScripts(redis: Redis) {
     /** {delta, count, version}: see lua/blog-like-toggle.lua. */
     blogLikeToggle: redis.createScript<[number, number, number]>(luaSources.blogLikeToggle),
     /** {code, a, b}: see lua/reserve-stock.lua. */
+    /** {code, entry | known}: see lua/cache-probe.lua. */
+    cacheProbe: redis.createScript<[number, unknown?]>(luaSources.cacheProbe),
+    /** 1 when the caller's rebuild lock was released: see lua/cache-fill.lua. */
+    cacheFill: redis.createScript<number>(luaSources.cacheFill),
     reserveStock: redis.createScript<[number, number, number]>(luaSources.reserveStock),
     reserveFence: redis.createScript<number>(luaSources.reserveFence),
     markReleased: redis.createScript<number>(luaSources.markReleased),

@@ -81,6 +81,12 @@ export async function loadShop(deps: Deps, id: number): Promise<Shop | null> {
   return row ? mapShop(row, deps.config.SERVICE_TIME_ZONE) : null;
 }
 
+/** The largest shop id (0 with none): ids are auto-increment, so every id above it is absent. */
+export async function maxShopId(deps: Deps): Promise<number> {
+  const row = (await deps.db.execute("SELECT COALESCE(MAX(id), 0) AS m FROM tb_shop")).rows[0] as Row | undefined;
+  return Number(row?.m ?? 0);
+}
+
 export async function loadShopTypes(deps: Deps): Promise<ShopType[]> {
   const rows = (await deps.db.execute("SELECT id, name, icon, sort FROM tb_shop_type ORDER BY sort, id")).rows as Row[];
   return rows.map((r) => ({ id: Number(r.id), name: String(r.name), icon: String(r.icon), sort: Number(r.sort) }));

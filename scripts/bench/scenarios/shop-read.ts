@@ -340,4 +340,51 @@ const flood = defineScenario({
   },
 });
 
-export default [hello, appScenario("l1"), appScenario("l2"), appScenario("mysql"), hostile, flood];
+// ------------------------------------------------------------------------------ unknown ids
+
+const UNKNOWN_IDS_LUA = join(import.meta.dir, "../wrk/unknown-ids.lua");
+const CMDS = "Redis cmds/miss";
+
+/**
+ * shop-miss (issue 16 item 5): GET /api/shop/{id} for ids no shop has, each asked once (so neither
+ * L1 nor an L2 null entry answers it), with the per-address miss meter off — what one lookup of an
+ * unknown id costs when nothing refuses it. "Redis cmds/miss" counts commands at the Upstash-REST
+ * stand-in (a pipeline counts each of its commands), background work included; target ≤ 1.
+ */
+const miss = defineScenario({
+  name: "shop-miss",
+  group: GROUP,
+  description:
+    "GET /api/shop/{id} on the app for ids that do not exist, each once (wrk/unknown-ids.lua), miss meter off (MISS_PER_ADDRESS=0): \"Redis cmds/miss\" = Redis commands per request at the Upstash-REST stand-in, background work included (target ≤ 1); \"DB queries/miss\" = PlanetScale queries per request",
+  async setup(ctx) {
+    const stack: AppStack = await appStack(ctx);
+    const counter = servedCounter();
+    const server = await spawnBunServer({ script: APP_SERVER, env: { MODE: "miss", MISS_PER_ADDRESS: "0", BENCH_STACK_ENV: JSON.stringify(stack.env) }, ipc: counter.ipc });
+    try {
+      const { status, text } = await fetchText(`${server.url}/api/shop/999999999`);
+      if (status !== 200 || !text.includes('"NOT_FOUND"')) throw new Error(`GET /api/shop/999999999 answered ${status} ${text.slice(0, 200)}, expected the NOT_FOUND envelope`);
+    } catch (e) {
+      await server.stop();
+      throw e;
+    }
+    let before = { cmds: 0, db: 0, served: 0 };
+    return {
+      kind: "http",
+      url: `${server.url}/api/shop/`,
+      luaScript: UNKNOWN_IDS_LUA,
+      async beforeRound() {
+        before = { cmds: stack.restCommands(), db: stack.dbRequests(), served: await counter.ask(server) };
+      },
+      async afterRound(): Promise<Extras> {
+        // Let the round's background work (fills, flushes) land before counting it.
+        await sleep(200);
+        const served = (await counter.ask(server)) - before.served;
+        if (served <= 0) return {};
+        return { [CMDS]: (stack.restCommands() - before.cmds) / served, "DB queries/miss": (stack.dbRequests() - before.db) / served };
+      },
+      teardown: server.stop,
+    };
+  },
+});
+
+export default [hello, appScenario("l1"), appScenario("l2"), appScenario("mysql"), hostile, flood, miss];

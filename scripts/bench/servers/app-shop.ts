@@ -8,6 +8,8 @@
  *   l2     shop cache with l1TtlMs 0: GET /api/shop/{id} reads Redis on every request, through
  *          @upstash/redis → Upstash-REST stand-in → redis-server (single-flight and
  *          auto-pipelining still apply, as in production);
+ *   miss   default caches and MISS_PER_ADDRESS from MISS_PER_ADDRESS (0 = the meter off): the
+ *          shop-miss rows request ids no shop has, so every request is a lookup of an unknown id;
  *   mysql  GET /bench/shop-origin/{id}: the same handler with `loadShop` instead of the cache, so
  *          every request is one MySQL query through @planetscale/database → PlanetScale-HTTP
  *          stand-in → MariaDB.
@@ -29,13 +31,14 @@ import { fail, ok } from "../../../src/errors.ts";
 import { IdParam, v } from "../../../src/http/validate.ts";
 import { loadShop } from "../../../src/services/shops.ts";
 
-const MODES = ["l1", "l2", "mysql"] as const;
+const MODES = ["l1", "l2", "mysql", "miss"] as const;
 const mode = process.env.MODE as (typeof MODES)[number];
 if (!MODES.includes(mode)) throw new Error(`MODE must be one of ${MODES.join(", ")}, got ${String(process.env.MODE)}`);
 const stackEnv = JSON.parse(process.env.BENCH_STACK_ENV ?? "null") as Record<string, string> | null;
 if (!stackEnv) throw new Error("BENCH_STACK_ENV is required");
 
-const config = parseEnv({ ...stackEnv, LOG_LEVEL: "silent", RUN_CRON: "false", PORT: process.env.PORT });
+const missMeter = mode === "miss" && process.env.MISS_PER_ADDRESS !== undefined ? { MISS_PER_ADDRESS: process.env.MISS_PER_ADDRESS } : {};
+const config = parseEnv({ ...stackEnv, LOG_LEVEL: "silent", RUN_CRON: "false", PORT: process.env.PORT, ...missMeter });
 
 const pending = new Set<Promise<unknown>>();
 const track = (p: Promise<unknown>) => {

@@ -52,6 +52,12 @@ export async function loadSeckillConfig(deps: Deps, voucherId: number): Promise<
   return row ? seckillConfigFromRow(row) : null;
 }
 
+/** The largest seckill voucher id (0 with none): voucher ids are auto-increment, so every id above it is absent. */
+export async function maxSeckillVoucherId(deps: Deps): Promise<number> {
+  const row = (await deps.db.execute("SELECT COALESCE(MAX(voucher_id), 0) AS m FROM tb_seckill_config")).rows[0] as Row | undefined;
+  return Number(row?.m ?? 0);
+}
+
 /** A row of tb_seckill_config ⋈ tb_seckill_voucher ⋈ tb_voucher (the columns selected above). */
 export function seckillConfigFromRow(row: Row): SeckillConfig {
   return {
