@@ -12,7 +12,7 @@
   KEYS[4]            outbox-due zset
   then one block of s keys per order i (i = 1..n; s = (#KEYS − 4) / n, the same for every order
   since they are of one voucher):
-    order i's per-user daily counter (of its reservation day)
+    order i's per-user daily set (of its reservation day; order ids, see reserve-stock.lua)
     order i's stock bucket to credit
     order i's user's purchase-rule logs (s − 2 of them, none for a voucher without rules)
   ARGV[2i-1]         order i's id
@@ -24,6 +24,15 @@
   Returns the number of orders released now (the others had been released before).
 ]]
 local releasedKey, buyersKey, outboxKey, dueKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- The order leaves its user's daily set (an integer counter in keys written before 2026-12-01:
+-- decremented, never below 0; remove that branch after 2026-12-08, when the last one expired).
+local function giveBackDaily(key, orderId)
+  if redis.call("TYPE", key).ok == "string" then
+    if tonumber(redis.call("GET", key) or "0") > 0 then redis.call("DECR", key) end
+  else
+    redis.call("SREM", key, orderId)
+  end
+end
 local n = #ARGV / 2
 local stride = (#KEYS - 4) / n
 if n == 0 then return 0 end
@@ -38,7 +47,7 @@ for i = 1, n do
     redis.call("SREM", buyersKey, userId)
     redis.call("HDEL", outboxKey, orderId)
     redis.call("ZREM", dueKey, orderId)
-    if tonumber(redis.call("GET", dailyKey) or "0") > 0 then redis.call("DECR", dailyKey) end
+    giveBackDaily(dailyKey, orderId)
     for k = base + 3, base + stride do redis.call("ZREM", KEYS[k], orderId) end
     released = released + 1
   end

@@ -21,7 +21,8 @@
   KEYS[4]   outbox-due zset (orderId -> reserved at, ms)
   KEYS[5]   per-user attempt log zset
   KEYS[6]   per-IP attempt log zset
-  KEYS[7]   per-user daily counter across the shop (integer string)
+  KEYS[7]   per-user daily set across the shop: the user's order ids of the day at this shop (a
+            release takes its own id out, so no repeat of a release can give quota back twice)
   KEYS[8]   this attempt's fence (lua/reserve-fence.lua): present = the caller gave up on this order
             id and has told the buyer nothing was reserved, so a late execution must not reserve
   KEYS[9 .. 8+r]  the user's rule logs (ZSET orderId -> reserved at, ms), one per meta rule, in order
@@ -111,8 +112,14 @@ if now >= endMs then return {3, endMs, 0} end
 
 if redis.call("SISMEMBER", buyersKey, userId) == 1 then return {5, 0, 0} end
 
-if dailyLimit > 0 and (tonumber(redis.call("GET", dailyKey) or "0") >= dailyLimit) then
-  return {7, dailyLimit, 0}
+-- Keys written before 2026-12-01 are integer counters (they expire within dailyTtl): counted and
+-- incremented as such. Remove the "legacy" branches after 2026-12-08.
+local dailyLegacy = false
+if dailyLimit > 0 then
+  dailyLegacy = redis.call("TYPE", dailyKey).ok == "string"
+  local used
+  if dailyLegacy then used = tonumber(redis.call("GET", dailyKey) or "0") else used = redis.call("SCARD", dailyKey) end
+  if used >= dailyLimit then return {7, dailyLimit, 0} end
 end
 
 -- Rolling windows: orders reserved after now − N count (one reserved exactly N days ago no longer does).
@@ -138,7 +145,7 @@ redis.call("SADD", buyersKey, userId)
 redis.call("HSET", outboxKey, orderId, payload)
 redis.call("ZADD", dueKey, now, orderId)
 if dailyLimit > 0 then
-  redis.call("INCR", dailyKey)
+  if dailyLegacy then redis.call("INCR", dailyKey) else redis.call("SADD", dailyKey, orderId) end
   redis.call("EXPIRE", dailyKey, dailyTtl)
 end
 -- A log is shared by vouchers whose rules may have different N: trim only what no rule can count

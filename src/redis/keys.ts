@@ -61,7 +61,7 @@ export const keys = {
     /** Exact sliding-window attempt logs (ZSET member = order id, score = ms). */
     userLog: (shopId: number, voucherId: number, userId: number) => `seckill:{s${shopId}}:v${voucherId}:rl:u:${userId}`,
     ipLog: (shopId: number, voucherId: number, ip: string) => `seckill:{s${shopId}}:v${voucherId}:rl:ip:${ip}`,
-    /** Per user per day (service zone, yyyyMMdd) orders across the shop's seckill vouchers. */
+    /** Per user per day (service zone, yyyyMMdd): SET of the user's order ids across the shop's seckill vouchers (lua/reserve-stock.lua). */
     daily: (shopId: number, userId: number, day: string) => `seckill:{s${shopId}}:daily:${day}:${userId}`,
     /**
      * Purchase-rule logs (src/services/seckill/rules.ts): ZSET orderId → reserved at (ms) of one

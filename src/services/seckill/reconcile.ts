@@ -195,10 +195,19 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
     // marks it released, so no later release would take it out: remove it here. ZREM by order id
     // is right at any moment, hence outside the reload's atomic step; done before it, so a crash
     // in between repeats both on the next pass.
-    const stale = settledOrders.flatMap((o) => ruleKeys(cfg, Number(o.userId)).map((log): [string, string] => [log, o.id]));
+    // The daily shop limit alike: a settled order leaves its user's daily set of its reservation
+    // day (SREM by order id: a release that already took it out makes this a no-op, so nothing is
+    // given back twice — the set lives outside the voucher's keys and survived their loss).
+    const stale = settledOrders.flatMap((o) => ruleKeys(cfg, Number(o.userId)).map((log): [string, string, "zrem" | "srem"] => [log, o.id, "zrem"]));
+    if (cfg.dailyLimit > 0) {
+      for (const o of settledOrders) stale.push([keys.seckill.daily(shopId, Number(o.userId), serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE)), o.id, "srem"]);
+    }
     for (let i = 0; i < stale.length; i += 500) {
       const p = deps.redis.pipeline();
-      for (const [log, id] of stale.slice(i, i + 500)) p.zrem(log, id);
+      for (const [key, id, op] of stale.slice(i, i + 500)) {
+        if (op === "zrem") p.zrem(key, id);
+        else p.srem(key, id);
+      }
       await p.exec();
     }
     // Each holder's purchase-rule logs follow the buckets (none without rules).
