@@ -111,9 +111,10 @@ export const EnvSchema = z.object({
    */
   SESSION_SECRET: z.string({ error: "SESSION_SECRET is required" }).min(32, "SESSION_SECRET must be at least 32 characters"),
   /**
-   * The key SESSION_SECRET replaced (rotation): tokens it signed are still accepted; new tokens
-   * are signed with SESSION_SECRET only. Removing it ends the sessions it signed (they slide with
-   * use, so a busy one never ages out on its own): keep it as long as those should live.
+   * The key SESSION_SECRET replaced (rotation): tokens it signed are still accepted; new and
+   * re-issued tokens are signed with SESSION_SECRET only. Removing it ends the sessions whose token
+   * it signed: kept SESSION_MAX_AGE_SECONDS after the rotation, every such token has expired or
+   * been re-issued under the new key.
    */
   SESSION_SECRET_PREVIOUS: z.string().min(32, "SESSION_SECRET_PREVIOUS must be at least 32 characters").optional(),
   /**
@@ -144,9 +145,17 @@ export const EnvSchema = z.object({
   SESSION_LEGACY_TOKENS: bool.default(true),
   /**
    * A signed token's absolute lifetime, seconds (its `exp`): past it the token is refused even while
-   * its session slides in Redis; the user signs in again. 30 days by default.
+   * its session slides in Redis. 30 days by default. A request whose token has less than half of
+   * this left gets a fresh token for the same session in `X-Session-Token` (later `exp`), up to
+   * SESSION_HARD_CAP_SECONDS after the sign-in.
    */
   SESSION_MAX_AGE_SECONDS: z.coerce.number().int().min(300).max(366 * 86_400).default(30 * 86_400),
+  /**
+   * No session outlives its sign-in by more than this, seconds, however often its token is
+   * re-issued: then the user signs in again. Default 3 × SESSION_MAX_AGE_SECONDS (90 days);
+   * at least SESSION_MAX_AGE_SECONDS (equal to it: tokens are never re-issued).
+   */
+  SESSION_HARD_CAP_SECONDS: z.coerce.number().int().min(300).max(3 * 366 * 86_400).optional(),
   /** Login code lifetime, seconds. */
   LOGIN_CODE_TTL_SECONDS: z.coerce.number().int().min(30).default(120),
   /** Wrong attempts a login code survives; the next wrong one burns it. */
@@ -348,6 +357,9 @@ export type Config = z.infer<typeof EnvSchema>;
 const RefinedSchema = EnvSchema.superRefine((c, ctx) => {
   if (c.SESSION_TRUST_MS < 2 * c.SESSION_SYNC_MS) {
     ctx.addIssue({ code: "custom", path: ["SESSION_TRUST_MS"], message: "SESSION_TRUST_MS must be at least 2 × SESSION_SYNC_MS (upkeep runs once per SESSION_SYNC_MS)" });
+  }
+  if (c.SESSION_HARD_CAP_SECONDS !== undefined && c.SESSION_HARD_CAP_SECONDS < c.SESSION_MAX_AGE_SECONDS) {
+    ctx.addIssue({ code: "custom", path: ["SESSION_HARD_CAP_SECONDS"], message: "SESSION_HARD_CAP_SECONDS must be at least SESSION_MAX_AGE_SECONDS (a token never outlives its session)" });
   }
   if (c.SESSION_RENEW_SECONDS * 2 > c.SESSION_TTL_SECONDS) {
     ctx.addIssue({ code: "custom", path: ["SESSION_RENEW_SECONDS"], message: "SESSION_RENEW_SECONDS must be at most half of SESSION_TTL_SECONDS" });

@@ -4,10 +4,18 @@
  * operator secret — user tokens never pass there. Sessions are resolved by the isolate's session
  * cache (services/session-cache.ts): a warm token costs no Redis call, a forged one none either;
  * the idle timeout slides in the background.
+ *
+ * Both user guards re-issue: a request whose token is within half of SESSION_MAX_AGE_SECONDS of
+ * its `exp` is answered with a fresh token for the same session in `X-Session-Token` (one EXPIRE,
+ * which also proves the session still exists: a missing record is a 401 here). The header is set
+ * on the way out, only if the session is still alive then (not on the logout that ended it), with
+ * `cache-control: no-store` (a credential is never cached).
  */
 import { createMiddleware } from "hono/factory";
 import type { Deps } from "../deps.ts";
 import { AppError } from "../errors.ts";
+import type { Logger } from "../log.ts";
+import type { Reissued } from "../services/session-cache.ts";
 import type { SessionUser } from "../services/session.ts";
 import type { AppEnv } from "../types.ts";
 import { timingSafeEqual } from "../util/compare.ts";
@@ -24,20 +32,48 @@ export function bearer(header: string | undefined): string | null {
   return (m ? m[1] : v)?.trim() || null;
 }
 
+/** Response header carrying a re-issued session token (README "Sessions that end"; exposed to browsers by CORS). */
+export const SESSION_TOKEN_HEADER = "x-session-token";
+
+/**
+ * The re-issue due for `token`, if any: `null` when the session turned out gone. A Redis failure
+ * only costs the fresh token (logged; the next request retries), never the request.
+ */
+async function reissueFor(log: Logger, deps: Deps, token: string): Promise<Reissued | null | undefined> {
+  const pending = deps.isolate.sessions.reissue(deps, token);
+  if (!pending) return undefined;
+  try {
+    return await pending;
+  } catch (err) {
+    log.warn("session token re-issue failed", { err });
+    return undefined;
+  }
+}
+
+function attachReissued(res: Response, fresh: Reissued | undefined): void {
+  if (!fresh?.live) return;
+  res.headers.set(SESSION_TOKEN_HEADER, fresh.token);
+  res.headers.set("cache-control", "no-store");
+}
+
 export const requireUser = createMiddleware<UserEnv>(async (c, next) => {
   const token = bearer(c.req.header("authorization"));
   const deps = c.get("deps");
   const user = token ? await deps.isolate.sessions.authenticate(deps, token) : null;
   if (!user || !token) throw new AppError("UNAUTHORIZED", "not logged in");
+  const fresh = await reissueFor(c.get("log"), deps, token);
+  if (fresh === null) throw new AppError("UNAUTHORIZED", "not logged in");
   c.set("user", user);
   c.set("token", token);
   await next();
+  attachReissued(c.res, fresh);
 });
 
 export const optionalUser = createMiddleware<MaybeUserEnv>(async (c, next) => {
   const token = bearer(c.req.header("authorization"));
   const deps = c.get("deps");
   let user: SessionUser | null = null;
+  let fresh: Reissued | null | undefined;
   if (token) {
     try {
       user = await deps.isolate.sessions.authenticate(deps, token);
@@ -45,10 +81,13 @@ export const optionalUser = createMiddleware<MaybeUserEnv>(async (c, next) => {
       // Personalisation is optional: a Redis hiccup degrades to anonymous, never to an error.
       c.get("log").warn("optional session lookup failed", { err });
     }
+    if (user) fresh = await reissueFor(c.get("log"), deps, token);
+    if (fresh === null) user = null;
   }
   c.set("user", user);
   c.set("token", user ? token : null);
   await next();
+  attachReissued(c.res, fresh ?? undefined);
 });
 
 /** Does an Authorization header carry the operator secret (constant-time compare)? */

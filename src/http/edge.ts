@@ -50,7 +50,8 @@ export const SECURITY_HEADERS: readonly (readonly [string, string])[] = [
 ];
 
 const CORS_ALLOW_HEADERS = ["authorization", "content-type", "x-request-id", "idempotency-key"];
-export const CORS_EXPOSE = "x-request-id,retry-after,idempotent-replayed";
+/** Response headers browsers may read cross-origin (`x-session-token`: a re-issued session token, http/auth.ts). */
+export const CORS_EXPOSE = "x-request-id,retry-after,idempotent-replayed,x-session-token";
 /** hono/request-id's rule: a caller's id is kept when ≤ 255 chars of `[\w\-=]`. */
 const UNSAFE_REQUEST_ID = /[^\w\-=]/;
 

@@ -56,7 +56,10 @@ const COMPONENTS = {
       type: "apiKey",
       in: "header",
       name: "authorization",
-      description: "The token `POST /api/user/login` returned, raw (`authorization: <token>`) or as `Bearer <token>`.",
+      description:
+        "The token `POST /api/user/login` returned, raw (`authorization: <token>`) or as `Bearer <token>`. " +
+        "When less than half of its lifetime (SESSION_MAX_AGE_SECONDS) is left, a response may carry `X-Session-Token`: a fresh token for the same session with a later expiry (never past SESSION_HARD_CAP_SECONDS after sign-in); send it from then on. " +
+        "The old token keeps working until its own expiry; a logout with either ends both.",
     },
     operatorBearer: { type: "http", scheme: "bearer", description: "`authorization: Bearer <ADMIN_TOKEN>` (the configured operator secret)." },
     qstashSignature: { type: "apiKey", in: "header", name: "Upstash-Signature", description: "QStash's signature of the raw body, for this exact URL." },

@@ -116,8 +116,8 @@ export async function loginWithCode(deps: Deps, phone: string, code: string): Pr
   const sessions = deps.isolate.sessions;
   const token = await createSession(deps.redis, user, deps.config.SESSION_TTL_SECONDS, sessions.keys, deps.clock.now());
   // This isolate wrote the record just now: it need not confirm it (the client's next call is warm).
-  const claims = await sessions.keys.verify(token);
-  if (claims) sessions.remember(deps, token, user, claims.sid, claims.expiresAt);
+  const claims = await sessions.keys.verify(token, deps.clock.now());
+  if (claims) sessions.remember(deps, token, claims);
   return { ok: true, token, user, created };
 }
 

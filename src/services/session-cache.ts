@@ -29,13 +29,20 @@
  *     noticed at that session's next renewal: within SESSION_RENEW_SECONDS of use.
  * Memory is bounded by SESSION_CACHE_MAX entries (LRU; an evicted session is simply verified and
  * confirmed again on next use). A Redis failure never widens the bound: past it, requests fail.
+ *
+ * Re-issue (`reissue`, README "Sessions that end"): a request whose token has less than half of
+ * SESSION_MAX_AGE_SECONDS left is handed a fresh token for the same session (same `jti`, later
+ * `exp`, never past `auth_time` + SESSION_HARD_CAP_SECONDS). Deciding costs one comparison; the
+ * re-issue itself costs one EXPIRE, which proves the record still exists (a logged-out or expired
+ * session is never re-issued) and slides its idle timeout. Several tokens of one session may then
+ * be held here at once: everything that ends a session ends it by sid, for all of them.
  */
 import { LRUCache } from "lru-cache";
 import type { Deps } from "../deps.ts";
 import type { Config } from "../env.ts";
 import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
-import { LEGACY_TOKEN_RE, legacySid, readLegacySession, revokeSession, SessionKeys, type SessionUser } from "./session.ts";
+import { LEGACY_TOKEN_RE, legacySid, readLegacySession, revokeSession, type SessionClaims, SessionKeys, type SessionUser } from "./session.ts";
 
 /** Dead session ids an isolate remembers (~100 B each). */
 const REVOKED_MEMORY = 100_000;
@@ -60,8 +67,24 @@ interface Entry {
   confirmedAt: number;
   /** The token's absolute end, epoch ms (its `exp`; Infinity for legacy tokens). */
   expiresAt: number;
+  /** Sign-in time, epoch seconds (carried into re-issued tokens; 0 for legacy tokens). */
+  authTime: number;
+  /** From when a request with this token is handed a fresh one, epoch ms (Infinity: never). */
+  reissueAt: number;
+  /**
+   * The token this isolate re-issued for this one, handed again to later requests that still send
+   * this token (a client that did not pick it up, or concurrent requests): one write per session
+   * and isolate, not one per request.
+   */
+  reissued?: { token: string; entry: Entry };
   /** In `pending`, waiting for the next sync. */
   queued: boolean;
+}
+
+/** A fresh token for the session a request presented; `live` turns false once the session ends (e.g. the request was its logout). */
+export interface Reissued {
+  readonly token: string;
+  readonly live: boolean;
 }
 
 export interface SessionCacheStats {
@@ -77,8 +100,11 @@ export class SessionCache {
   readonly keys: SessionKeys;
   /** token → entry; Map order is recency (re-inserted on use), oldest first. */
   private readonly entries = new Map<string, Entry>();
-  /** sid → entry, to apply revocations. */
-  private readonly bySid = new Map<string, Entry>();
+  /**
+   * sid → the entries of that session, to apply revocations: one entry, or several once its token
+   * was re-issued (old and new tokens live side by side until the old one's `exp`).
+   */
+  private readonly bySid = new Map<string, Entry | Entry[]>();
   /** token → entry queued for the next sync (confirm or renew). */
   private readonly pending = new Map<string, Entry>();
   /** Last revocation sequence number applied; undefined until the first sync. */
@@ -111,7 +137,7 @@ export class SessionCache {
   private readonly legacy: boolean;
 
   constructor(config: Config) {
-    this.keys = new SessionKeys(config.SESSION_SECRET, config.SESSION_SECRET_PREVIOUS, config.SESSION_MAX_AGE_SECONDS);
+    this.keys = new SessionKeys(config.SESSION_SECRET, config.SESSION_SECRET_PREVIOUS, config.SESSION_MAX_AGE_SECONDS, config.SESSION_HARD_CAP_SECONDS);
     this.ttlSeconds = config.SESSION_TTL_SECONDS;
     this.ttlMs = config.SESSION_TTL_SECONDS * 1000;
     this.renewMs = config.SESSION_RENEW_SECONDS * 1000;
@@ -160,7 +186,8 @@ export class SessionCache {
     const e = this.entries.get(token);
     if (!e || !e.user) return undefined;
     const now = deps.clock.now();
-    if (this.lastSyncAt === undefined || now - this.lastSyncAt >= this.trustMs || now >= e.expiresAt) return undefined;
+    // Due a re-issue: the full path answers (it adds the fresh token to the response).
+    if (this.lastSyncAt === undefined || now - this.lastSyncAt >= this.trustMs || now >= e.expiresAt || now >= e.reissueAt) return undefined;
     this.entries.delete(token);
     this.entries.set(token, e);
     if (!e.queued && now - e.confirmedAt >= this.renewMs) this.enqueue(token, e);
@@ -172,10 +199,32 @@ export class SessionCache {
    * A session this isolate just opened (login): known good without a confirming round trip, once
    * the isolate follows the revocation stream (before its first sync it is confirmed like any other).
    */
-  remember(deps: Deps, token: string, user: SessionUser, sid: string, expiresAt: number): void {
-    const e: Entry = { user, sid, confirmedAt: this.cursor === undefined ? -Infinity : deps.clock.now(), queued: false, expiresAt };
+  remember(deps: Deps, token: string, claims: SessionClaims): void {
+    const e: Entry = { ...entryOf(claims), confirmedAt: this.cursor === undefined ? -Infinity : deps.clock.now() };
     this.insert(token, e);
     if (e.confirmedAt === -Infinity) this.enqueue(token, e);
+  }
+
+  /**
+   * A fresh token for the session of `token` (just authenticated by this caller), or:
+   *   `undefined` — none due (synchronous: one Map lookup and a comparison, no Redis: the hot path),
+   *                 or none possible (the token already ends at the hard cap);
+   *   `null`      — the session is gone (its record is missing: logged out, expired, deleted):
+   *                 the caller refuses the request.
+   * Rejects when Redis fails (the caller serves the request without a fresh token; the next one retries).
+   *
+   * Costs one command, an EXPIRE of the record with the idle timeout: it confirms the session
+   * exists (EXPIRE answers 0 for a missing key, so a session revoked anywhere before it ran is
+   * never re-issued) and slides the idle timeout, which the new token then keeps sliding as
+   * usual. A revocation that lands after it ends the new token with the old: same sid, same record.
+   * Concurrent requests near `exp` may each get their own token; all are equally valid.
+   */
+  reissue(deps: Deps, token: string): Promise<Reissued | null | undefined> | undefined {
+    const e = this.entries.get(token);
+    if (!e || !e.user || deps.clock.now() < e.reissueAt) return undefined;
+    const memo = e.reissued;
+    if (memo?.entry.user) return Promise.resolve(view(memo.token, memo.entry));
+    return this.reissueNow(deps, token, e);
   }
 
   /** Logout: dead here at once, deleted in Redis and announced to the other isolates (one command). */
@@ -209,12 +258,38 @@ export class SessionCache {
     return { entries: this.entries.size, pending: this.pending.size, syncs: this.syncs, syncFailures: this.syncFailures, lastSyncAt: this.lastSyncAt ?? null };
   }
 
+  private async reissueNow(deps: Deps, token: string, e: Entry): Promise<Reissued | null | undefined> {
+    const user = e.user;
+    if (!user || this.revoked.has(e.sid)) return null;
+    const startedAt = deps.clock.now();
+    const issued = await this.keys.reissue(user, e.sid, e.authTime, startedAt, e.expiresAt);
+    if (!issued) {
+      // No later `exp` is possible (at the cap): never ask again for this token.
+      e.reissueAt = Number.POSITIVE_INFINITY;
+      return undefined;
+    }
+    // The one write. Named by the jti, so it is the record of the new token as well as the old.
+    if ((await deps.redis.expire(keys.loginToken(token), this.ttlSeconds)) !== 1) {
+      this.markDead(e);
+      return null;
+    }
+    // A logout read meanwhile (here, or by a sync) wins: no fresh token for an ended session.
+    if (!e.user || this.revoked.has(e.sid)) return null;
+    const confirmedAt = this.cursor === undefined ? -Infinity : startedAt;
+    e.confirmedAt = Math.max(e.confirmedAt, confirmedAt);
+    const fresh: Entry = { ...entryOf(issued.claims), confirmedAt };
+    this.insert(issued.token, fresh);
+    if (confirmedAt === -Infinity) this.enqueue(issued.token, fresh);
+    e.reissued = { token: issued.token, entry: fresh };
+    return view(issued.token, fresh);
+  }
+
   private async admit(deps: Deps, token: string): Promise<Entry | null> {
     const claims = await this.keys.verify(token, deps.clock.now());
     let e: Entry;
     if (claims) {
       if (this.revoked.has(claims.sid)) return null;
-      e = { user: claims.user, sid: claims.sid, confirmedAt: -Infinity, queued: false, expiresAt: claims.expiresAt };
+      e = { ...entryOf(claims), confirmedAt: -Infinity };
     } else if (this.legacy && LEGACY_TOKEN_RE.test(token)) {
       const sid = legacySid(token);
       if (this.revoked.has(sid) || this.unknownLegacy.has(token)) return null;
@@ -225,7 +300,7 @@ export class SessionCache {
         this.unknownLegacy.set(token, true);
         return null;
       }
-      e = { user, sid, confirmedAt: -Infinity, queued: false, expiresAt: Number.POSITIVE_INFINITY };
+      e = { user, sid, confirmedAt: -Infinity, queued: false, expiresAt: Number.POSITIVE_INFINITY, authTime: 0, reissueAt: Number.POSITIVE_INFINITY };
     } else {
       // Not cached: caching refusals would let garbage evict real sessions; refusing costs only CPU.
       return null;
@@ -242,7 +317,7 @@ export class SessionCache {
     const old = this.entries.get(token);
     if (old) this.forget(token, old);
     this.entries.set(token, e);
-    this.bySid.set(e.sid, e);
+    this.link(e);
     while (this.entries.size > this.max) {
       const oldest = this.entries.keys().next().value as string;
       this.forget(oldest, this.entries.get(oldest) as Entry);
@@ -251,7 +326,7 @@ export class SessionCache {
 
   private forget(token: string, e: Entry): void {
     this.entries.delete(token);
-    if (this.bySid.get(e.sid) === e) this.bySid.delete(e.sid);
+    this.unlink(e);
     this.pending.delete(token);
     e.queued = false;
   }
@@ -261,12 +336,36 @@ export class SessionCache {
     this.pending.set(token, e);
   }
 
-  /** Dead from now on in this isolate: the sid is remembered apart from the session LRU (held here or not). */
+  private link(e: Entry): void {
+    const held = this.bySid.get(e.sid);
+    if (held === undefined) this.bySid.set(e.sid, e);
+    else if (Array.isArray(held)) held.push(e);
+    else if (held !== e) this.bySid.set(e.sid, [held, e]);
+  }
+
+  private unlink(e: Entry): void {
+    const held = this.bySid.get(e.sid);
+    if (held === e) this.bySid.delete(e.sid);
+    else if (Array.isArray(held)) {
+      const i = held.indexOf(e);
+      if (i >= 0) held.splice(i, 1);
+      if (held.length === 1) this.bySid.set(e.sid, held[0] as Entry);
+      else if (held.length === 0) this.bySid.delete(e.sid);
+    }
+  }
+
+  /**
+   * Dead from now on in this isolate: the sid is remembered apart from the session LRU (held here
+   * or not), and every token of the session held here is refused — a re-issued token and the one
+   * it replaced share the session, so a logout with either, or a missing record, ends both.
+   */
   private markDead(e: Entry | undefined, sid = e?.sid): void {
-    if (sid !== undefined) this.revoked.set(sid, true);
-    if (!e) return;
-    e.user = null;
-    e.queued = false;
+    if (sid === undefined) return;
+    this.revoked.set(sid, true);
+    const held = this.bySid.get(sid);
+    if (Array.isArray(held)) for (const x of held) kill(x);
+    else if (held) kill(held);
+    if (e) kill(e);
   }
 
   private async runSync(deps: Deps): Promise<void> {
@@ -311,7 +410,7 @@ export class SessionCache {
       } else {
         // Every revocation, also of sessions this isolate never held: a revoked token first seen
         // here later is refused before its signature is even checked.
-        for (const sid of sids ?? []) this.markDead(this.bySid.get(String(sid)), String(sid));
+        for (const sid of sids ?? []) this.markDead(undefined, String(sid));
       }
       // Monotonic: on workerd two syncs may overlap (see sync), and the later-finishing one may have
       // started earlier; re-reading a revocation is harmless, trusting memory longer is not.
@@ -322,3 +421,22 @@ export class SessionCache {
   }
 }
 
+/** Refused from memory from now on (a queued entry is dropped by the next sync). */
+function kill(e: Entry): void {
+  e.user = null;
+  e.queued = false;
+}
+
+/** An entry's fields from a verified token's claims (not yet confirmed, not queued). */
+function entryOf(claims: SessionClaims): Omit<Entry, "confirmedAt"> {
+  return { user: claims.user, sid: claims.sid, queued: false, expiresAt: claims.expiresAt, authTime: claims.authTime, reissueAt: claims.reissueAt };
+}
+
+function view(token: string, entry: Entry): Reissued {
+  return {
+    token,
+    get live() {
+      return entry.user !== null;
+    },
+  };
+}

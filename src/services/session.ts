@@ -1,14 +1,17 @@
 /**
- * Sessions: signed tokens, with the record in Redis (`login:token:{token}`, a hash {id, nickName,
+ * Sessions: signed tokens, with the record in Redis (`login:token:j:<jti>`, a hash {id, nickName,
  * icon} whose TTL is the idle timeout) — the classic contract, so revocation and idle expiry live
  * where every isolate sees them.
  *
  * A token is a compact JWT (HS256, `hono/jwt` over Web Crypto) carrying what a request needs:
- * `sub` (user id), `nick`, `icon`, `iat` (seconds) and a random `jti` (128 bits: tokens stay
- * unique and unguessable, as the classic 32-hex ones were). An isolate verifies the signature
- * itself, so a forged, truncated or garbage token is refused without a Redis call, and a verified
- * one identifies its user without one; whether the session still *exists* is what the isolate's
- * session cache checks against Redis, in the background (src/services/session-cache.ts).
+ * `sub` (user id), `nick`, `icon`, `iat` and `exp` (seconds), `auth_time` (the sign-in, seconds)
+ * and a random `jti` (128 bits: tokens stay unique and unguessable, as the classic 32-hex ones
+ * were). The `jti` names the session: a token re-issued for it (`SessionKeys.reissue`) keeps the
+ * `jti` and `auth_time` and gets a later `exp`, so it shares the record, the logout and the cap.
+ * An isolate verifies the signature itself, so a forged, truncated or garbage token is refused
+ * without a Redis call, and a verified one identifies its user without one; whether the session
+ * still *exists* is what the isolate's session cache checks against Redis, in the background
+ * (src/services/session-cache.ts).
  *
  * Keys: `SESSION_SECRET` signs and verifies, `SESSION_SECRET_PREVIOUS` (rotation) only verifies.
  * Both are imported as CryptoKeys once per isolate (`SessionKeys`, held by `deps.isolate.sessions`):
@@ -35,6 +38,14 @@ export interface SessionClaims {
   iat: number;
   /** Absolute end of the token, epoch ms (Infinity for legacy tokens: their record's TTL bounds them). */
   expiresAt: number;
+  /** Sign-in time, epoch seconds (`auth_time`; a token from before re-issue existed: its `iat`; 0 for legacy tokens). */
+  authTime: number;
+  /**
+   * From when (epoch ms) a request with this token is handed a fresh one: once less than half of
+   * SESSION_MAX_AGE_SECONDS is left before `exp`. Infinity when no later `exp` is possible (the
+   * token already ends at the session's hard cap) and for legacy tokens.
+   */
+  reissueAt: number;
 }
 
 /**
@@ -45,6 +56,8 @@ export const REVOKED_KEEP = 10_000;
 
 /** A token's absolute lifetime when none is configured, seconds (30 days). */
 export const DEFAULT_MAX_AGE_SECONDS = 30 * 86_400;
+/** The hard cap on a session's age (from its sign-in) when none is configured: this × the token lifetime (90 days). */
+export const DEFAULT_HARD_CAP_FACTOR = 3;
 
 /** Classic unsigned tokens: 16 random bytes as 32 hex chars. */
 export const LEGACY_TOKEN_RE = /^[0-9a-f]{32}$/;
@@ -68,16 +81,24 @@ function base64url(bytes: Uint8Array): string {
  */
 export class SessionKeys {
   private imported: { current: CryptoKey; previous: CryptoKey | null } | undefined;
+  /** No session outlives its sign-in by more than this, seconds, however often its token is re-issued. */
+  readonly hardCapSeconds: number;
 
   /**
-   * @param maxAgeSeconds  a token's absolute lifetime (its `exp` = `iat` + this); past it the token
-   *                       is refused whatever Redis says (SESSION_MAX_AGE_SECONDS)
+   * @param maxAgeSeconds   a token's absolute lifetime (its `exp` = `iat` + this, capped below);
+   *                        past it the token is refused whatever Redis says (SESSION_MAX_AGE_SECONDS)
+   * @param hardCapSeconds  a session's absolute lifetime from its sign-in (`auth_time`): no token
+   *                        for it, re-issued or not, is valid past `auth_time` + this
+   *                        (SESSION_HARD_CAP_SECONDS; default 3 × maxAgeSeconds, never below it)
    */
   constructor(
     private readonly secret: string,
     private readonly previousSecret?: string,
     readonly maxAgeSeconds = DEFAULT_MAX_AGE_SECONDS,
-  ) {}
+    hardCapSeconds?: number,
+  ) {
+    this.hardCapSeconds = Math.max(hardCapSeconds ?? DEFAULT_HARD_CAP_FACTOR * maxAgeSeconds, maxAgeSeconds);
+  }
 
   /**
    * The keys once imported. Callers before the first import finishes each import their own (a
@@ -93,12 +114,40 @@ export class SessionKeys {
     return this.imported;
   }
 
-  /** A new token for `user`, signed with the current key. */
+  /** A new token for `user`, signed with the current key: a new session, signed in now. */
   async sign(user: SessionUser, nowMs: number): Promise<string> {
     const jti = base64url(crypto.getRandomValues(new Uint8Array(16)));
+    return (await this.mint(user, jti, Math.floor(nowMs / 1000), nowMs)).token;
+  }
+
+  /**
+   * A fresh token for an existing signed session (`sid` = `j:<jti>`): same `jti`, user and
+   * `auth_time`, issued now, `exp` = min(now + SESSION_MAX_AGE_SECONDS, `auth_time` + the hard cap),
+   * signed with the current key. Null when that `exp` would not be later than `notAfterMs` (the
+   * caller's current end) or `sid` is not a signed session's. CPU only: whether the session still
+   * exists is the caller's to check (SessionCache.reissue).
+   */
+  async reissue(user: SessionUser, sid: string, authTime: number, nowMs: number, notAfterMs: number): Promise<{ token: string; claims: SessionClaims } | null> {
+    if (!sid.startsWith("j:")) return null;
+    const minted = await this.mint(user, sid.slice(2), authTime, nowMs);
+    return minted.claims.expiresAt > notAfterMs ? minted : null;
+  }
+
+  private async mint(user: SessionUser, jti: string, authTime: number, nowMs: number): Promise<{ token: string; claims: SessionClaims }> {
     const { current } = await this.keys();
     const iat = Math.floor(nowMs / 1000);
-    return await sign({ sub: String(user.id), nick: user.nickName, icon: user.icon, iat, exp: iat + this.maxAgeSeconds, jti }, current, "HS256");
+    const exp = Math.min(iat + this.maxAgeSeconds, authTime + this.hardCapSeconds);
+    const token = await sign({ sub: String(user.id), nick: user.nickName, icon: user.icon, iat, exp, jti, auth_time: authTime }, current, "HS256");
+    return { token, claims: this.claims(user, jti, iat, exp, authTime) };
+  }
+
+  /** The claims of a verified (or just minted) token; the end is clamped to the hard cap as configured now. */
+  private claims(user: SessionUser, jti: string, iat: number, exp: number, authTime: number): SessionClaims {
+    const capAt = authTime + this.hardCapSeconds;
+    const end = Math.min(exp, capAt);
+    // Re-issue only makes sense while a later `exp` is possible, i.e. the token ends before the cap.
+    const reissueAt = end < capAt ? end * 1000 - this.maxAgeSeconds * 500 : Number.POSITIVE_INFINITY;
+    return { user, sid: `j:${jti}`, iat, expiresAt: end * 1000, authTime, reissueAt };
   }
 
   /**
@@ -137,13 +186,17 @@ export class SessionKeys {
       return null;
     }
     if (payload === null || typeof payload !== "object") return null;
-    const { sub, nick, icon, iat, exp, jti } = payload;
+    const { sub, nick, icon, iat, exp, jti, auth_time } = payload;
     if (typeof sub !== "string" || !/^[1-9]\d{0,15}$/.test(sub) || typeof nick !== "string" || typeof icon !== "string") return null;
     if (typeof jti !== "string" || !/^[A-Za-z0-9_-]{16,64}$/.test(jti) || typeof iat !== "number") return null;
-    // Absolute lifetime: `exp`, or for tokens issued before it existed, iat + the same maximum.
-    const expires = typeof exp === "number" ? exp : iat + this.maxAgeSeconds;
-    if (nowMs >= expires * 1000) return null;
-    return { user: { id: Number(sub), nickName: nick, icon }, sid: `j:${jti}`, iat, expiresAt: expires * 1000 };
+    // Sign-in time: tokens from before re-issue existed were all issued at sign-in.
+    const authTime = auth_time === undefined ? iat : auth_time;
+    if (typeof authTime !== "number" || authTime > iat) return null;
+    // Absolute lifetime: `exp` (or, for tokens issued before it existed, iat + the same maximum),
+    // and never past the session's hard cap as configured now (lowering it ends older sessions too).
+    const claims = this.claims({ id: Number(sub), nickName: nick, icon }, jti, iat, typeof exp === "number" ? exp : iat + this.maxAgeSeconds, authTime);
+    if (nowMs >= claims.expiresAt) return null;
+    return claims;
   }
 }
 

@@ -37,7 +37,7 @@ describe("response headers", () => {
       expect(res.headers.get("x-request-id")).toMatch(UUID);
       expectSecurityHeaders(res);
       expect(res.headers.get("access-control-allow-origin")).toBe("*");
-      expect(res.headers.get("access-control-expose-headers")).toBe("x-request-id,retry-after,idempotent-replayed");
+      expect(res.headers.get("access-control-expose-headers")).toBe("x-request-id,retry-after,idempotent-replayed,x-session-token");
       const body = (await res.json()) as { requestId?: string };
       if (status !== 200) expect(body.requestId).toBe(res.headers.get("x-request-id") as string);
     }
@@ -114,7 +114,7 @@ describe("response headers", () => {
         expect(res.headers.get("x-request-id")).toMatch(UUID);
         expectSecurityHeaders(res);
         expect(res.headers.get("access-control-allow-origin")).toBe("*");
-        expect(res.headers.get("access-control-expose-headers")).toBe("x-request-id,retry-after,idempotent-replayed");
+        expect(res.headers.get("access-control-expose-headers")).toBe("x-request-id,retry-after,idempotent-replayed,x-session-token");
       }
       const stale = await t.app.request(path, { headers: { "if-none-match": '"0-0"' } }, { clientIp: "10.9.9.8" });
       expect(stale.status).toBe(200);

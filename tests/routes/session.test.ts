@@ -414,3 +414,152 @@ describe("sessions that end (issue 16 item 2)", () => {
     expect(await t.deps.isolate.sessions.keys.verify(token, clock.now())).toBeNull();
   });
 });
+
+describe("token re-issue (issue 16 item 2)", () => {
+  type Payload = { sub: string; iat: number; exp: number; jti: string; auth_time: number };
+  const payloadOf = (token: string) => JSON.parse(atob((token.split(".")[1] as string).replace(/-/g, "+").replace(/_/g, "/"))) as Payload;
+  const MIN = 60_000;
+  /** Tokens live 1 h (re-issued in their last 30 min), sessions at most 2 h from sign-in. */
+  const SHORT = { SESSION_MAX_AGE_SECONDS: "3600", SESSION_HARD_CAP_SECONDS: "7200" };
+
+  test("a request within half the lifetime of exp gets a fresh token (same session, later exp) for one EXPIRE; it works, and the old one works until its own exp", async () => {
+    const t = await counted(SHORT);
+    const { token } = await loginAs(t.app, t.deps);
+    const old = payloadOf(token);
+    t.clock.advance(31 * MIN);
+    await t.deps.isolate.sessions.sync(t.deps); // within the trust bound again, so the count below is the re-issue alone
+    await t.deps.redis.expire(keys.loginToken(token), 100);
+    const before = t.count.session();
+    const r = await me(t, token);
+    expect(r.status).toBe(200);
+    const fresh = r.headers.get("x-session-token");
+    expect(fresh).toBeTruthy();
+    expect(t.count.session() - before).toBe(1); // the EXPIRE that proves the record and slides it
+    expect(r.headers.get("cache-control")).toBe("no-store");
+    const next = payloadOf(fresh as string);
+    expect(next.jti).toBe(old.jti);
+    expect(next.sub).toBe(old.sub);
+    expect(next.auth_time).toBe(old.iat);
+    expect(next.exp).toBe(next.iat + 3600);
+    expect(next.exp).toBeGreaterThan(old.exp);
+    // Same record, its idle timeout re-armed; signature canonical (the other spellings are refused).
+    expect(keys.loginToken(fresh as string)).toBe(keys.loginToken(token));
+    expect(await t.deps.redis.ttl(keys.loginToken(token))).toBeGreaterThan(1700);
+    const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const last = alphabet.indexOf((fresh as string).at(-1) as string);
+    for (const x of [1, 2, 3]) expect(await t.deps.isolate.sessions.keys.verify((fresh as string).slice(0, -1) + alphabet[last ^ x], t.clock.now())).toBeNull();
+
+    // The fresh token works here (no header: it is far from its exp) and in an isolate that never saw it.
+    const again = await me(t, fresh as string);
+    expect(again.body).toMatchObject({ success: true, data: { id: Number(old.sub) } });
+    expect(again.headers.get("x-session-token")).toBeNull();
+    const other = await counted(SHORT, manualClock(t.clock.now()));
+    expect((await me(other, fresh as string)).status).toBe(200);
+    // A client that kept the old token is handed the same fresh token again, without another write.
+    const mid = t.count.session();
+    expect((await me(t, token)).headers.get("x-session-token")).toBe(fresh);
+    expect(t.count.session() - mid).toBe(0);
+
+    // Past the old token's exp: it is refused, the fresh one still works.
+    t.clock.advance(30 * MIN);
+    await t.deps.isolate.sessions.sync(t.deps);
+    expect((await me(t, token)).status).toBe(401);
+    expect((await me(t, fresh as string)).status).toBe(200);
+  });
+
+  test("a request far from exp gets no header and no Redis command; past the threshold it does", async () => {
+    const t = await counted(SHORT);
+    const { token } = await loginAs(t.app, t.deps);
+    await t.deps.isolate.sessions.sync(t.deps);
+    const before = t.count.session();
+    for (let i = 0; i < 20; i++) {
+      const r = await me(t, token);
+      expect(r.status).toBe(200);
+      expect(r.headers.get("x-session-token")).toBeNull();
+    }
+    expect(t.count.session() - before).toBe(0);
+    // 1 s before the threshold (30 min before exp): still none; 2 s later: one.
+    t.clock.advance(30 * MIN - 1_000);
+    await t.deps.isolate.sessions.sync(t.deps);
+    const edge = t.count.session();
+    expect((await me(t, token)).headers.get("x-session-token")).toBeNull();
+    expect(t.count.session() - edge).toBe(0);
+    t.clock.advance(2_000);
+    expect((await me(t, token)).headers.get("x-session-token")).toBeTruthy();
+  });
+
+  test("a logged-out session is never re-issued: not on its logout, not by an isolate that has not read the logout yet, and a logout with either token ends both", async () => {
+    const a = await counted(SHORT);
+    const { token } = await loginAs(a.app, a.deps);
+    const b = await counted(SHORT, manualClock(a.clock.now()));
+    expect((await me(b, token)).status).toBe(200); // b holds the session in memory
+    a.clock.advance(31 * MIN);
+    b.clock.advance(31 * MIN);
+    await b.deps.isolate.sessions.sync(b.deps);
+
+    // The logout request itself, near exp, carries no fresh token.
+    const out = await call(a.app, "POST", "/api/user/logout", { token });
+    expect(out.body).toEqual({ success: true });
+    expect(out.headers.get("x-session-token")).toBeNull();
+    expect((await me(a, token)).status).toBe(401);
+    // b has not synced since the logout (within its trust bound it would still answer from memory),
+    // but the re-issue's EXPIRE finds the record gone: refused, no token, and dead there from now on.
+    const r = await me(b, token);
+    expect(r.status).toBe(401);
+    expect(r.headers.get("x-session-token")).toBeNull();
+    expect((await me(b, token)).status).toBe(401);
+
+    // Re-issued first, then logged out with the new token: the old one ends too, here and elsewhere.
+    const second = await loginAs(a.app, a.deps);
+    expect((await me(b, second.token)).status).toBe(200);
+    a.clock.advance(31 * MIN);
+    b.clock.advance(31 * MIN);
+    await a.deps.isolate.sessions.sync(a.deps);
+    const fresh = (await me(a, second.token)).headers.get("x-session-token") as string;
+    expect(fresh).toBeTruthy();
+    expect((await me(b, fresh)).status).toBe(200); // b now holds both tokens of the session
+    expect((await call(a.app, "POST", "/api/user/logout", { token: fresh })).status).toBe(200);
+    expect((await me(a, second.token)).status).toBe(401);
+    expect((await me(a, fresh)).status).toBe(401);
+    await b.deps.isolate.sessions.sync(b.deps);
+    expect((await me(b, second.token)).status).toBe(401);
+    expect((await me(b, fresh)).status).toBe(401);
+  });
+
+  test("re-issue never extends a session past SESSION_HARD_CAP_SECONDS from its sign-in", async () => {
+    const t = await counted(SHORT);
+    const { token } = await loginAs(t.app, t.deps);
+    const signIn = payloadOf(token).iat;
+    const step = async (minutes: number, tok: string) => {
+      t.clock.advance(minutes * MIN);
+      await t.deps.isolate.sessions.sync(t.deps);
+      const r = await me(t, tok);
+      return { status: r.status, fresh: r.headers.get("x-session-token") };
+    };
+    // T+31 min: exp T+91; T+62: exp capped at T+120 (not T+122).
+    const first = await step(31, token);
+    expect(first.status).toBe(200);
+    expect(payloadOf(first.fresh as string).exp).toBe(signIn + 91 * 60);
+    const second = await step(31, first.fresh as string);
+    const capped = payloadOf(second.fresh as string);
+    expect(capped.exp).toBe(signIn + 7200);
+    expect(capped.auth_time).toBe(signIn);
+    // Lowering the cap ends older sessions too: an isolate configured with a 1 h cap refuses it now.
+    const stricter = await counted({ SESSION_MAX_AGE_SECONDS: "3600", SESSION_HARD_CAP_SECONDS: "3600" }, manualClock(t.clock.now()));
+    expect((await me(stricter, second.fresh as string)).status).toBe(401);
+    // T+92: within 30 min of exp, but exp is the cap: no fresh token (and none asked for: no command).
+    t.clock.advance(30 * MIN);
+    await t.deps.isolate.sessions.sync(t.deps);
+    const before = t.count.session();
+    const late = await me(t, second.fresh as string);
+    expect(late.status).toBe(200);
+    expect(late.headers.get("x-session-token")).toBeNull();
+    expect(t.count.session() - before).toBe(0);
+    // T+120: over, for every token of the session.
+    t.clock.advance(28 * MIN);
+    await t.deps.isolate.sessions.sync(t.deps);
+    for (const tok of [token, first.fresh as string, second.fresh as string]) expect((await me(t, tok)).status).toBe(401);
+    // A cap below the token lifetime is refused at boot.
+    expect(() => parseEnv({ ...t.stack.env, SESSION_MAX_AGE_SECONDS: "3600", SESSION_HARD_CAP_SECONDS: "1800" })).toThrow(/SESSION_HARD_CAP_SECONDS/);
+  });
+});
