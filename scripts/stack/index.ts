@@ -7,7 +7,7 @@ import mysql from "mysql2/promise";
 import { join } from "node:path";
 import { startMariadb, startRedis, type Engine, type MariaEngine } from "./engines.ts";
 import { startPlanetscaleHttp, type PlanetscaleHttpServer } from "./planetscale-http.ts";
-import { startLocalQstash, type LocalQstashServer } from "./qstash.ts";
+import { startLocalQstash, type LocalQstashServer } from "./qstash/index.ts";
 import { startUpstashRest, type UpstashRestServer } from "./upstash-rest.ts";
 import { randomSecret } from "./secrets.ts";
 

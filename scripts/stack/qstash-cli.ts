@@ -14,7 +14,7 @@
  */
 import { parseArgs } from "node:util";
 import { QSTASH_DEV } from "./index.ts";
-import { startLocalQstash } from "./qstash.ts";
+import { startLocalQstash } from "./qstash/index.ts";
 
 const { values } = parseArgs({
   args: process.argv.slice(2),

@@ -1,5 +1,5 @@
 /**
- * The local QStash stand-in (scripts/stack/qstash.ts) driven by the unmodified @upstash/qstash SDK,
+ * The local QStash stand-in (scripts/stack/qstash/) driven by the unmodified @upstash/qstash SDK,
  * with its state in a private redis-server and real HTTP destinations on loopback.
  *
  * Time runs at 1/100 (timeScale 0.01): `delay: 100` is ~1 s, the default backoff before retry n is
@@ -13,7 +13,7 @@ import { RedisClient } from "bun";
 import { Client, QstashError, Receiver } from "@upstash/qstash";
 import { SignJWT } from "jose";
 import { startRedis, type Engine } from "../../scripts/stack/engines.ts";
-import { compileRetryDelay, startLocalQstash, type LocalQstashServer } from "../../scripts/stack/qstash.ts";
+import { compileRetryDelay, startLocalQstash, type LocalQstashServer } from "../../scripts/stack/qstash/index.ts";
 
 const TOKEN = "local-qstash-test-token";
 const CURRENT = "sig_currentKeyForTests0001";
