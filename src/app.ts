@@ -4,6 +4,7 @@
  */
 import { Hono } from "hono";
 import { TrieRouter } from "hono/router/trie-router";
+import { CacheUnavailableError } from "./cache/module.ts";
 import type { Deps } from "./deps.ts";
 import { AppError, fail, handleError } from "./errors.ts";
 import { health } from "./routes/health.ts";
@@ -73,7 +74,9 @@ export function createApp(deps: Deps): Hono<AppEnv> {
   app.route("/", createDocs(app));
 
   app.notFound((c) => c.json(fail("NOT_FOUND", `no route for ${c.req.method} ${c.req.path}`, c.get("requestId")), 404));
-  app.onError(handleError);
+  // A cache read that neither origin nor any cached copy could answer is a 503 naming the data
+  // (with Retry-After when a breaker caused it, errors.ts), wherever the read was made.
+  app.onError((err, c) => handleError(err instanceof CacheUnavailableError ? new AppError("UNAVAILABLE", `${err.subject} temporarily unavailable`, { cause: err }) : err, c));
   // Requests answerable from the isolate's memory skip routing (http/fast-lane.ts). `app.request`
   // (tests) goes through `fetch` too, so tests see exactly what a runtime sees.
   const lane = createFastLane(deps);

@@ -318,9 +318,16 @@ export const EnvSchema = z.object({
    * providers hand those out). IPv4 counts per address.
    */
   LIMIT_IPV6_PREFIX: z.coerce.number().int().min(16).max(128).default(64),
-  /** Lookups missing the isolate's memory one address may cause per MISS_WINDOW_MS (http/miss-meter.ts; 0 = off). */
+  /** Lookups missing the isolate's memory one address may cause per MISS_WINDOW_MS (http/address-window.ts; 0 = off). */
   MISS_PER_ADDRESS: z.coerce.number().int().min(0).max(1_000_000).default(120),
   MISS_WINDOW_MS: z.coerce.number().int().min(100).max(3_600_000).default(10_000),
+  /**
+   * Requests with a body to public routes (sign-in, send-code) one address may send per
+   * PUBLIC_BODIES_WINDOW_MS per isolate, refused (429) before the body is read (http/address-window.ts;
+   * 0 = off). Generous: a household behind one NAT signs in a few times a minute, not 60.
+   */
+  PUBLIC_BODIES_PER_ADDRESS: z.coerce.number().int().min(0).max(1_000_000).default(60),
+  PUBLIC_BODIES_WINDOW_MS: z.coerce.number().int().min(100).max(3_600_000).default(60_000),
   /** Client addresses one isolate tracks for the listing limit (LRU, ~150 B each). */
   LISTING_IP_MAX: z.coerce.number().int().min(100).max(1_000_000).default(20_000),
   /** Largest accepted image upload, bytes (the multipart body may exceed it by a little framing). */
@@ -346,7 +353,7 @@ export const EnvSchema = z.object({
    * Unset: 1,000 on workerd (the lower paid figure), no limit on Bun and Deno; set 50 on Free, or the
    * value of wrangler.toml `[limits] subrequests` if you set one. The loops that could outgrow one
    * invocation (the order drain, its close messages, close-expired, refund retry, the outbox sweep,
-   * reconcile) plan against this minus a headroom and hand the rest on (src/util/subrequests.ts).
+   * reconcile) plan against this minus a headroom and hand the rest on (src/ports/subrequests.ts).
    */
   WORKERS_SUBREQUEST_LIMIT: z.coerce.number().int().min(20).max(10_000_000).optional(),
 });

@@ -3,7 +3,8 @@
  *
  * Envelope: `{ success, errorMsg?, data?, total?, code? }`, absent fields omitted. Business
  * outcomes are 200 + success:false (classic clients read `success`); 400 for malformed input,
- * 401 not logged in, 403 not allowed, 404 unknown route, 429 rate limited (with Retry-After),
+ * 401 not logged in, 403 not allowed, 404 unknown route, 413 body too large, 415 a body of a type
+ * the route does not take, 429 rate limited (with Retry-After),
  * 500 unexpected (with the request id, never a stack trace), 503 dependency down.
  */
 import type { Context } from "hono";
@@ -19,6 +20,7 @@ export type ErrorCode =
   | "NOT_FOUND"
   | "METHOD_NOT_ALLOWED"
   | "PAYLOAD_TOO_LARGE"
+  | "UNSUPPORTED_MEDIA_TYPE"
   | "RATE_LIMITED"
   | "QUOTA_EXCEEDED"
   | "BAD_CODE"
@@ -43,6 +45,8 @@ export const codeToStatus: Record<ErrorCode, ContentfulStatusCode> = {
   NOT_FOUND: 404,
   METHOD_NOT_ALLOWED: 405,
   PAYLOAD_TOO_LARGE: 413,
+  /** A non-empty body of a content type the route does not take (src/http/body.ts), refused before it is read. */
+  UNSUPPORTED_MEDIA_TYPE: 415,
   RATE_LIMITED: 429,
   /** A per-user quota (upload bytes per day) is used up; Retry-After says when it renews. */
   QUOTA_EXCEEDED: 429,
@@ -112,6 +116,8 @@ function statusToCode(status: number): ErrorCode {
       return "METHOD_NOT_ALLOWED";
     case 413:
       return "PAYLOAD_TOO_LARGE";
+    case 415:
+      return "UNSUPPORTED_MEDIA_TYPE";
     case 429:
       return "RATE_LIMITED";
     case 503:

@@ -4,15 +4,14 @@
  * isolate remembers hides in module-level maps; a reader sees here what can be stale, for how
  * long, and how big it may grow (each field documents its bound).
  */
-import { LRUCache } from "lru-cache";
 import { hotKeyRuleOf } from "./cache/hot.ts";
-import { createCaches, type Caches } from "./cache/modules.ts";
+import { createCaches, type Caches } from "./caches.ts";
 import { SaleCounters } from "./console/counters.ts";
 import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
 import { ListingLimiter } from "./http/listing-limit.ts";
 import { OperatorAttempts } from "./http/operator-attempts.ts";
-import { MissMeter } from "./http/miss-meter.ts";
+import { AddressWindow } from "./http/address-window.ts";
 import { IsolateIds } from "./redis/ids.ts";
 import type { Resilience } from "./resilience.ts";
 import type { Runtime } from "./runtime.ts";
@@ -20,6 +19,7 @@ import { ScriptBatcher } from "./redis/script-batch.ts";
 import { luaSources, scriptsFor } from "./redis/scripts.ts";
 import { createLoginLimiters, type LoginLimiters } from "./services/auth.ts";
 import { SeckillAdmission } from "./services/seckill/admission.ts";
+import { SeckillMemory } from "./services/seckill/memory.ts";
 import { createWriteLimiters, type WriteLimiters } from "./services/upload-limits.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
@@ -27,7 +27,7 @@ import type { PublicHealth } from "./services/health.ts";
 
 export interface Isolate {
   /**
-   * The two-level cache modules' L1s, in-flight loads and counters (cache/modules.ts): each L1 is a
+   * The two-level cache modules' L1s, in-flight loads and counters (src/caches.ts): each L1 is a
    * bounded LRU with its module's TTL (seconds to minutes, see the README table). Hot keys
    * (cache/hot.ts): per-entry read counters inside the L1 entries (no extra entries), the
    * promoted keys per module (≤ HOT_KEY_MAX each, with the TTL HOT_KEY_L1_TTL_MS) and the
@@ -47,8 +47,10 @@ export interface Isolate {
    * 10,000), counted across isolates by a Redis sliding window.
    */
   operatorAttempts: OperatorAttempts;
-  /** Memory misses per client address in the current window (http/miss-meter.ts): LRU of 20,000. */
-  missMeter: MissMeter;
+  /** Memory misses per client address in the current window (http/address-window.ts): LRU of 20,000. */
+  missMeter: AddressWindow;
+  /** Requests with a body to public routes per client address in the current window (http/address-window.ts): LRU of 20,000. */
+  publicBodies: AddressWindow;
   /** The last anonymous /health answer and when it was probed (routes/health.ts): one small object. */
   publicHealth: { report: PublicHealth | undefined; at: number };
   /** Live console streams open per console session (nonce → count), at most CONSOLE_STREAMS_PER_SESSION each. */
@@ -66,18 +68,11 @@ export interface Isolate {
    */
   seckillLostReplies: { reserved: number; buyer: number; fenced: number };
   /**
-   * Seckill sold-out memo: voucherId → epoch ms until which this isolate answers SOLD_OUT without
-   * Redis (SOLD_OUT_MEMO_MS after Redis said so — long enough to absorb a stampede, short enough
-   * that stock released by a cancelled order is sold again). At most 10,000 vouchers.
+   * Seckill memory (services/seckill/memory.ts): buyers this isolate gave a unit moments ago
+   * (≤ 100,000, trusted ≤ 60 s and ≤ half the payment timeout) and vouchers Redis called sold out
+   * within SOLD_OUT_MEMO_MS (≤ 10,000): answered without Redis.
    */
-  soldOut: LRUCache<number, number>;
-  /**
-   * Seckill holders seen by this isolate: "voucherId:userId" → the order id Redis gave that buyer.
-   * A buyer who tries again (a lost reply, an impatient thumb) is told the order they hold with no
-   * Redis call. Kept for HOLDER_MEMO_MS at most (and never beyond half the payment timeout: a
-   * closed order gives its buyer the right to buy again); at most 100,000 entries.
-   */
-  holders: LRUCache<string, { orderId: string; untilMs: number }>;
+  seckill: SeckillMemory;
   /**
    * Sessions (services/session-cache.ts): verified tokens → user, at most SESSION_CACHE_MAX (LRU),
    * plus the signing keys imported once. Answered from memory only while the last sync with Redis
@@ -122,14 +117,6 @@ export interface Isolate {
   resilience: Resilience;
 }
 
-/** Upper bound of a holder memo entry, ms. */
-export const HOLDER_MEMO_MS = 60_000;
-
-/** How long a holder memo entry is trusted, ms: never beyond half the payment timeout. */
-export function holderMemoMs(config: Pick<Config, "ORDER_PAY_TIMEOUT_SECONDS">): number {
-  return Math.min(HOLDER_MEMO_MS, (config.ORDER_PAY_TIMEOUT_SECONDS * 1000) / 2);
-}
-
 /** The clients an isolate's memory is bound to (the same ones Deps carries). */
 export interface IsolatePorts {
   redis: RedisPort;
@@ -142,19 +129,20 @@ export interface IsolatePorts {
 
 export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
   return {
-    caches: createCaches({}, { hot: hotKeyRuleOf(config) }),
+    // A read with a stale L1 copy does not queue behind a Redis whose breaker is not closed.
+    caches: createCaches({}, { hot: hotKeyRuleOf(config), degraded: () => ports.resilience.redis.degraded }),
     ids: new IsolateIds(ports.redis, () => ports.clock.now(), { sharesIo: ports.runtime.sharesIo }),
     loginLimiters: createLoginLimiters(config, ports.redis),
     operatorAttempts: new OperatorAttempts(config, ports.redis),
     consoleStreams: new Map<string, number>(),
     publicHealth: { report: undefined, at: 0 },
-    missMeter: new MissMeter(config),
+    missMeter: new AddressWindow(config.MISS_PER_ADDRESS, config.MISS_WINDOW_MS),
+    publicBodies: new AddressWindow(config.PUBLIC_BODIES_PER_ADDRESS, config.PUBLIC_BODIES_WINDOW_MS),
     fastLane: { prepared: 0, me: 0, seckill: 0 },
     seckillLostReplies: { reserved: 0, buyer: 0, fenced: 0 },
     reserveBatch: new ScriptBatcher(luaSources.reserveStock, (redis) => scriptsFor(redis).reserveStock, ports.runtime.sharesIo),
-    soldOut: new LRUCache<number, number>({ max: 10_000 }),
+    seckill: new SeckillMemory(config),
     // Expiry is checked against deps.clock by the reader (untilMs), so the bound holds in wall time.
-    holders: new LRUCache<string, { orderId: string; untilMs: number }>({ max: 100_000 }),
     sessions: new SessionCache(config),
     uv: new UvBatcher(),
     saleCounters: new SaleCounters(),

@@ -14,7 +14,6 @@ import type { Deps } from "../../src/deps.ts";
 import { fail, handleError, ok } from "../../src/errors.ts";
 import { IdParam, v } from "../../src/http/validate.ts";
 import { clientIp } from "../../src/http/client-ip.ts";
-import { cachesFor } from "../../src/cache/modules.ts";
 import { isoDay } from "../../src/services/uv.ts";
 import { health } from "../../src/routes/health.ts";
 import { user } from "../../src/routes/user.ts";
@@ -56,7 +55,7 @@ export function createLegacyApp(deps: Deps, skip: ReadonlySet<Step> = new Set())
     c.set("deps", reqDeps);
     c.set("log", log);
     await next();
-    if (!skip.has("metricsFlush")) cachesFor(deps).metrics.maybeFlush(reqDeps);
+    if (!skip.has("metricsFlush")) deps.isolate.caches.metrics.maybeFlush(reqDeps);
   });
   if (!skip.has("uv")) {
     const seen = new LRUCache<string, true>({ max: 50_000 });
@@ -96,7 +95,7 @@ export function createLegacyApp(deps: Deps, skip: ReadonlySet<Step> = new Set())
     const d = c.get("deps");
     let found = skip.has("cacheGet") ? fixed.get(id) : undefined;
     if (found === undefined) {
-      found = await cachesFor(d).shop.get(d, id);
+      found = await d.isolate.caches.shop.get(d, id);
       fixed.set(id, found);
     }
     if (skip.has("jsonStringify")) {

@@ -15,7 +15,8 @@ import { type ExecutionContext, Hono } from "hono";
 import { createApp } from "../../src/app.ts";
 import { scriptsFor } from "../../src/redis/scripts.ts";
 import { loadSeckillConfig } from "../../src/services/seckill/config.ts";
-import { reserveArgs, reserveKeys, serviceDay } from "../../src/services/seckill/reserve.ts";
+import { reserveArgs, reserveKeys } from "../../src/services/seckill/reserve.ts";
+import { serviceDay } from "../../src/util/time.ts";
 import { createSeckill, sessionsFor, userIds } from "../../tests/support/seckill.ts";
 import { createTestApp } from "../../tests/support/stack.ts";
 

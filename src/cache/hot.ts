@@ -1,7 +1,7 @@
 /**
  * Hot keys: found per isolate, promoted in its L1, reported across isolates (issue 11).
  *
- * Finding: each L1 entry counts its own fresh hits per window (cache/module.ts `isFreshHit`), so
+ * Finding: each L1 entry counts its own fresh hits per window (cache/hot-promotion.ts `isFreshHit`), so
  * the count costs no map lookup and no memory beyond the L1 itself (bounded by each module's
  * `l1Max`). A key with ≥ `reads` hits in one window of `windowMs` is promoted: it stays fresh in
  * L1 for `l1TtlMs` (counted from when its value was read) instead of the module's TTL, so it

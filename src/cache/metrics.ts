@@ -6,7 +6,8 @@
 import type { Deps } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
 import type { HotKeys } from "./hot.ts";
-import { type CacheCounters, type CacheModule, emptyCounters } from "./module.ts";
+import type { CacheModule } from "./module.ts";
+import { type CacheCounters, emptyCounters } from "./policy.ts";
 
 const FIELDS = Object.keys(emptyCounters()) as (keyof CacheCounters)[];
 

@@ -6,7 +6,6 @@
 import { z } from "zod";
 import type { Deps } from "../deps.ts";
 import { refreshVoucherList, saleWindow } from "../routes/voucher.ts";
-import { cachesFor } from "../cache/modules.ts";
 import { CampaignRuleConflict, createSeckillVoucher } from "../services/seckill/config.ts";
 import { CampaignId, checkRules, type PurchaseRule, type RuleScope } from "../services/seckill/rules.ts";
 import { insertVoucher, shopExists } from "../services/shops.ts";
@@ -152,7 +151,7 @@ export async function submitSeckill(deps: Deps, values: FormValues): Promise<For
     throw err;
   }
   // Over any cached "not found" of this id (see routes/voucher.ts).
-  await cachesFor(deps).seckill.set(deps, cfg.voucherId, cfg);
+  await deps.isolate.caches.seckill.set(deps, cfg.voucherId, cfg);
   await refreshVoucherList(deps, body.shopId);
   return { ok: true, voucherId: cfg.voucherId };
 }

@@ -2,7 +2,6 @@
  * The numbers of one seckill sale as the console shows them, read in one Redis pipeline and one
  * MySQL statement (about 2 round trips per tick, whatever the crowd), plus this isolate's counters.
  */
-import { cachesFor } from "../cache/modules.ts";
 import type { Deps } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
 import type { SeckillConfig } from "../services/seckill/config.ts";
@@ -62,7 +61,7 @@ export function saleLimits(cfg: Pick<SeckillConfig, "dailyLimit" | "purchaseRule
 
 /** The voucher's seckill configuration (cached: immutable after creation), or null. */
 export function saleConfig(deps: Deps, voucherId: number): Promise<SeckillConfig | null> {
-  return cachesFor(deps).seckill.get(deps, voucherId);
+  return deps.isolate.caches.seckill.get(deps, voucherId);
 }
 
 export async function saleSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SaleSnapshot> {

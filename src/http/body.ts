@@ -1,13 +1,44 @@
 /**
- * Per-route JSON body limits, enforced while the body is read (the global MAX_BODY_BYTES in app.ts
- * stays the outer bound). A route needs a few hundred bytes to tens of KB; nothing beyond that is
- * read, and nesting is bounded before `JSON.parse` sees the text, so no request spends more than a
- * few microseconds of CPU per KB it is allowed to send.
+ * Request bodies, bounded per route and per content type before anything parses them (the global
+ * MAX_BODY_BYTES in app.ts stays the outer bound). A route needs a few hundred bytes to tens of KB;
+ * nothing beyond that is read, and nesting is bounded before `JSON.parse` sees the text, so no
+ * request spends more than a few microseconds of CPU per KB it is allowed to send. A non-empty
+ * body of a type the route does not take is a 415 before it is read; an empty body of any type
+ * (or none) always passes, as classic clients send their bodiless POSTs with or without one.
  *
- *   .post("/login", jsonBody(LOGIN_MAX_BYTES), v("json", LoginBody), handler)
+ *   .post("/login", jsonBody(BODY_LIMITS.login), v("json", LoginBody), handler)
+ *
+ * Every route with a body method, what it takes and its limit (the middleware on each route
+ * documents the same in /openapi.json as `x-body-limits`; tests/http/content-types.test.ts walks
+ * the document, so a new body route without one fails):
+ *
+ * | route                                               | takes (non-empty bodies)          | limit                                   | middleware        |
+ * |-----------------------------------------------------|-----------------------------------|-----------------------------------------|-------------------|
+ * | POST /api/user/login (public)                       | application/json                  | 1 KiB (`login`)                         | jsonBody          |
+ * | POST /api/user/code (public; query only)            | application/json (ignored)        | 1 KiB (`none`)                          | jsonBody          |
+ * | POST /api/user/logout, /api/user/sign               | application/json (ignored)        | 1 KiB (`none`)                          | jsonBody          |
+ * | PUT /api/blog/like/{id}, /api/follow/{id}/{isFollow} | application/json (ignored)       | 1 KiB (`none`)                          | jsonBody          |
+ * | POST /api/voucher-order/seckill/{id}, …/{id}/pay    | application/json (ignored)        | 1 KiB (`none`)                          | jsonBody          |
+ * | POST /admin/console/revoke-sessions, /admin/reconcile | application/json (ignored)      | 1 KiB (`none`)                          | jsonBody          |
+ * | POST /api/blog                                      | application/json                  | 32 KiB (`note`)                         | jsonBody          |
+ * | POST, PUT /api/shop; POST /api/voucher, …/seckill   | application/json                  | 8 KiB (`operator`)                      | jsonBody          |
+ * | POST /api/upload/blog                               | multipart/form-data               | UPLOAD_MAX_BYTES + 16 KiB, 8 parts      | multipartBody     |
+ * | POST /console/login (public), /console/logout, /console/vouchers, /console/vouchers/seckill, /console/ops/reconcile | application/x-www-form-urlencoded | 16 KiB, 64 pairs (MAX_FORM_*) | formBody + boundedForm |
+ * | POST /internal/orders/drain (QStash)                | application/json, raw until verified | 1 KiB (`drain`)                      | signedBody        |
+ * | POST /internal/orders/write (QStash, legacy)        | application/json, raw until verified | 4 KiB (`legacyWrite`)                | signedBody        |
+ * | POST /internal/orders/close (QStash)                | application/json, raw until verified | 128 KiB (`close`)                    | signedBody        |
+ * | POST /internal/payments/webhook (provider)          | application/json, raw until verified | 8 KiB (`webhook`)                    | signedBody        |
+ *
+ * "(ignored)": the route takes no body; a small JSON one (`{}`, `null`) is tolerated, as clients
+ * that always send one do. Why JSON only for the API: the classic front-end (axios) sends objects
+ * as JSON and its bodiless calls without a body or a type; multipart is for the upload only; the
+ * console's HTML forms are url-encoded; QStash delivers `publishJSON`/`batchJSON` bodies, and the
+ * payment provider its events, as application/json.
  */
 import type { Context } from "hono";
 import { createMiddleware } from "hono/factory";
+import { uniqueSymbol } from "hono-openapi";
+import type { Config } from "../env.ts";
 import { AppError } from "../errors.ts";
 import type { AppEnv } from "../types.ts";
 
@@ -18,13 +49,99 @@ export const MAX_JSON_DEPTH = 32;
 export const BODY_LIMITS = {
   /** `{phone, code}`: ~60 bytes. */
   login: 1024,
-  /** Routes that take no body (send-code, sign-in, follow, like): whatever a client sends stays small. */
+  /** Routes that take no body (send-code, sign-in, follow, like, seckill, pay, logout, operator actions): whatever a client sends stays small. */
   none: 1024,
   /** Operator shop/voucher writes: strings up to 1 KB (images, rules) plus ~500 bytes of fields. */
   operator: 8 * 1024,
   /** A note: title 255 + content 2048 + images 2048 characters, up to 4 bytes each when escaped as UTF-8. */
   note: 32 * 1024,
+  /** QStash drain `{shopId}`: ~30 bytes. */
+  drain: 1024,
+  /** Legacy per-order write `{shopId, orderId}` (older messages also carried their reservation, a few hundred bytes). */
+  legacyWrite: 4 * 1024,
+  /** QStash close `{shopId, orderIds}`: up to 5,000 ids (CLOSE_MAX_ORDERS) of ≤ 19 digits, quoted, comma-separated: ≤ 110,030 bytes. */
+  close: 128 * 1024,
+  /** Payment webhook `{type, paymentId | refundId, providerRef ≤ 128}`: ~250 bytes; room for a provider's extra fields. */
+  webhook: 8 * 1024,
 } as const;
+
+/** Config entries that are numbers (a limit may be one, plus framing: the upload's). */
+type NumericConfigKey = { [K in keyof Config]-?: Config[K] extends number ? K : never }[keyof Config];
+/** A byte limit: fixed, or a configured value plus slack (resolved per request from `deps.config`). */
+export type ByteLimit = number | { config: NumericConfigKey; plus: number };
+/** What a route takes, per media type: its byte limit, and its piece limit where the type has pieces. */
+export interface BodyLimit {
+  maxBytes: ByteLimit;
+  maxPairs?: number;
+  maxParts?: number;
+}
+export type MediaType = "application/json" | "application/x-www-form-urlencoded" | "multipart/form-data";
+/** The `x-body-limits` extension of an operation in /openapi.json: every media type the route takes. */
+export type BodyLimits = Partial<Record<MediaType, BodyLimit>>;
+
+function bytesOf(limit: ByteLimit, c: Context<AppEnv>): number {
+  return typeof limit === "number" ? limit : c.get("deps").config[limit.config] + limit.plus;
+}
+
+const failureOf = (code: string) => ({
+  "application/json": { schema: { allOf: [{ $ref: "#/components/schemas/Failure" }, { type: "object", properties: { code: { enum: [code] } } }] } },
+});
+
+/**
+ * Hangs the route's body limits on its body middleware for the OpenAPI document (hono-openapi
+ * reads `uniqueSymbol` from every handler of a route and merges them; openapi/describe.ts does
+ * the same for `doc`): `x-body-limits`, the 413 and the 415. No cost per request.
+ */
+function documented<M extends object>(middleware: M, limits: BodyLimits): M {
+  const takes = Object.keys(limits).join(", ");
+  const spec = {
+    "x-body-limits": limits,
+    responses: {
+      413: { description: "Body too large (its Content-Length, or as it streams in): PAYLOAD_TOO_LARGE", content: failureOf("PAYLOAD_TOO_LARGE") },
+      415: { description: `A non-empty body of another type than ${takes} (an empty body of any type is accepted): UNSUPPORTED_MEDIA_TYPE`, content: failureOf("UNSUPPORTED_MEDIA_TYPE") },
+    },
+  };
+  return Object.defineProperty(middleware, uniqueSymbol, { value: { spec }, configurable: true, enumerable: false });
+}
+
+/** The media type's essence: `Application/JSON; charset=utf-8` → `application/json`; "" without one. */
+function mediaTypeOf(headers: Headers): string {
+  const type = headers.get("content-type");
+  if (!type) return "";
+  const semi = type.indexOf(";");
+  return (semi < 0 ? type : type.slice(0, semi)).trim().toLowerCase();
+}
+
+function unsupported(type: string, takes: string): AppError {
+  return new AppError("UNSUPPORTED_MEDIA_TYPE", `${type ? `content type ${type}` : "a body without a content type"} is not accepted here (this route takes ${takes})`);
+}
+
+/**
+ * 415 for a body of a type the route does not take — for a body, not a header: an empty one
+ * (declared `Content-Length: 0`, or a stream that ends before its first byte) passes whatever
+ * its type. A declared non-zero length is refused without reading; without one (chunked), at most
+ * the first non-empty chunk is read and the rest never pulled. An empty stream read here is left
+ * in Hono's body cache as an empty body for whatever reads it next.
+ */
+async function refuseUnlessEmpty(c: Context<AppEnv>, body: ReadableStream<Uint8Array>, type: string, takes: string): Promise<void> {
+  const headers = c.req.raw.headers;
+  const declared = headers.has("transfer-encoding") ? null : headers.get("content-length");
+  if (declared !== null) {
+    if (Number(declared) === 0) return;
+    throw unsupported(type, takes);
+  }
+  const reader = body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (value.byteLength > 0) {
+      reader.cancel().catch(() => {});
+      throw unsupported(type, takes);
+    }
+  }
+  reader.releaseLock();
+  (c.req.bodyCache as { arrayBuffer?: Promise<ArrayBuffer> }).arrayBuffer = Promise.resolve(new ArrayBuffer(0));
+}
 
 const JSON_MEDIA = /^application\/([\w.-]+\+)?json$/i;
 const decoder = new TextDecoder("utf-8", { fatal: true });
@@ -54,31 +171,72 @@ export function jsonDepthExceeded(text: string, max: number): number {
 }
 
 /**
- * Caps the request body at `maxBytes` (413: by Content-Length before reading, or while reading a
- * chunked body) and, for a JSON media type, refuses invalid UTF-8 and nesting deeper than
- * MAX_JSON_DEPTH (400). The checked text is left in Hono's body cache, where the `v("json", …)`
- * validator after it reads it; a non-JSON body is never read further (the validator sees `{}`).
+ * A JSON route, or one that takes no body (`BODY_LIMITS.none`): a non-empty body of another type
+ * is a 415 before it is read; a JSON one (application/json or `+json`) is capped at `maxBytes`
+ * (413: by Content-Length before reading, or while reading a chunked body), and invalid UTF-8 and
+ * nesting deeper than MAX_JSON_DEPTH are a 400. The checked text is left in Hono's body cache,
+ * where the `v("json", …)` validator after it reads it.
  */
 export function jsonBody(maxBytes: number) {
-  return createMiddleware<AppEnv>(async (c, next) => {
-    const raw = c.req.raw;
-    if (!raw.body) return await next();
-    const declared = raw.headers.get("content-length");
-    if (declared !== null && !(Number(declared) <= maxBytes)) throw tooLarge(maxBytes);
-    const type = raw.headers.get("content-type");
-    if (!type || !JSON_MEDIA.test(type.split(";")[0]!.trim())) return await next();
-    const bytes = await readCapped(raw.body, maxBytes);
-    let text: string;
-    try {
-      text = decoder.decode(bytes);
-    } catch {
-      throw new AppError("INVALID_INPUT", "body is not valid UTF-8");
-    }
-    if (jsonDepthExceeded(text, MAX_JSON_DEPTH) >= 0) throw new AppError("INVALID_INPUT", `JSON nested deeper than ${MAX_JSON_DEPTH} levels`);
-    // Hono's body cache holds promises (its type says values): `c.req.json()` reads this text.
-    (c.req.bodyCache as { text?: Promise<string> }).text = Promise.resolve(text);
-    return await next();
-  });
+  const takes = "application/json";
+  return documented(
+    createMiddleware<AppEnv>(async (c, next) => {
+      const raw = c.req.raw;
+      if (!raw.body) return await next();
+      const type = mediaTypeOf(raw.headers);
+      if (!JSON_MEDIA.test(type)) {
+        await refuseUnlessEmpty(c, raw.body, type, takes);
+        return await next();
+      }
+      const declared = raw.headers.get("content-length");
+      if (declared !== null && !(Number(declared) <= maxBytes)) throw tooLarge(maxBytes);
+      const bytes = await readCapped(raw.body, maxBytes);
+      let text: string;
+      try {
+        text = decoder.decode(bytes);
+      } catch {
+        throw new AppError("INVALID_INPUT", "body is not valid UTF-8");
+      }
+      if (jsonDepthExceeded(text, MAX_JSON_DEPTH) >= 0) throw new AppError("INVALID_INPUT", `JSON nested deeper than ${MAX_JSON_DEPTH} levels`);
+      // Hono's body cache holds promises (its type says values): `c.req.json()` reads this text.
+      (c.req.bodyCache as { text?: Promise<string> }).text = Promise.resolve(text);
+      return await next();
+    }),
+    { "application/json": { maxBytes } },
+  );
+}
+
+const lenient = new TextDecoder("utf-8");
+
+/**
+ * A signed callback's raw body (QStash deliveries, the payment webhook), bounded before the
+ * signature is checked: a request without `signatureHeader` is a 401 before anything is read; a
+ * non-empty body must be JSON (415); it is read through `maxBytes` (413: Content-Length first,
+ * else while it streams in) and left as text in Hono's body cache, where the signature check
+ * (`c.req.text()`: http/qstash.ts, payments/signature.ts) reads it and the handler then parses
+ * it. Decoded as `Request.text()` does (invalid bytes replaced), so the signature sees what it saw
+ * before; nothing parses the text before the signature has been verified.
+ */
+export function signedBody(maxBytes: number, signatureHeader: "upstash-signature" | "x-payment-signature") {
+  const takes = "application/json";
+  return documented(
+    createMiddleware<AppEnv>(async (c, next) => {
+      const raw = c.req.raw;
+      if (!raw.headers.has(signatureHeader)) throw new AppError("UNAUTHORIZED", `missing ${signatureHeader}`);
+      if (!raw.body) return await next();
+      const type = mediaTypeOf(raw.headers);
+      if (!JSON_MEDIA.test(type)) {
+        await refuseUnlessEmpty(c, raw.body, type, takes);
+        return await next();
+      }
+      const declared = raw.headers.get("content-length");
+      if (declared !== null && !(Number(declared) <= maxBytes)) throw tooLarge(maxBytes);
+      const text = lenient.decode(await readCapped(raw.body, maxBytes));
+      (c.req.bodyCache as { text?: Promise<string> }).text = Promise.resolve(text);
+      return await next();
+    }),
+    { "application/json": { maxBytes } },
+  );
 }
 
 /**
@@ -178,42 +336,73 @@ const MULTIPART = /^multipart\/form-data\s*;.*?\bboundary=(?:"([^"]{1,70})"|([^\
 /**
  * A multipart body bounded in bytes and in parts *before* anything parses it (issue 16: a 78,000-part
  * upload cost tens of ms of CPU in the parser, before the file check, and stalled every request of
- * the isolate). Reads the body through `maxBytes(config)` (413 past it), refuses a body that is not
- * multipart with a boundary (400) or that has more than `maxParts` parts (413), and leaves the bytes
- * in Hono's body cache for `parseBody` and the idempotency fingerprint.
+ * the isolate). A non-empty body of another type is a 415 before it is read; the body is read
+ * through `maxBytes` (413 past it: Content-Length first, else while it streams in), refused when
+ * it is missing or has no boundary (400) or has more than `maxParts` parts (413, counted as it
+ * streams), and its bytes are left in Hono's body cache for `parseBody` and the idempotency fingerprint.
  */
-export function multipartBody(maxBytes: (c: Context<AppEnv>) => number, maxParts: number, tooLargeMessage: (c: Context<AppEnv>) => string) {
-  return createMiddleware<AppEnv>(async (c, next) => {
-    const raw = c.req.raw;
-    const m = MULTIPART.exec(raw.headers.get("content-type") ?? "");
-    const boundary = m?.[1] ?? m?.[2];
-    if (!raw.body || !boundary) throw new AppError("INVALID_INPUT", "expected a multipart/form-data body");
-    const max = maxBytes(c);
-    const declared = raw.headers.get("content-length");
-    if (declared !== null && !(Number(declared) <= max)) throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
-    let bytes: Uint8Array;
-    try {
-      // n delimiters close n − 1 parts (the last one is the closing `--boundary--`): counted as the
-      // body streams in, so a body with too many parts is refused without reading the rest of it.
-      bytes = await readCapped(raw.body, max, {
-        needle: new TextEncoder().encode(`--${boundary}`),
-        max: maxParts + 1,
-        tooMany: () => new AppError("PAYLOAD_TOO_LARGE", `at most ${maxParts} parts in a multipart body`),
-      });
-    } catch (err) {
-      if (err instanceof AppError && err.code === "PAYLOAD_TOO_LARGE" && err.message.startsWith("body larger")) throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
-      throw err;
-    }
-    const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
-    (c.req.bodyCache as { arrayBuffer?: Promise<ArrayBuffer> }).arrayBuffer = Promise.resolve(buffer);
-    return await next();
-  });
+export function multipartBody(maxBytes: ByteLimit, maxParts: number, tooLargeMessage: (c: Context<AppEnv>) => string) {
+  return documented(
+    createMiddleware<AppEnv>(async (c, next) => {
+      const raw = c.req.raw;
+      const type = mediaTypeOf(raw.headers);
+      if (raw.body && type !== "multipart/form-data") await refuseUnlessEmpty(c, raw.body, type, "multipart/form-data");
+      const m = MULTIPART.exec(raw.headers.get("content-type") ?? "");
+      const boundary = m?.[1] ?? m?.[2];
+      if (!raw.body || !boundary) throw new AppError("INVALID_INPUT", "expected a multipart/form-data body");
+      const max = bytesOf(maxBytes, c);
+      const declared = raw.headers.get("content-length");
+      if (declared !== null && !(Number(declared) <= max)) throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
+      let bytes: Uint8Array;
+      try {
+        // n delimiters close n − 1 parts (the last one is the closing `--boundary--`): counted as the
+        // body streams in, so a body with too many parts is refused without reading the rest of it.
+        bytes = await readCapped(raw.body, max, {
+          needle: new TextEncoder().encode(`--${boundary}`),
+          max: maxParts + 1,
+          tooMany: () => new AppError("PAYLOAD_TOO_LARGE", `at most ${maxParts} parts in a multipart body`),
+        });
+      } catch (err) {
+        if (err instanceof AppError && err.code === "PAYLOAD_TOO_LARGE" && err.message.startsWith("body larger")) throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
+        throw err;
+      }
+      const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
+      (c.req.bodyCache as { arrayBuffer?: Promise<ArrayBuffer> }).arrayBuffer = Promise.resolve(buffer);
+      return await next();
+    }),
+    { "multipart/form-data": { maxBytes, maxParts } },
+  );
 }
 
 /** Pairs a url-encoded form may have (the console's largest form has ~20 fields). */
 export const MAX_FORM_PAIRS = 64;
 /** Bytes a console form may have. */
 export const MAX_FORM_BYTES = 16 * 1024;
+
+/**
+ * The console's form posts: a non-empty body of another type than a url-encoded form is a 415,
+ * and a declared length over MAX_FORM_BYTES a 413, both from the headers alone — so this goes
+ * first, before the session check. The form itself is read where the route needs it, through
+ * `boundedForm` (the same byte cap while it streams, and the pair count).
+ */
+export function formBody() {
+  const takes = "application/x-www-form-urlencoded";
+  return documented(
+    createMiddleware<AppEnv>(async (c, next) => {
+      const raw = c.req.raw;
+      if (!raw.body) return await next();
+      const type = mediaTypeOf(raw.headers);
+      if (type !== takes) {
+        await refuseUnlessEmpty(c, raw.body, type, takes);
+        return await next();
+      }
+      const declared = raw.headers.get("content-length");
+      if (declared !== null && !(Number(declared) <= MAX_FORM_BYTES)) throw tooLarge(MAX_FORM_BYTES);
+      return await next();
+    }),
+    { "application/x-www-form-urlencoded": { maxBytes: MAX_FORM_BYTES, maxPairs: MAX_FORM_PAIRS } },
+  );
+}
 
 /**
  * A url-encoded form, read through MAX_FORM_BYTES (413 past it) and counted in pairs before

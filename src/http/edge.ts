@@ -22,11 +22,9 @@
  */
 import type { Context, ExecutionContext, MiddlewareHandler } from "hono";
 import { cors } from "hono/cors";
-import { CacheUnavailableError, type CacheModule } from "../cache/module.ts";
-import { cachesFor } from "../cache/modules.ts";
+import type { CacheModule } from "../cache/module.ts";
 import { etagMatches, type PreparedResponse } from "../cache/prepared.ts";
 import type { Deps } from "../deps.ts";
-import { AppError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { AppEnv } from "../types.ts";
 import { trackVisit } from "./uv.ts";
@@ -176,7 +174,7 @@ export function createEdge(deps: Deps): MiddlewareHandler<AppEnv> {
     // Daily unique visitors: queued in this isolate, sent in one PFADD per interval (http/uv.ts).
     if (corsPath && path.startsWith("/api/")) trackVisit(c, reqDeps);
     // Cache counters reach Redis in the background, at most every few seconds per isolate.
-    cachesFor(deps).metrics.maybeFlush(reqDeps);
+    deps.isolate.caches.metrics.maybeFlush(reqDeps);
     if (!logRequests) return;
     deps.log.debug("request", { requestId, method: c.req.method, path, status: c.res.status, ms: Math.round((performance.now() - started) * 100) / 100 });
   };
@@ -190,28 +188,13 @@ export function servePrepared<K extends string | number, V>(
   c: Context<AppEnv>,
   module: CacheModule<K, V, PreparedResponse>,
   key: K,
-  what: string,
   /** Told the value a read that memory could not answer found (CacheModule.serve). */
   onSlowValue?: (value: V | null) => void,
 ): Response | Promise<Response> {
-  const deps = c.get("deps");
-  let served: PreparedResponse | Promise<PreparedResponse>;
-  try {
-    served = module.serve(deps, key, onSlowValue);
-  } catch (err) {
-    throw unavailable(err, what);
-  }
-  if (!(served instanceof Promise)) return respond(c, served);
-  return served.then(
-    (p) => respond(c, p),
-    (err: unknown) => {
-      throw unavailable(err, what);
-    },
-  );
-}
-
-function unavailable(err: unknown, what: string): unknown {
-  return err instanceof CacheUnavailableError ? new AppError("UNAVAILABLE", `${what} temporarily unavailable`, { cause: err }) : err;
+  // A read neither origin nor cache could answer rejects with CacheUnavailableError: the app's
+  // error handler answers it (503, src/app.ts).
+  const served = module.serve(c.get("deps"), key, onSlowValue);
+  return served instanceof Promise ? served.then((p) => respond(c, p)) : respond(c, served);
 }
 
 function respond(c: Context<AppEnv>, p: PreparedResponse): Response {

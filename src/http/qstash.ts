@@ -6,7 +6,7 @@
  */
 import { createMiddleware } from "hono/factory";
 import { AppError } from "../errors.ts";
-import { internalUrl } from "../queue/orders.ts";
+import { internalUrl } from "../queue/messages.ts";
 import type { AppEnv } from "../types.ts";
 
 export type SignedEnv = AppEnv & { Variables: { rawBody: string } };

@@ -1,7 +1,10 @@
 /**
- * Cron jobs: one implementation, triggered by Workers `[triggers]` (entry/worker.ts `scheduled`),
- * `Bun.cron` (entry/bun.ts) and `Deno.cron` (entry/deno.ts). Each job is a function of deps and
- * the trigger time; overlapping runs are prevented inside each job with a Redis lock.
+ * The cron table: which service function runs when, under which lock — nothing else lives here
+ * (the jobs are services: sweepOutbox in services/seckill/pipeline.ts, closeExpired in close.ts,
+ * reconcile in reconcile.ts, retryRefunds in payments.ts). One implementation, triggered by
+ * Workers `[triggers]` (entry/worker.ts `scheduled`), `Bun.cron` (entry/bun.ts) and `Deno.cron`
+ * (entry/deno.ts); operators run one now through runJobNow (the same lock). Each job is a
+ * function of deps and the trigger time; overlapping runs are prevented with a Redis lock per job.
  *
  * One trigger is one Workers invocation for every job bound to it, so they share its subrequests
  * (WORKERS_SUBREQUEST_LIMIT): each job run gets an equal share of the invocation's cap, minus its
@@ -13,11 +16,11 @@
  */
 import type { Deps } from "../deps.ts";
 import { withLock } from "../redis/lock.ts";
-import { invocationCap, metered, SubrequestBudget, SubrequestBudgetExceeded } from "../util/subrequests.ts";
-import { closeCost } from "../services/seckill/close.ts";
-import { closeExpired, sweepOutbox } from "./orders.ts";
+import { invocationCap, metered, SubrequestBudget, SubrequestBudgetExceeded } from "../ports/subrequests.ts";
+import { closeCost, closeExpired } from "../services/seckill/close.ts";
+import { retryRefunds } from "../services/seckill/payments.ts";
+import { sweepOutbox } from "../services/seckill/pipeline.ts";
 import { reconcile } from "../services/seckill/reconcile.ts";
-import { retryRefunds } from "./refunds.ts";
 
 export interface CronJob {
   name: string;
@@ -29,15 +32,39 @@ export interface CronJob {
   run(deps: Deps, now: number, budget?: SubrequestBudget): Promise<unknown>;
 }
 
-export const cronJobs: CronJob[] = [
-  { name: "sweep-outbox", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now, budget) => sweepOutbox(deps, now, budget) },
-  { name: "close-expired", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now, budget) => closeExpired(deps, now, budget) },
+/** Lock TTL of the every-minute jobs, ms: under the minute, so a dead run never blocks the next trigger. */
+export const MINUTE_JOB_MAX_RUN_MS = 55_000;
+
+/** The Redis lock a job runs under (redis/lock.ts prefixes it), for cron triggers and runJobNow alike. */
+export function cronLockName(job: Pick<CronJob, "name">): string {
+  return `cron:${job.name}`;
+}
+
+export const cronJobs = [
+  { name: "sweep-outbox", cron: "* * * * *", maxRunMs: MINUTE_JOB_MAX_RUN_MS, run: (deps: Deps, now: number, budget?: SubrequestBudget) => sweepOutbox(deps, now, budget) },
+  { name: "close-expired", cron: "* * * * *", maxRunMs: MINUTE_JOB_MAX_RUN_MS, run: (deps: Deps, now: number, budget?: SubrequestBudget) => closeExpired(deps, now, budget) },
   // Reconcile runs on metered ports: past its share a call is refused before it is sent, and the
   // pass ends there (every step is safe to stop after; the next run starts over). It has no cursor
   // yet, so a registry whose pass needs more than the share is only partly reconciled per run.
-  { name: "reconcile", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now, budget) => reconcile(budget ? metered(deps, budget) : deps, now) },
-  { name: "refund-retry", cron: "* * * * *", maxRunMs: 55_000, run: (deps, now, budget) => retryRefunds(deps, now, budget) },
-];
+  // Run by an operator (runJobNow, no budget) it is unmetered, as before.
+  { name: "reconcile", cron: "* * * * *", maxRunMs: MINUTE_JOB_MAX_RUN_MS, run: (deps: Deps, now: number, budget?: SubrequestBudget) => reconcile(budget ? metered(deps, budget) : deps, now) },
+  { name: "refund-retry", cron: "* * * * *", maxRunMs: MINUTE_JOB_MAX_RUN_MS, run: (deps: Deps, now: number, budget?: SubrequestBudget) => retryRefunds(deps, now, budget) },
+] as const satisfies readonly CronJob[];
+
+type TableJob = (typeof cronJobs)[number];
+export type CronJobName = TableJob["name"];
+/** What job `N` resolves to. */
+export type JobResult<N extends CronJobName> = Awaited<ReturnType<Extract<TableJob, { name: N }>["run"]>>;
+
+/**
+ * Runs one job of the table now (operators: POST /admin/reconcile, the console), under the same
+ * lock as its cron runs, with no subrequest share (an operator request is not a cron invocation).
+ * `{ ran: false }` when a run holds the lock.
+ */
+export async function runJobNow<N extends CronJobName>(deps: Deps, name: N, now = deps.clock.now()): Promise<{ ran: true; value: JobResult<N> } | { ran: false }> {
+  const job = cronJobs.find((j) => j.name === name) as CronJob;
+  return (await withLock(deps.redis, cronLockName(job), job.maxRunMs, () => job.run(deps, now))) as { ran: true; value: JobResult<N> } | { ran: false };
+}
 
 /** A job's lock: SET NX and the unlock script (+1 should the script need loading). */
 const LOCK_COST = 3;
@@ -72,7 +99,7 @@ export async function runCron(
       const budget = new SubrequestBudget(Math.max(0, share));
       try {
         // The lock keeps two triggers (two isolates, a slow previous run) from overlapping.
-        const res = await withLock(deps.redis, `cron:${job.name}`, job.maxRunMs, () => job.run(deps, now, budget));
+        const res = await withLock(deps.redis, cronLockName(job), job.maxRunMs, () => job.run(deps, now, budget));
         return res.ran ? { name: job.name, ok: true } : { name: job.name, ok: true, skipped: true };
       } catch (err) {
         if (err instanceof SubrequestBudgetExceeded) {

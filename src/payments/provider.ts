@@ -1,12 +1,13 @@
 /**
  * The payment-provider port. A provider accepts a charge or a refund and later reports the
- * outcome to our signed webhook (`/internal/payments/webhook`) — asynchronously, like real ones.
+ * outcome to our signed webhook (PAYMENT_WEBHOOK_PATH, queue/messages.ts) — asynchronously, like real ones.
  *
  * `LocalPaymentProvider` (dev/tests) is a real HTTP participant: after LOCAL_PAYMENT_DELAY_MS it
  * POSTs a signed webhook to PUBLIC_URL, declining LOCAL_PAYMENT_FAIL_RATE of the charges.
  */
 import type { Config } from "../env.ts";
 import type { Logger } from "../log.ts";
+import { internalUrl, PAYMENT_WEBHOOK_PATH } from "../queue/messages.ts";
 import { signWebhook } from "./signature.ts";
 
 export interface ChargeRequest {
@@ -79,7 +80,7 @@ export class LocalPaymentProvider implements PaymentProvider {
 
 export function createPaymentProvider(config: Config, log: Logger, now: () => number, fetchImpl?: typeof fetch): PaymentProvider {
   return new LocalPaymentProvider({
-    webhookUrl: `${config.PUBLIC_URL.replace(/\/$/, "")}/internal/payments/webhook`,
+    webhookUrl: internalUrl({ config }, PAYMENT_WEBHOOK_PATH),
     secret: config.PAYMENT_WEBHOOK_SECRET,
     delayMs: config.LOCAL_PAYMENT_DELAY_MS,
     failRate: config.LOCAL_PAYMENT_FAIL_RATE,

@@ -197,8 +197,3 @@ export class IsolateIds {
     }
   }
 }
-
-/** The isolate's id source (deps.isolate.ids). */
-export function idsFor(deps: { isolate: { ids: IsolateIds } }): IsolateIds {
-  return deps.isolate.ids;
-}

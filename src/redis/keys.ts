@@ -24,6 +24,12 @@ export const keys = {
   shopGeo: (typeId: number | string) => `shop:geo:${typeId}`,
   /** L2 cache entry of a cache module (`cache:shop:{id}` is the classic name). */
   cache: (module: string, id: string | number) => `cache:${module}:${id}`,
+  /**
+   * Rebuild lock of one L2 entry (strategies mutex/logical): `lock:cache:{module}:{id}`, the
+   * lock.ts key of the name `cache:{module}:{id}`. lua/cache-probe.lua takes it, lua/cache-fill.lua
+   * releases it, lock.ts `tryLockKey` takes it when the probe could not.
+   */
+  cacheLock: (module: string, id: string | number) => `lock:cache:${module}:${id}`,
   /** A cache module's ceiling: the largest id its origin held (every id above is absent; lua/cache-probe.lua). */
   cacheCeiling: (module: string) => `cache-ceiling:${module}`,
   /** Cache counters summed across isolates, one hash per module. */

@@ -16,7 +16,11 @@ export interface LockHandle {
 
 /** Tries once; resolves to a handle when acquired, `null` when someone else holds the lock. */
 export async function tryLock(redis: Redis, name: string, ttlMs: number): Promise<LockHandle | null> {
-  const key = keys.lock(name);
+  return await tryLockKey(redis, keys.lock(name), ttlMs);
+}
+
+/** `tryLock` under a key built elsewhere in keys.ts (e.g. `keys.cacheLock`), not from a lock name. */
+export async function tryLockKey(redis: Redis, key: string, ttlMs: number): Promise<LockHandle | null> {
   const token = crypto.randomUUID();
   const res = await redis.set(key, token, { nx: true, px: ttlMs });
   if (res !== "OK") return null;

@@ -1,30 +1,30 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { cachesFor } from "../cache/modules.ts";
 import { fail, ok } from "../errors.ts";
-import { reconcile, type ReconcileReport } from "../services/seckill/reconcile.ts";
+import type { ReconcileReport } from "../services/seckill/reconcile.ts";
 import { registeredSeckills, shopsOf } from "../services/seckill/registry.ts";
 import { keys } from "../redis/keys.ts";
-import { withLock } from "../redis/lock.ts";
+import { runJobNow } from "../jobs/index.ts";
 import { requireOperator } from "../http/auth.ts";
-import { BODY_LIMITS } from "../http/body.ts";
+import { BODY_LIMITS, jsonBody } from "../http/body.ts";
 import { idempotentOperator } from "../http/idempotency.ts";
 import type { AppEnv } from "../types.ts";
 import { queryInt } from "../http/validate.ts";
 import { doc, v } from "../openapi/describe.ts";
 import { listRefunds } from "../services/seckill/payments.ts";
+import { OrderId } from "../util/ids.ts";
 import { formatInZone } from "../util/time.ts";
 import { resilienceSnapshot } from "../resilience.ts";
 
 const RefundsQuery = z.object({
   state: z.enum(["requested", "failed", "succeeded", "open"]).optional(),
-  orderId: z.string().regex(/^[1-9]\d{0,18}$/, "not an order id").refine((s) => /^\d+$/.test(s) && BigInt(s) <= 9_223_372_036_854_775_807n, "not an order id").optional(),
+  orderId: OrderId.optional(),
   limit: queryInt(1, 200).default(50),
 });
 
 export const admin = new Hono<AppEnv>()
   .use(requireOperator)
-  .post("/console/revoke-sessions", doc({ tag: "operator", summary: "Sign out every console session now (sessions issued before this instant are void in every isolate)", access: "operator" }, async (c) => {
+  .post("/console/revoke-sessions", jsonBody(BODY_LIMITS.none), doc({ tag: "operator", summary: "Sign out every console session now (sessions issued before this instant are void in every isolate)", access: "operator" }, async (c) => {
     const deps = c.get("deps");
     await deps.redis.set(keys.consoleEpoch(), String(deps.clock.now()));
     return c.json(ok());
@@ -35,11 +35,11 @@ export const admin = new Hono<AppEnv>()
   }))
   .get("/cache", doc({ tag: "operator", summary: "Cache counters per module, summed across isolates", access: "operator", data: { type: "object" } }, async (c) => {
     const deps = c.get("deps");
-    return c.json(ok(await cachesFor(deps).metrics.report(deps)));
+    return c.json(ok(await deps.isolate.caches.metrics.report(deps)));
   }))
   .get("/cache/hot", doc({ tag: "operator", summary: "Hot keys: the most-read promoted keys across isolates (this and the previous minute), and those promoted in this isolate", access: "operator", data: { type: "object" } }, async (c) => {
     const deps = c.get("deps");
-    const report = await cachesFor(deps).metrics.hotReport(deps);
+    const report = await deps.isolate.caches.metrics.hotReport(deps);
     return c.json(ok(report ?? { rule: null, minutes: [], top: [], promotedHere: [] }));
   }))
   .get("/orders/pipeline", doc({ tag: "operator", summary: "The order queue: reservations waiting for MySQL and the lag per shop, and this isolate's writer counters", access: "operator", data: { type: "object" } }, async (c) => {
@@ -68,9 +68,9 @@ export const admin = new Hono<AppEnv>()
     const report = await deps.redis.get<ReconcileReport>(keys.seckill.reconcileReport());
     return c.json(ok(report ?? { at: null, vouchers: [] }));
   }))
-  .post("/reconcile", idempotentOperator(BODY_LIMITS.none), doc({ tag: "operator", summary: "Run a reconcile now (409 while another run holds the lock)", access: "operator", data: { type: "object" }, errors: ["CONFLICT"] }, async (c) => {
+  .post("/reconcile", jsonBody(BODY_LIMITS.none), idempotentOperator(BODY_LIMITS.none), doc({ tag: "operator", summary: "Run a reconcile now (409 while another run holds the lock)", access: "operator", data: { type: "object" }, errors: ["CONFLICT"] }, async (c) => {
     const deps = c.get("deps");
-    const res = await withLock(deps.redis, "cron:reconcile", 55_000, () => reconcile(deps, deps.clock.now()));
+    const res = await runJobNow(deps, "reconcile");
     return c.json(res.ran ? ok(res.value) : fail("CONFLICT", "a reconcile run is in progress"), res.ran ? 200 : 409);
   }))
   .get("/refunds", doc({ tag: "operator", summary: "Refunds, newest first, with state, attempts, last error and next attempt", access: "operator", data: { type: "array", items: { type: "object" } } }, v("query", RefundsQuery)), async (c) => {

@@ -8,10 +8,11 @@ import { nonCore } from "../http/degrade.ts";
 import { Current, Id, IdParam, JsonId, queryInt, varchar } from "../http/validate.ts";
 import { doc, LISTING_LIMIT_NOTE, NON_CORE_NOTE, v } from "../openapi/describe.ts";
 import { Blog, FeedPage, NumericId, UserCard } from "../openapi/schemas.ts";
-import { blogsOfUser, createBlog, firstLikers, getBlog, hotBlogs, toggleLike } from "../services/blog.ts";
+import { blogsOfUser, firstLikers, getBlog, hotBlogs, toggleLike } from "../services/blog.ts";
 import { readFeedPage } from "../services/feed.ts";
 import { takeWriteToken } from "../services/upload-limits.ts";
 import type { AppEnv } from "../types.ts";
+import { publishNote } from "../services/notes.ts";
 
 /**
  * One image reference: a path on this site (`/imgs/blogs/…`, what uploads return). No other
@@ -48,7 +49,7 @@ const authed = new Hono<UserEnv>()
   .post("/", jsonBody(BODY_LIMITS.note), doc({ tag: "notes", summary: "Publish a note; its id is pushed to every follower's feed", description: "Per user: a token bucket (NOTE_BUCKET_*); an empty bucket is a 429 with Retry-After.", access: "user", data: NumericId, outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT", "RATE_LIMITED"] }, v("json", BlogBody)), idempotentUser(BODY_LIMITS.note), async (c) => {
     const limited = await takeWriteToken(c.get("deps"), "note", c.get("user").id);
     if (limited) throw new AppError("RATE_LIMITED", limited.message, { retryAfterSeconds: limited.retryAfterMs / 1000 });
-    const res = await createBlog(c.get("deps"), c.get("user").id, c.req.valid("json"));
+    const res = await publishNote(c.get("deps"), c.get("user").id, c.req.valid("json"));
     // An unknown shop is a business outcome (api.md "Status codes"), not malformed input.
     return res.ok ? c.json(ok(res.id)) : c.json(fail("NOT_FOUND", "shop not found"));
   })

@@ -9,7 +9,6 @@ import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import { createMiddleware } from "hono/factory";
 import { streamSSE } from "hono/streaming";
 import { z } from "zod";
-import { cachesFor } from "../cache/modules.ts";
 import { ASSET_PREFIX, OWN_FILES, type OwnFile, VENDOR_FILES, type VendorFile, vendorFile } from "../console/assets.ts";
 import { type FormValues, submitSeckill, submitVoucher } from "../console/forms.ts";
 import { type SaleSnapshot, saleConfig, saleLimits, saleSnapshot, saleState } from "../console/sale.ts";
@@ -17,20 +16,21 @@ import { type ConsoleSession, issueSession, SESSION_COOKIE, SESSION_TTL_MS, veri
 import { LoginPage, MessagePage, OpsPage, OrdersPage, SalePage, SalesPage, type VoucherRow, VouchersPage } from "../console/views.tsx";
 import { AppError, fail } from "../errors.ts";
 import { checkOperatorAttempt } from "../http/auth.ts";
-import { boundedForm } from "../http/body.ts";
+import { boundedForm, formBody } from "../http/body.ts";
 import { limitAddress } from "../http/client-ip.ts";
 import { doc, type RouteDoc } from "../openapi/describe.ts";
+import { runJobNow } from "../jobs/index.ts";
 import { keys } from "../redis/keys.ts";
-import { withLock } from "../redis/lock.ts";
 import { findReservation, getOrderRow, listOrdersOfUser } from "../services/seckill/orders.ts";
 import { listRefunds } from "../services/seckill/payments.ts";
-import { reconcile, type ReconcileReport } from "../services/seckill/reconcile.ts";
+import type { ReconcileReport } from "../services/seckill/reconcile.ts";
 import { registeredSeckills } from "../services/seckill/registry.ts";
 import { resilienceSnapshot } from "../resilience.ts";
 import { statusName } from "../services/seckill/types.ts";
 import { isoDay, uvReport } from "../services/uv.ts";
 import type { AppEnv } from "../types.ts";
 import { timingSafeEqual } from "../util/compare.ts";
+import { isOrderId } from "../util/ids.ts";
 import { formatInZone, parseSqlUtc } from "../util/time.ts";
 
 type ConsoleEnv = AppEnv & { Variables: { session: ConsoleSession; form: FormValues } };
@@ -160,6 +160,7 @@ export const consolePages = new Hono<ConsoleEnv>()
   )
   .post(
     "/login",
+    formBody(),
     doc(page("sign in with the operator token (sets the HttpOnly, SameSite=Strict session cookie)", { responses: { ...html, 401: { description: "Wrong token" }, 403: { description: "Not same-origin" } } }), async (c) => {
       const deps = c.get("deps");
       if (!sameOrigin(c.req.raw, deps.config.PUBLIC_URL)) return c.html(<LoginPage error="This form was not sent from the console's own pages." />, 403);
@@ -189,6 +190,7 @@ export const consolePages = new Hono<ConsoleEnv>()
   )
   .post(
     "/logout",
+    formBody(),
     requireConsole,
     requireCsrf,
     doc(post("sign out (ends the session server-side and clears its cookie)"), async (c) => {
@@ -230,6 +232,7 @@ export const consolePages = new Hono<ConsoleEnv>()
   )
   .post(
     "/vouchers",
+    formBody(),
     requireConsole,
     requireCsrf,
     doc(post("create a normal voucher (POST /api/voucher's fields and rules; 400 with the errors next to the fields)", { responses: { ...html, 400: { description: "Invalid fields" } } }), async (c) => {
@@ -242,6 +245,7 @@ export const consolePages = new Hono<ConsoleEnv>()
   )
   .post(
     "/vouchers/seckill",
+    formBody(),
     requireConsole,
     requireCsrf,
     doc(post("create a seckill voucher (POST /api/voucher/seckill's fields and rules; 400 with the errors next to the fields)", { responses: { ...html, 400: { description: "Invalid fields" } } }), async (c) => {
@@ -338,7 +342,7 @@ export const consolePages = new Hono<ConsoleEnv>()
           unavailable.push(`${section}: ${err instanceof Error ? err.message : String(err)}`);
           return fallback;
         };
-      const metrics = cachesFor(deps).metrics;
+      const metrics = deps.isolate.caches.metrics;
       const [report, { cache, hot }, uv, refunds] = await Promise.all([
         deps.redis.get<ReconcileReport>(keys.seckill.reconcileReport()).catch(orElse("reconcile report", null)),
         // The hot report right after the counters' flush: one pipeline more than before, no second flush.
@@ -384,11 +388,12 @@ export const consolePages = new Hono<ConsoleEnv>()
   )
   .post(
     "/ops/reconcile",
+    formBody(),
     requireConsole,
     requireCsrf,
     doc(post("run a reconcile now (the same locked run as POST /admin/reconcile)"), async (c) => {
       const deps = c.get("deps");
-      const res = await withLock(deps.redis, "cron:reconcile", 55_000, () => reconcile(deps, deps.clock.now()));
+      const res = await runJobNow(deps, "reconcile");
       return c.redirect(`/console/ops?reconcile=${res.ran ? "ran" : "busy"}`, 303);
     }),
   )
@@ -408,7 +413,7 @@ export const consolePages = new Hono<ConsoleEnv>()
         payTime: o.payTime === null ? null : present(o.payTime, zone),
       });
       if (id) {
-        if (!/^[1-9]\d{0,18}$/.test(id) || BigInt(id) > 9_223_372_036_854_775_807n) return c.html(<OrdersPage csrf={csrf} id={id} userId={userId} error="not an order id" rows={null} />, 400);
+        if (!isOrderId(id)) return c.html(<OrdersPage csrf={csrf} id={id} userId={userId} error="not an order id" rows={null} />, 400);
         const row = await getOrderRow(deps, id);
         if (row) return c.html(<OrdersPage csrf={csrf} id={id} userId={userId} rows={[show(row)]} />);
         const r = await findReservation(deps, id);

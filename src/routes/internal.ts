@@ -1,6 +1,7 @@
 import { Hono } from "hono";
-import { z } from "zod";
+import type { z } from "zod";
 import { AppError, ok } from "../errors.ts";
+import { BODY_LIMITS, signedBody } from "../http/body.ts";
 import { verifyQstash, type SignedEnv } from "../http/qstash.ts";
 import { verifyWebhook } from "../payments/signature.ts";
 import { closeOrders } from "../services/seckill/close.ts";
@@ -8,25 +9,18 @@ import { drainShop } from "../services/seckill/writer.ts";
 import { settleWebhook } from "../services/seckill/payments.ts";
 import type { AppEnv } from "../types.ts";
 import { doc } from "../openapi/describe.ts";
-
-const OrderIdText = z.string().regex(/^[1-9]\d{0,18}$/);
-const ShopId = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);
-/** Drain: names a shop; what is written comes from its outbox. */
-const DrainBody = z.object({ shopId: ShopId });
-/** Write (messages of the per-order pipeline still in flight at upgrade time): treated as a drain of its shop. */
-const LegacyWriteBody = z.object({ shopId: ShopId, orderId: OrderIdText });
-/**
- * Close of a written group. Only ids and the shop travel; any other field (older messages carried
- * a whole reservation) is ignored — the closer reads MySQL and the outbox.
- */
-const CloseBody = z.union([
-  z.object({ shopId: ShopId, orderIds: z.array(OrderIdText).min(1).max(5000) }),
-  z.object({ orderId: OrderIdText, shopId: ShopId.optional() }).transform((b) => ({ shopId: b.shopId, orderIds: [b.orderId] })),
-]);
-const WebhookBody = z.discriminatedUnion("type", [
-  z.object({ type: z.enum(["payment.succeeded", "payment.failed"]), paymentId: OrderIdText, providerRef: z.string().max(128) }),
-  z.object({ type: z.enum(["refund.succeeded", "refund.failed"]), refundId: OrderIdText, providerRef: z.string().max(128) }),
-]);
+import {
+  CloseBody,
+  DrainBody,
+  LEGACY_ORDER_MESSAGES_UNTIL,
+  LegacyWriteBody,
+  ORDER_CLOSE_PATH,
+  ORDER_DRAIN_PATH,
+  ORDER_WRITE_PATH,
+  PAYMENT_WEBHOOK_PATH,
+  routeOf,
+  WebhookBody,
+} from "../queue/messages.ts";
 
 /** Parses a verified raw body; malformed → 400, which QStash dead-letters after its retries. */
 function parse<T extends z.ZodType>(schema: T, raw: string): z.infer<T> {
@@ -53,16 +47,22 @@ const QSTASH = { tag: "callbacks", access: "qstash", errors: ["UNAUTHORIZED", "I
 const SIGNED = "Sent by QStash (at least once); a malformed body is a 400, which QStash dead-letters after its retries.";
 
 const signed = new Hono<SignedEnv>()
+  // Registered before the guard, so each delivery's body is read through its own cap (JSON only)
+  // before the signature check reads it; the guard still covers every route below.
+  .post(routeOf(ORDER_DRAIN_PATH), signedBody(BODY_LIMITS.drain, "upstash-signature"))
+  .post(routeOf(ORDER_WRITE_PATH), signedBody(BODY_LIMITS.legacyWrite, "upstash-signature"))
+  .post(routeOf(ORDER_CLOSE_PATH), signedBody(BODY_LIMITS.close, "upstash-signature"))
   .use(verifyQstash)
-  .post("/orders/drain", doc({ ...QSTASH, summary: "Write a shop's queued reservations to MySQL (the order writer)", description: SIGNED, body: DrainBody }, async (c) => {
+  .post(routeOf(ORDER_DRAIN_PATH), doc({ ...QSTASH, summary: "Write a shop's queued reservations to MySQL (the order writer)", description: SIGNED, body: DrainBody }, async (c) => {
     const res = await drainShop(c.get("deps"), parse(DrainBody, c.get("rawBody")).shopId);
     return c.json(ok(res));
   }))
-  .post("/orders/write", doc({ ...QSTASH, summary: "Per-order write messages still in flight from before the writer groups: treated as a drain of the shop", description: SIGNED, body: LegacyWriteBody }, async (c) => {
+  // Legacy: remove with LegacyWriteBody after LEGACY_ORDER_MESSAGES_UNTIL (queue/messages.ts).
+  .post(routeOf(ORDER_WRITE_PATH), doc({ ...QSTASH, summary: "Per-order write messages still in flight from before the writer groups: treated as a drain of the shop", description: `${SIGNED} Legacy: accepted until ${LEGACY_ORDER_MESSAGES_UNTIL}.`, body: LegacyWriteBody }, async (c) => {
     const res = await drainShop(c.get("deps"), parse(LegacyWriteBody, c.get("rawBody")).shopId);
     return c.json(ok(res));
   }))
-  .post("/orders/close", doc({ ...QSTASH, summary: "Close written orders left unpaid past their deadline, releasing their stock", description: SIGNED, body: CloseBody }, async (c) => {
+  .post(routeOf(ORDER_CLOSE_PATH), doc({ ...QSTASH, summary: "Close written orders left unpaid past their deadline, releasing their stock", description: SIGNED, body: CloseBody }, async (c) => {
     const deps = c.get("deps");
     const body = parse(CloseBody, c.get("rawBody"));
     const deadlineMs = deps.clock.now() - deps.config.ORDER_PAY_TIMEOUT_SECONDS * 1000 + CLOSE_EARLY_SLACK_MS;
@@ -80,7 +80,7 @@ const WEBHOOK = {
 } as const;
 
 export const internal = new Hono<AppEnv>()
-  .post("/payments/webhook", doc(WEBHOOK, async (c) => {
+  .post(routeOf(PAYMENT_WEBHOOK_PATH), signedBody(BODY_LIMITS.webhook, "x-payment-signature"), doc(WEBHOOK, async (c) => {
     const deps = c.get("deps");
     const raw = await c.req.text();
     const check = await verifyWebhook(deps.config.PAYMENT_WEBHOOK_SECRET, c.req.header("x-payment-signature"), raw, deps.clock.now(), deps.config.PAYMENT_WEBHOOK_TOLERANCE_SECONDS);

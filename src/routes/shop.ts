@@ -1,7 +1,5 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { cachesFor } from "../cache/modules.ts";
-import { CacheUnavailableError } from "../cache/module.ts";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
 import { limitAddress } from "../http/client-ip.ts";
@@ -66,17 +64,12 @@ const ShopBody = z.object({
 const ShopPatch = z.object({ id: JsonId, ...ShopFields }).partial().required({ id: true });
 
 export async function getShopCached(deps: Deps, id: number): Promise<Shop | null> {
-  try {
-    return await cachesFor(deps).shop.get(deps, id);
-  } catch (err) {
-    if (err instanceof CacheUnavailableError) throw new AppError("UNAVAILABLE", "shop data temporarily unavailable", { cause: err });
-    throw err;
-  }
+  return await deps.isolate.caches.shop.get(deps, id);
 }
 
 /** Reloads the row written a moment ago and overwrites L1/L2 with it (write path: MySQL first). */
 async function refreshShopCache(deps: Deps, id: number): Promise<Shop | null> {
-  const caches = cachesFor(deps);
+  const caches = deps.isolate.caches;
   const shop = await loadShop(deps, id);
   await caches.shop.set(deps, id, shop);
   return shop;
@@ -122,16 +115,16 @@ export const shop = new Hono<AppEnv>()
   })
   .get("/:id", doc({ tag: "shops", summary: "A shop (ETag / If-None-Match: 304)", description: "Lookups of shops that do not exist count against the caller's address (MISS_PER_ADDRESS per MISS_WINDOW_MS per isolate): past it, a lookup the isolate's memory cannot answer is a 429 with Retry-After, before any I/O.", access: "public", params: IdParam, data: ShopSchema, outcomes: ["NOT_FOUND"], errors: ["UNAVAILABLE", "RATE_LIMITED"] }, (c) => {
     const deps = c.get("deps");
-    const shops = cachesFor(deps).shop;
+    const shops = deps.isolate.caches.shop;
     const id = parseParams(IdParam, c.req.param()).id;
-    // Memory misses are metered per address (http/miss-meter.ts): refused before any I/O once the
+    // Memory misses are metered per address (http/address-window.ts): refused before any I/O once the
     // address spent its budget of not-found lookups; a read that finds nothing costs one of it.
-    if (shops.inMemory(id)) return servePrepared(c, shops, id, "shop data");
+    if (shops.inMemory(id)) return servePrepared(c, shops, id);
     const address = limitAddress(c, deps.config);
     const now = deps.clock.now();
     const wait = deps.isolate.missMeter.refusedFor(address, now);
     if (wait > 0) throw new AppError("RATE_LIMITED", "too many lookups of unknown shops from this address", { retryAfterSeconds: wait / 1000 });
-    return servePrepared(c, shops, id, "shop data", (value) => {
+    return servePrepared(c, shops, id, (value) => {
       if (value === null) deps.isolate.missMeter.count(address, now);
     });
   }))
@@ -155,5 +148,5 @@ export const shop = new Hono<AppEnv>()
 
 export const shopType = new Hono<AppEnv>().get(
   "/list",
-  doc({ tag: "shops", summary: "Shop types, ordered by `sort` (ETag / If-None-Match: 304)", description: LISTING_LIMIT_NOTE, access: "public", data: z.array(ShopType), errors: ["RATE_LIMITED", "UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).shopTypes, "all", "shop types")),
+  doc({ tag: "shops", summary: "Shop types, ordered by `sort` (ETag / If-None-Match: 304)", description: LISTING_LIMIT_NOTE, access: "public", data: z.array(ShopType), errors: ["RATE_LIMITED", "UNAVAILABLE"] }, (c) => servePrepared(c, c.get("deps").isolate.caches.shopTypes, "all")),
 );

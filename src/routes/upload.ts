@@ -18,7 +18,7 @@ const MULTIPART_OVERHEAD = 16 * 1024;
 /** One file plus a few fields: anything with more parts is refused before the parser runs. */
 export const MAX_UPLOAD_PARTS = 8;
 const uploadBodyLimit = multipartBody(
-  (c) => c.get("deps").config.UPLOAD_MAX_BYTES + MULTIPART_OVERHEAD,
+  { config: "UPLOAD_MAX_BYTES", plus: MULTIPART_OVERHEAD },
   MAX_UPLOAD_PARTS,
   (c) => `file larger than ${c.get("deps").config.UPLOAD_MAX_BYTES} bytes`,
 );

@@ -1,6 +1,7 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { AppError, fail, ok } from "../errors.ts";
+import { publicBodyGate } from "../http/address-window.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
 import { limitAddress } from "../http/client-ip.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
@@ -9,7 +10,6 @@ import { doc, type RouteDoc, v } from "../openapi/describe.ts";
 import { UserCard } from "../openapi/schemas.ts";
 import { CODE_RE, loginWithCode, logout, PHONE_RE, sendLoginCode } from "../services/auth.ts";
 import { getUserProfile } from "../services/users.ts";
-import { cachesFor } from "../cache/modules.ts";
 import type { AppEnv } from "../types.ts";
 
 const Phone = z.string().trim().regex(PHONE_RE, "not a mainland mobile number");
@@ -33,7 +33,7 @@ const LOGIN: RouteDoc = {
 
 const authed = new Hono<UserEnv>()
   .use(requireUser)
-  .post("/logout", doc({ tag: "user", summary: "End the session (honoured by every isolate within SESSION_TRUST_MS)", access: "user" }, async (c) => {
+  .post("/logout", jsonBody(BODY_LIMITS.none), doc({ tag: "user", summary: "End the session (honoured by every isolate within SESSION_TRUST_MS)", access: "user" }, async (c) => {
     await logout(c.get("deps"), c.get("token"));
     return c.json(ok());
   }))
@@ -44,19 +44,19 @@ const authed = new Hono<UserEnv>()
   })
   .get("/:id", doc({ tag: "user", summary: "A user's card", access: "user", data: UserCard, outcomes: ["NOT_FOUND"] }, v("param", IdParam)), async (c) => {
     const deps = c.get("deps");
-    const user = await cachesFor(deps).userCard.get(deps, c.req.valid("param").id);
+    const user = await deps.isolate.caches.userCard.get(deps, c.req.valid("param").id);
     return c.json(user ? ok(user) : fail("NOT_FOUND", "user not found"));
   });
 
 export const user = new Hono<AppEnv>()
-  .post("/code", jsonBody(BODY_LIMITS.none), doc(SEND_CODE, v("query", z.object({ phone: Phone }))), async (c) => {
+  .post("/code", publicBodyGate, jsonBody(BODY_LIMITS.none), doc(SEND_CODE, v("query", z.object({ phone: Phone }))), async (c) => {
     const deps = c.get("deps");
     const res = await sendLoginCode(deps, c.req.valid("query").phone, limitAddress(c, deps.config));
     if (res.ok) return c.json(ok());
     if (res.reason === "RATE_LIMITED") throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterSeconds });
     throw new AppError("UNAVAILABLE", res.message);
   })
-  .post("/login", jsonBody(BODY_LIMITS.login), doc(LOGIN, v("json", LoginBody)), async (c) => {
+  .post("/login", publicBodyGate, jsonBody(BODY_LIMITS.login), doc(LOGIN, v("json", LoginBody)), async (c) => {
     const { phone, code } = c.req.valid("json");
     const res = await loginWithCode(c.get("deps"), phone, code);
     return c.json(res.ok ? ok(res.token) : fail("BAD_CODE", res.message));

@@ -1,24 +1,20 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { AppError, type Envelope, fail, ok } from "../errors.ts";
+import { AppError, fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
 import { limitAddress } from "../http/client-ip.ts";
-import { BODY_LIMITS } from "../http/body.ts";
+import { BODY_LIMITS, jsonBody } from "../http/body.ts";
+import { seckillEnvelope } from "../http/envelopes.ts";
 import { idempotentUser } from "../http/idempotency.ts";
 import { Current, Id } from "../http/validate.ts";
 import { doc, type RouteDoc, v } from "../openapi/describe.ts";
 import { Order, OrderIdText } from "../openapi/schemas.ts";
 import { findReservation, getOrderRow, listOrdersOfUser, type OrderRow } from "../services/seckill/orders.ts";
 import { startPayment } from "../services/seckill/payments.ts";
-import { reserve, type ReserveResult } from "../services/seckill/reserve.ts";
+import { reserve } from "../services/seckill/reserve.ts";
 import { statusName } from "../services/seckill/types.ts";
+import { OrderId } from "../util/ids.ts";
 import { formatInZone } from "../util/time.ts";
-
-/** A 64-bit order id as sent to clients: a decimal string (also accepted as path text). */
-const OrderId = z
-  .string()
-  .regex(/^[1-9]\d{0,18}$/, "not an order id")
-  .refine((s) => /^\d+$/.test(s) && BigInt(s) <= 9_223_372_036_854_775_807n, "not an order id");
 
 const ORDER_PAGE_SIZE = 10;
 
@@ -31,14 +27,6 @@ function present(o: OrderRow, zone: string) {
     createTime: formatInZone(o.createTime, zone),
     payTime: o.payTime === null ? null : formatInZone(o.payTime, zone),
   };
-}
-
-/** The 200 envelope of a reservation outcome (RATE_LIMITED is a 429 instead; see the handler). */
-export function seckillEnvelope(res: Exclude<ReserveResult, { reason: "RATE_LIMITED" | "OUTCOME_UNKNOWN" }>): Envelope<string> {
-  if (res.ok) return ok(res.orderId);
-  // A buyer who already holds a unit is told which order it is (`data`), e.g. after a lost reply.
-  if (res.reason === "DUPLICATE_ORDER" && res.orderId) return { ...fail(res.reason, res.message), data: res.orderId };
-  return fail(res.reason, res.message);
 }
 
 const SECKILL: RouteDoc = {
@@ -57,7 +45,7 @@ export const voucherOrder = new Hono<UserEnv>()
   // No Idempotency-Key here (http/idempotency.ts): a seckill attempt is already idempotent per
   // buyer — a retry is told the order it holds (DUPLICATE_ORDER with its id) — and its budget is
   // exactly one Redis command, which a claim and a finish would triple.
-  .post("/seckill/:voucherId", doc(SECKILL, v("param", z.object({ voucherId: Id }))), async (c) => {
+  .post("/seckill/:voucherId", jsonBody(BODY_LIMITS.none), doc(SECKILL, v("param", z.object({ voucherId: Id }))), async (c) => {
     const deps = c.get("deps");
     const voucherId = c.req.valid("param").voucherId;
     const res = await reserve(deps, { voucherId, userId: c.get("user").id, ip: limitAddress(c, deps.config) });
@@ -81,7 +69,7 @@ export const voucherOrder = new Hono<UserEnv>()
     if (!r || r.userId !== me) return c.json(fail("NOT_FOUND", "order not found"));
     return c.json(ok({ id, userId: r.userId, voucherId: r.voucherId, status: "queued", createTime: formatInZone(r.reservedAt, deps.config.SERVICE_TIME_ZONE), payTime: null }));
   })
-  .post("/:id/pay", doc({ tag: "orders", summary: "Start paying an unpaid order; the provider's signed webhook settles it", access: "user", data: z.object({ paymentId: z.string() }), outcomes: ["NOT_FOUND", "BAD_STATE"] }, v("param", z.object({ id: OrderId }))), idempotentUser(BODY_LIMITS.none), async (c) => {
+  .post("/:id/pay", jsonBody(BODY_LIMITS.none), doc({ tag: "orders", summary: "Start paying an unpaid order; the provider's signed webhook settles it", access: "user", data: z.object({ paymentId: z.string() }), outcomes: ["NOT_FOUND", "BAD_STATE"] }, v("param", z.object({ id: OrderId }))), idempotentUser(BODY_LIMITS.none), async (c) => {
     const res = await startPayment(c.get("deps"), c.get("user").id, c.req.valid("param").id);
     return c.json(res.ok ? ok({ paymentId: res.paymentId }) : fail(res.reason, res.message));
   });

@@ -1,7 +1,5 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { cachesFor } from "../cache/modules.ts";
-import { CacheUnavailableError } from "../cache/module.ts";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
 import { BODY_LIMITS, jsonBody } from "../http/body.ts";
@@ -89,11 +87,11 @@ const CREATE_SECKILL: RouteDoc = {
 
 /** A voucher write is visible at once: the shop's cached list is overwritten from MySQL. */
 export async function refreshVoucherList(deps: Deps, shopId: number): Promise<void> {
-  await cachesFor(deps).vouchers.set(deps, shopId, await loadVouchersOfShop(deps, shopId));
+  await deps.isolate.caches.vouchers.set(deps, shopId, await loadVouchersOfShop(deps, shopId));
 }
 
 export const voucher = new Hono<AppEnv>()
-  .get("/list/:shopId", doc({ tag: "vouchers", summary: "Vouchers of a shop on sale; seckill ones with `stock`, `beginTime`, `endTime`. Amounts in cents", description: LISTING_LIMIT_NOTE, access: "public", params: ShopIdParam, data: z.array(Voucher), errors: ["RATE_LIMITED", "UNAVAILABLE"] }, (c) => servePrepared(c, cachesFor(c.get("deps")).vouchers, parseParams(ShopIdParam, c.req.param()).shopId, "vouchers")))
+  .get("/list/:shopId", doc({ tag: "vouchers", summary: "Vouchers of a shop on sale; seckill ones with `stock`, `beginTime`, `endTime`. Amounts in cents", description: LISTING_LIMIT_NOTE, access: "public", params: ShopIdParam, data: z.array(Voucher), errors: ["RATE_LIMITED", "UNAVAILABLE"] }, (c) => servePrepared(c, c.get("deps").isolate.caches.vouchers, parseParams(ShopIdParam, c.req.param()).shopId)))
   .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a normal voucher", access: "operator", data: NumericId, outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", VoucherBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
     const deps = c.get("deps");
     const body = c.req.valid("json");
@@ -121,7 +119,7 @@ export const voucher = new Hono<AppEnv>()
     }
     // Over any "not found" a buyer's early probe of this id left in the cache: at once here, in
     // L2, and in other isolates' L1 through the write log (cache/hot.ts).
-    await cachesFor(deps).seckill.set(deps, cfg.voucherId, cfg);
+    await deps.isolate.caches.seckill.set(deps, cfg.voucherId, cfg);
     await refreshVoucherList(deps, body.shopId);
     return c.json(ok(cfg.voucherId));
   });

@@ -21,7 +21,6 @@ import type { Deps } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
 import { formatInZone, parseSqlUtc, toSqlUtc } from "../util/time.ts";
-import { pushToFollowers } from "./feed.ts";
 import type { SessionUser } from "./session.ts";
 import { shopExists } from "./shops.ts";
 
@@ -110,7 +109,11 @@ async function query(deps: Deps, sql: string, args: unknown[], viewerId: number 
   );
 }
 
-export async function createBlog(deps: Deps, authorId: number, input: BlogInput): Promise<{ ok: true; id: number } | { ok: false; reason: "UNKNOWN_SHOP" }> {
+/**
+ * Stores a note (MySQL only; publishing it to followers' feeds is services/notes.ts publishNote's
+ * next step). `at`: its creation time, epoch ms (the feed score).
+ */
+export async function insertBlog(deps: Deps, authorId: number, input: BlogInput): Promise<{ ok: true; id: number; at: number } | { ok: false; reason: "UNKNOWN_SHOP" }> {
   if (!(await shopExists(deps, input.shopId))) return { ok: false, reason: "UNKNOWN_SHOP" };
   const now = deps.clock.now();
   const at = toSqlUtc(now);
@@ -123,15 +126,7 @@ export async function createBlog(deps: Deps, authorId: number, input: BlogInput)
     at,
     at,
   ]);
-  const id = Number(res.insertId);
-  try {
-    await pushToFollowers(deps, authorId, id, now);
-  } catch (err) {
-    // The note is saved (MySQL is the truth) and shows on the author's page; only the inbox copy
-    // for some followers is missing. Failing the request would make the client post it twice.
-    deps.log.error("feed push failed", { err, blogId: id, authorId });
-  }
-  return { ok: true, id };
+  return { ok: true, id: Number(res.insertId), at: now };
 }
 
 export async function getBlog(deps: Deps, id: number, viewerId: number | null): Promise<Blog | null> {

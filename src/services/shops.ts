@@ -149,7 +149,18 @@ export async function insertShop(deps: Deps, s: ShopInput): Promise<number> {
     "INSERT INTO tb_shop (name, type_id, images, area, address, x, y, avg_price, sold, comments, score, open_hours) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [s.name, s.typeId, s.images, s.area, s.address, s.x, s.y, s.avgPrice, s.sold ?? 0, s.comments ?? 0, s.score ?? 0, s.openHours],
   );
+  await forgetCeiling(deps, "shop");
   return Number(res.insertId);
+}
+
+/**
+ * After a commit that added an id to module `name`'s table: the module's ceiling (every id above
+ * it is absent, lua/cache-probe.lua) may be below the new id, so it goes; the next miss reads it
+ * again. Best effort: if Redis cannot be reached, a ceiling written before hides the new id for at
+ * most the module's null TTL, like a null entry would.
+ */
+export async function forgetCeiling(deps: Pick<Deps, "redis">, name: "shop" | "seckill"): Promise<void> {
+  await deps.redis.del(keys.cacheCeiling(name)).catch(() => {});
 }
 
 /** Applies only the given fields; returns the previous type id, or null when the shop does not exist. */

@@ -21,8 +21,7 @@ import type { Deps, RedisPort } from "../deps.ts";
 import type { Config } from "../env.ts";
 import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
-import { formatInZone } from "../util/time.ts";
-import { serviceDay } from "./seckill/reserve.ts";
+import { formatInZone, serviceDay } from "../util/time.ts";
 
 /**
  * A Map that forgets its oldest entry beyond `max` (insertion order). @upstash/ratelimit takes its

@@ -69,6 +69,12 @@ export function dayParts(ms: number, zone: string): { year: number; month: numbe
 }
 
 /** Days in `month` (1–12) of `year` (proleptic Gregorian). */
+/** yyyyMMdd of an instant in the service zone (the daily purchase limit's day). */
+export function serviceDay(ms: number, zone: string): string {
+  const d = dayParts(ms, zone);
+  return `${d.year}${String(d.month).padStart(2, "0")}${String(d.day).padStart(2, "0")}`;
+}
+
 export function daysInMonth(year: number, month: number): number {
   if (month === 2) return year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28;
   return month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31;

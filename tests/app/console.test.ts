@@ -1,5 +1,4 @@
 import { beforeAll, describe, expect, test } from "bun:test";
-import { cachesFor } from "../../src/cache/modules.ts";
 import { SESSION_COOKIE } from "../../src/console/session.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { findReservation, writeOrder } from "../../src/services/seckill/orders.ts";
@@ -435,10 +434,10 @@ describe("operations", () => {
   test("a key hammered in this isolate is promoted and shows on the ops page as hot, marked promoted here", async () => {
     const { cookie } = await signIn();
     const shopId = await createShop(t, await createShopType(t));
-    const shops = cachesFor(t.deps).shop;
+    const shops = t.deps.isolate.caches.shop;
     // The first flush after a cache read anchors the write-log cursor; nothing is promoted before it.
     expect((await call(t.app, "GET", `/api/shop/${shopId}`)).status).toBe(200);
-    await cachesFor(t.deps).metrics.flush(t.deps);
+    await t.deps.isolate.caches.metrics.flush(t.deps);
     for (let i = 0; i < 500 && !shops.isPromoted(shopId); i++) expect((await call(t.app, "GET", `/api/shop/${shopId}`)).status).toBe(200);
     expect(shops.isPromoted(shopId)).toBe(true);
     const html = await (await t.app.request("/console/ops", { headers: { cookie } })).text();

@@ -9,7 +9,7 @@
 import { describe, expect, test } from "bun:test";
 import { createApp } from "../../src/app.ts";
 import type { HotKeyRule } from "../../src/cache/hot.ts";
-import { type Caches, createCaches, installCaches } from "../../src/cache/modules.ts";
+import { type Caches, createCaches } from "../../src/caches.ts";
 import { Faults } from "../support/faults.ts";
 import { createShop, createShopType, operator } from "../support/fixtures.ts";
 import { call } from "../support/http.ts";
@@ -17,7 +17,7 @@ import { createTestApp } from "../support/stack.ts";
 
 /** The defaults of src/env.ts: ≥ 20 reads in 2 s promote to 30 s. */
 const RULE: HotKeyRule = { reads: 20, windowMs: 2_000, l1TtlMs: 30_000, maxPromoted: 1_000, reportTop: 20 };
-/** The shop module's own L1 TTL (cache/modules.ts). */
+/** The shop module's own L1 TTL (src/caches.ts). */
 const SHOP_L1_MS = 2_000;
 
 interface Clock {
@@ -28,8 +28,8 @@ interface Clock {
 async function isolate(clock: Clock) {
   const faults = new Faults();
   const t = await createTestApp({}, { wrap: (deps) => faults.wrap(deps) });
-  const caches: Caches = createCaches({}, { hot: RULE, now: () => clock.now() });
-  installCaches(t.deps, caches);
+  const caches: Caches = createCaches({}, { hot: RULE, now: () => clock.now(), degraded: () => t.deps.isolate.resilience.redis.degraded });
+  t.deps.isolate.caches = caches;
   // After installing: the fast lane binds the isolate's caches when the app is built.
   const app = createApp(t.deps);
   /** Redis commands this isolate sent, except the metrics flush's pipeline (the allowed background work). */

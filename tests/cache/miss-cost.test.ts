@@ -8,7 +8,6 @@
  */
 import { expect, test } from "bun:test";
 import { startFaultProxy } from "../../scripts/stack/fault-proxy.ts";
-import { cachesFor } from "../../src/cache/modules.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { luaSources } from "../../src/redis/scripts.ts";
 import { maxShopId } from "../../src/services/shops.ts";
@@ -80,13 +79,13 @@ test("a shop created above the ceiling is found at once by an isolate that had j
 test("a known shop read cold costs 2 Redis commands (probe with the lock, fill with the unlock), not 5", async () => {
   const seeder = await createTestApp(ENV);
   const id = await newShop(seeder);
-  await cachesFor(seeder.deps).shop.delete(seeder.deps, id);
+  await seeder.deps.isolate.caches.shop.delete(seeder.deps, id);
   const cold = await warmIsolate();
   const spent = await cost([seeder, cold], async () => {
     expect((await call<{ id: number }>(cold.app, "GET", `/api/shop/${id}`)).body.data?.id).toBe(id);
   });
   expect(spent).toEqual({ commands: 2, queries: 1 });
-  expect(await seeder.deps.redis.exists(keys.lock(`cache:shop:${id}`))).toBe(0);
+  expect(await seeder.deps.redis.exists(keys.cacheLock("shop", id))).toBe(0);
 });
 
 test("100 attempts on unknown voucher ids above the ceiling: one Redis command each, no MySQL query past the first", async () => {
@@ -111,7 +110,7 @@ test("a probe whose reply is lost after it took the rebuild lock: the reader is 
     const env = { ...ENV, UPSTASH_REDIS_REST_URL: proxy.url, REDIS_TIMEOUT_MS: "1000" };
     const seeder = await createTestApp(env);
     const id = await newShop(seeder);
-    const shops = cachesFor(seeder.deps).shop;
+    const shops = seeder.deps.isolate.caches.shop;
     await shops.delete(seeder.deps, id);
     // Load the probe script through the healthy proxy, so the next probe is an EVALSHA the proxy matches.
     await shops.get(seeder.deps, id);
@@ -125,7 +124,7 @@ test("a probe whose reply is lost after it took the rebuild lock: the reader is 
     expect(proxy.held).toBeGreaterThanOrEqual(1);
     proxy.set({ kind: "pass" });
     // The lock the lost probe took lives at most lockTtlMs; a reader meanwhile waits ≤ waitMs for it, then loads itself.
-    const pttl = await seeder.deps.redis.pttl(keys.lock(`cache:shop:${id}`));
+    const pttl = await seeder.deps.redis.pttl(keys.cacheLock("shop", id));
     expect(pttl).toBeLessThanOrEqual(shops.policy.lockTtlMs);
     const other = await createTestApp(env);
     expect((await call<{ id: number }>(other.app, "GET", `/api/shop/${id}`)).body.data?.id).toBe(id);

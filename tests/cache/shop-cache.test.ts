@@ -1,18 +1,16 @@
 import { describe, expect, test } from "bun:test";
-import { createCaches, installCaches } from "../../src/cache/modules.ts";
+import { type CacheOverrides, createCaches } from "../../src/caches.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { freePort } from "../../scripts/stack/engines.ts";
 import { call } from "../support/http.ts";
 import { createShop, createShopType, operator } from "../support/fixtures.ts";
 import { createTestApp, type TestApp } from "../support/stack.ts";
 
-type Policies = Parameters<typeof createCaches>[0];
-
 /** A test app with its own caches ("one isolate"), optionally with custom policies. */
-async function isolate(policies: Policies = {}, env: Record<string, string> = {}, fetchImpl?: typeof fetch): Promise<TestApp & { caches: ReturnType<typeof createCaches> }> {
+async function isolate(policies: CacheOverrides = {}, env: Record<string, string> = {}, fetchImpl?: typeof fetch): Promise<TestApp & { caches: ReturnType<typeof createCaches> }> {
   const t = await createTestApp(env, fetchImpl ? { fetch: fetchImpl } : {});
-  const caches = createCaches(policies);
-  installCaches(t.deps, caches);
+  const caches = createCaches(policies, { degraded: () => t.deps.isolate.resilience.redis.degraded });
+  t.deps.isolate.caches = caches;
   return { ...t, caches };
 }
 
@@ -130,7 +128,7 @@ describe("cache modules on the real stack", () => {
     expect(t.caches.shop.counters.errors).toBeGreaterThan(0);
   });
 
-  test("with MySQL down the last known value is served (stale L1), and a cold key is a 503 envelope", async () => {
+  test("with MySQL down the last known value is served (stale L1), and a cold key is a 503 envelope naming the data", async () => {
     let dbDown = false;
     const faulty: typeof fetch = Object.assign(
       async (input: RequestInfo | URL, init?: RequestInit) => {
@@ -153,7 +151,14 @@ describe("cache modules on the real stack", () => {
     expect(t.caches.shopTypes.counters.staleServes).toBe(1);
     const cold = await call(t.app, "GET", `/api/shop/${800_000_000 + Math.floor(Math.random() * 1e6)}`);
     expect(cold.status).toBe(503);
-    expect(cold.body).toMatchObject({ success: false, code: "UNAVAILABLE" });
+    expect(cold.body).toMatchObject({ success: false, code: "UNAVAILABLE", errorMsg: "shop data temporarily unavailable" });
+    // The MySQL breaker's failure is the cause: Retry-After says when to try again.
+    expect(Number(cold.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    // The same answer from every route that reads a module (one mapping, in the app's error handler).
+    const coldList = await call(t.app, "GET", `/api/voucher/list/${800_000_000 + Math.floor(Math.random() * 1e6)}`);
+    expect(coldList.status).toBe(503);
+    expect(coldList.body).toMatchObject({ success: false, code: "UNAVAILABLE", errorMsg: "vouchers temporarily unavailable" });
+    expect(Number(coldList.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
   });
 
   test("/admin/cache sums counters across isolates and needs the operator secret", async () => {

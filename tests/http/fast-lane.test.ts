@@ -91,6 +91,10 @@ for (const runtime of [runtimes.bun, runtimes.deno]) describe(`fast lane (respon
     expect(soldOut.laned).toBe(1);
     expect(soldOut.lane.body).toMatchObject({ success: false, code: "SOLD_OUT" });
     expectSame(soldOut.lane, soldOut.routed);
+    // An attempt with a body the route does not take is the route's 415, not a memory answer.
+    const before = t.deps.isolate.fastLane.seckill;
+    const res = await t.app.request(`/api/voucher-order/seckill/${voucherId}`, { method: "POST", headers: { authorization: other.token, "content-type": "text/plain" }, body: "x" }, { clientIp: "10.0.0.1" });
+    expect([res.status, ((await res.json()) as { code?: string }).code, t.deps.isolate.fastLane.seckill - before]).toEqual([415, "UNSUPPORTED_MEDIA_TYPE", 0]);
     await t.settle();
   });
 });

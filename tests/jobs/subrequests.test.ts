@@ -1,8 +1,8 @@
 /**
- * Workers subrequest limits (src/util/subrequests.ts) on the real engines: every fetch the app
+ * Workers subrequest limits (src/ports/subrequests.ts) on the real engines: every fetch the app
  * makes to the Upstash REST, PlanetScale HTTP and QStash stand-ins is counted at the global
  * `fetch` — the same thing Cloudflare counts per invocation — while one invocation runs:
- *   - a drain delivery (POST /internal/orders/drain, signed, with the edge's background work and
+ *   - a drain delivery (POST ORDER_DRAIN_PATH, signed, with the edge's background work and
  *     waitUntil settled) over a backlog far larger than one invocation may write;
  *   - a close of as many vouchers as one close message may carry;
  *   - cron triggers over a backlog of expired orders.
@@ -10,7 +10,7 @@
  * Bun has no limit; workerd's default is 1,000).
  */
 import { describe, expect, test } from "bun:test";
-import { invocationCap } from "../../src/util/subrequests.ts";
+import { invocationCap } from "../../src/ports/subrequests.ts";
 import { MIN_JOB_SHARE, runCron } from "../../src/jobs/index.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { closeCost, closeOrders, closeVouchersPerInvocation } from "../../src/services/seckill/close.ts";
@@ -22,6 +22,7 @@ import { call } from "../support/http.ts";
 import { qstashSignature } from "../support/qstash-sign.ts";
 import { createSeckill, mysqlCounts, userIds } from "../support/seckill.ts";
 import { createTestApp, type TestApp } from "../support/stack.ts";
+import { ORDER_DRAIN_PATH } from "../../src/queue/messages.ts";
 
 const LIMIT = 50;
 const ENV = {
@@ -82,9 +83,9 @@ async function outboxSize(t: TestApp, shopId: number): Promise<number> {
 /** One drain delivery through the real route (signature checked), its background work settled. */
 async function deliverDrain(t: TestApp, shopId: number): Promise<{ res: DrainResult; calls: Calls }> {
   const body = JSON.stringify({ shopId });
-  const signature = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.deps.config.PUBLIC_URL}/internal/orders/drain`, body });
+  const signature = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.deps.config.PUBLIC_URL}${ORDER_DRAIN_PATH}`, body });
   const { value, calls } = await counted(t.stack, async () => {
-    const r = await call<DrainResult>(t.app, "POST", "/internal/orders/drain", { body, headers: { "content-type": "application/json", "upstash-signature": signature } });
+    const r = await call<DrainResult>(t.app, "POST", ORDER_DRAIN_PATH, { body, headers: { "content-type": "application/json", "upstash-signature": signature } });
     await t.settle();
     return r;
   });

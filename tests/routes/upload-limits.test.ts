@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Deps } from "../../src/deps.ts";
 import { keys } from "../../src/redis/keys.ts";
-import { serviceDay } from "../../src/services/seckill/reserve.ts";
+import { serviceDay } from "../../src/util/time.ts";
 import { msToNextServiceDay } from "../../src/services/upload-limits.ts";
 import { Faults } from "../support/faults.ts";
 import { call } from "../support/http.ts";

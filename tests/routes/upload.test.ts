@@ -76,7 +76,7 @@ describe("image uploads", () => {
     }
   });
 
-  test("anything else is refused with a 400 envelope and nothing is stored", async () => {
+  test("anything else is refused with a 400 envelope (415 for a body that is not multipart) and nothing is stored", async () => {
     const { t, dir } = await appWithStore();
     const user = await newUser(t);
     const html = new TextEncoder().encode("<html><script>alert(1)</script></html>");
@@ -93,11 +93,14 @@ describe("image uploads", () => {
     }
     const noFile = new FormData();
     noFile.append("file", "just text");
-    for (const body of [noFile, new FormData(), "not multipart"]) {
-      const res = await call(t.app, "POST", "/api/upload/blog", { token: user.token, body, headers: typeof body === "string" ? { "content-type": "text/plain" } : {} });
+    for (const body of [noFile, new FormData()]) {
+      const res = await call(t.app, "POST", "/api/upload/blog", { token: user.token, body });
       expect(res.status).toBe(400);
       expect(res.body).toMatchObject({ success: false, code: "INVALID_INPUT" });
     }
+    // Not multipart at all: refused for its type before it is read (tests/http/content-types.test.ts).
+    const text = await call(t.app, "POST", "/api/upload/blog", { token: user.token, body: "not multipart", headers: { "content-type": "text/plain" } });
+    expect([text.status, text.body.code]).toEqual([415, "UNSUPPORTED_MEDIA_TYPE"]);
     expect(filesUnder(dir)).toEqual([]);
   });
 

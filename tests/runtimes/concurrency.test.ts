@@ -22,13 +22,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Deps } from "../../src/deps.ts";
 import { keys } from "../../src/redis/keys.ts";
-import { createBlog } from "../../src/services/blog.ts";
 import { addShopToGeo } from "../../src/services/shop-geo.ts";
 import { insertShop, insertVoucher, loadShop, loadShopTypes, loadVouchersOfShop } from "../../src/services/shops.ts";
 import { pollUntil, within } from "../support/child.ts";
 import { east, HANGZHOU } from "../support/fixtures.ts";
 import { type Answer, hazardLines, request, type RuntimeServer, seedBuyers, selectedRuntimes, stackAppEnv, startRuntime, statusCounts, guardedBy } from "../support/runtimes.ts";
 import { getStack } from "../support/stack.ts";
+import { publishNote } from "../../src/services/notes.ts";
 
 const WAY = 50;
 const REQUEST_TIMEOUT_MS = 15_000;
@@ -97,7 +97,7 @@ async function fixture(deps: Deps, label: string): Promise<Fixture> {
     vouchers.set(shopId, await insertVoucher(deps.db, { shopId, title: `${label} voucher ${shopId}`, subTitle: null, rules: null, payValue: 500, actualValue: 1000 }));
   }
   const [target, ...users] = await seedBuyers(deps, WAY + 1);
-  const blog = await createBlog(deps, (target as { userId: number }).userId, { shopId: oneShop, title: `${label} note`, content: "matrix", images: "/imgs/blogs/1/2/a.jpg" });
+  const blog = await publishNote(deps, (target as { userId: number }).userId, { shopId: oneShop, title: `${label} note`, content: "matrix", images: "/imgs/blogs/1/2/a.jpg" });
   if (!blog.ok) throw new Error("creating the note failed");
   return { typeId, shops, geoTypeId, geoShops, oneShop, vouchers, oneVoucherShop, users, target: target as Fixture["target"], blogId: blog.id };
 }

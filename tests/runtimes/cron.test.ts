@@ -10,7 +10,7 @@
  *      threshold at 1 s (OUTBOX_REPUBLISH_AFTER_SECONDS): nothing drains the entry by itself.
  *   3. One scheduled event (miniflare's /cdn-cgi/handler/scheduled, the same handler Cloudflare's
  *      cron calls) runs the jobs: the sweep publishes a drain, QStash delivers it to the Worker's
- *      /internal/orders/drain, and the order reaches MySQL with its buyer; the outbox empties.
+ *      drain route (ORDER_DRAIN_PATH), and the order reaches MySQL with its buyer; the outbox empties.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";

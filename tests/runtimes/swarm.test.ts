@@ -6,7 +6,7 @@
  *
  *   - exactly 100 attempts are answered with an order id (100 distinct ids, 100 distinct buyers),
  *     none with a 5xx, none left without an answer;
- *   - the writer drains through QStash (deliveries to the runtime's own /internal/orders/drain):
+ *   - the writer drains through QStash (deliveries to the runtime's own drain route, ORDER_DRAIN_PATH):
  *     every acknowledged order is in MySQL exactly once with its buyer, and no buyer holds an order
  *     they were told they do not have;
  *   - stock is conserved: MySQL stock + active orders = 100 = Redis stock + buyers, buyers = orders;

@@ -6,7 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import type { Redis } from "@upstash/redis";
 import type { Deps } from "../../src/deps.ts";
-import { sweepOutbox } from "../../src/jobs/orders.ts";
+import { sweepOutbox } from "../../src/services/seckill/pipeline.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { luaSources } from "../../src/redis/scripts.ts";
 import { reserve, type ReserveResult } from "../../src/services/seckill/reserve.ts";

@@ -12,7 +12,8 @@ import { expect, test } from "bun:test";
 import { keys } from "../../src/redis/keys.ts";
 import { closeOrder, findReservation, writeOrder } from "../../src/services/seckill/orders.ts";
 import { reconcile } from "../../src/services/seckill/reconcile.ts";
-import { reserve, serviceDay } from "../../src/services/seckill/reserve.ts";
+import { reserve } from "../../src/services/seckill/reserve.ts";
+import { serviceDay } from "../../src/util/time.ts";
 import { createSeckill, userIds } from "../support/seckill.ts";
 import { createTestApp, type TestApp } from "../support/stack.ts";
 

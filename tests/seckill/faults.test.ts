@@ -14,6 +14,7 @@ import { Faults } from "../support/faults.ts";
 import { qstashSignature } from "../support/qstash-sign.ts";
 import { createSeckill, mysqlCounts, userIds } from "../support/seckill.ts";
 import { eventually, serveTestApp, type ServedApp } from "../support/stack.ts";
+import { ORDER_CLOSE_PATH, ORDER_DRAIN_PATH } from "../../src/queue/messages.ts";
 
 const ENV = {
   ORDER_PAY_TIMEOUT_SECONDS: "86400",
@@ -195,17 +196,17 @@ describe("at-least-once delivery", () => {
       }
       await t.settle();
       const tapped = () => (faults.tapped.get("queue.batchJSON") ?? []).flatMap((args) => args[0] as { url: string; body: unknown }[]);
-      const drains = tapped().filter((m) => m.url.endsWith("/internal/orders/drain"));
+      const drains = tapped().filter((m) => m.url.endsWith(ORDER_DRAIN_PATH));
       expect(drains.length).toBeGreaterThanOrEqual(1);
       // Everything is past its payment deadline from here on.
       clock.skewMs = 86_400_000 + 60_000;
       const deliveries: { path: string; body: string }[] = [];
       const copies = () => 2 + Math.floor(Math.random() * 2);
-      for (const m of drains) for (let i = copies(); i > 0; i--) deliveries.push({ path: "/internal/orders/drain", body: JSON.stringify(m.body) });
+      for (const m of drains) for (let i = copies(); i > 0; i--) deliveries.push({ path: ORDER_DRAIN_PATH, body: JSON.stringify(m.body) });
       // Closes for groups of 5 ids: some arrive before their orders are written.
       for (let i = 0; i < ids.length; i += 5) {
         const body = JSON.stringify({ shopId, orderIds: ids.slice(i, i + 5) });
-        for (let k = copies(); k > 0; k--) deliveries.push({ path: "/internal/orders/close", body });
+        for (let k = copies(); k > 0; k--) deliveries.push({ path: ORDER_CLOSE_PATH, body });
       }
       // Fisher–Yates.
       for (let i = deliveries.length - 1; i > 0; i--) {
@@ -222,8 +223,8 @@ describe("at-least-once delivery", () => {
       expect(responses.map((r) => r.status).filter((s) => s !== 200)).toEqual([]);
       // Anything the drains did not reach yet (claimed under another delivery's lease) is closed
       // by the closes above or by the writer's own close messages, delivered now (twice each).
-      const closes = tapped().filter((m) => m.url.endsWith("/internal/orders/close"));
-      for (const m of closes) for (let i = 0; i < 2; i++) expect((await deliver({ path: "/internal/orders/close", body: JSON.stringify(m.body) })).status).toBe(200);
+      const closes = tapped().filter((m) => m.url.endsWith(ORDER_CLOSE_PATH));
+      for (const m of closes) for (let i = 0; i < 2; i++) expect((await deliver({ path: ORDER_CLOSE_PATH, body: JSON.stringify(m.body) })).status).toBe(200);
       const m = await mysqlCounts(t, voucherId);
       expect(m.orders).toBe(stock);
       expect(m.active).toBe(0);

@@ -11,6 +11,7 @@ import { qstashSignature } from "../support/qstash-sign.ts";
 import { Faults } from "../support/faults.ts";
 import { createSeckill, mysqlCounts, userIds } from "../support/seckill.ts";
 import { createTestApp, eventually, serveTestApp, type ServedApp } from "../support/stack.ts";
+import { ORDER_CLOSE_PATH, ORDER_WRITE_PATH, PAYMENT_WEBHOOK_PATH } from "../../src/queue/messages.ts";
 
 const ENV = { ORDER_PAY_TIMEOUT_SECONDS: "86400", SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", LOCAL_PAYMENT_DELAY_MS: "0" };
 
@@ -52,7 +53,7 @@ describe("order writer and close callbacks", () => {
     try {
       const { voucherId } = await createSeckill(t, { stock: 5 });
       const r = await reserveOne(t, voucherId);
-      const outcomes = await Promise.all([1, 2, 3].map(() => signedPost(t, "/internal/orders/write", r)));
+      const outcomes = await Promise.all([1, 2, 3].map(() => signedPost(t, ORDER_WRITE_PATH, r)));
       expect(outcomes.every((o) => o.status === 200)).toBe(true);
       await t.settle();
       expect(await mysqlCounts(t, voucherId)).toEqual({ orders: 1, active: 1, stock: 4 });
@@ -68,21 +69,21 @@ describe("order writer and close callbacks", () => {
       const { voucherId } = await createSeckill(t, { stock: 5 });
       const r = await reserveOne(t, voucherId);
       const raw = JSON.stringify(r);
-      const unsigned = await call(t.app, "POST", "/internal/orders/write", { body: raw, headers: { "content-type": "application/json" } });
+      const unsigned = await call(t.app, "POST", ORDER_WRITE_PATH, { body: raw, headers: { "content-type": "application/json" } });
       expect(unsigned.status).toBe(401);
-      expect((await signedPost(t, "/internal/orders/write", r, { key: "sig_not_the_right_key" })).status).toBe(401);
+      expect((await signedPost(t, ORDER_WRITE_PATH, r, { key: "sig_not_the_right_key" })).status).toBe(401);
       const past = Math.floor(Date.now() / 1000) - 3600;
-      expect((await signedPost(t, "/internal/orders/write", r, { nowSec: past, expSec: past + 300 })).status).toBe(401);
-      expect((await signedPost(t, "/internal/orders/close", r, { signedPath: "/internal/orders/write" })).status).toBe(401);
+      expect((await signedPost(t, ORDER_WRITE_PATH, r, { nowSec: past, expSec: past + 300 })).status).toBe(401);
+      expect((await signedPost(t, ORDER_CLOSE_PATH, r, { signedPath: ORDER_WRITE_PATH })).status).toBe(401);
       // A valid signature over a different body than the one sent.
-      const sig = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.url}/internal/orders/write`, body: raw });
-      const tampered = await call(t.app, "POST", "/internal/orders/write", {
+      const sig = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.url}${ORDER_WRITE_PATH}`, body: raw });
+      const tampered = await call(t.app, "POST", ORDER_WRITE_PATH, {
         body: JSON.stringify({ ...r, userId: 1 }),
         headers: { "content-type": "application/json", "upstash-signature": sig },
       });
       expect(tampered.status).toBe(401);
       expect((await mysqlCounts(t, voucherId)).orders).toBe(0);
-      const badBody = await signedPost(t, "/internal/orders/write", { orderId: "x" });
+      const badBody = await signedPost(t, ORDER_WRITE_PATH, { orderId: "x" });
       expect(badBody.status).toBe(400);
     } finally {
       await t.settle();
@@ -98,11 +99,11 @@ describe("order writer and close callbacks", () => {
       const r = await reserveOne(t, voucherId);
       await writeOrder(t.deps, r);
       // Before the deadline a (signed) close changes nothing.
-      const early = await signedPost(t, "/internal/orders/close", { shopId, orderIds: [r.orderId] });
+      const early = await signedPost(t, ORDER_CLOSE_PATH, { shopId, orderIds: [r.orderId] });
       expect(early.body).toMatchObject({ success: true, data: { cancelled: 0, outcomes: { [r.orderId]: "not-due" } } });
       expect(Number((await orderRow(t, r.orderId))?.status)).toBe(1);
       clock.skewMs = 86_400_000 + 60_000;
-      const results = await Promise.all([1, 2, 3, 4].map(() => signedPost(t, "/internal/orders/close", { shopId, orderIds: [r.orderId] })));
+      const results = await Promise.all([1, 2, 3, 4].map(() => signedPost(t, ORDER_CLOSE_PATH, { shopId, orderIds: [r.orderId] })));
       expect(results.every((x) => x.status === 200)).toBe(true);
       expect(results.map((x) => (x.body.data as { cancelled: number }).cancelled).reduce((a, b) => a + b, 0)).toBe(1);
       expect(Number((await orderRow(t, r.orderId))?.status)).toBe(4);
@@ -130,7 +131,7 @@ describe("order writer and close callbacks", () => {
       const invented = { orderId: fakeId, userId: 777, voucherId, shopId, reservedAt: Date.now() - 86_400_000 * 2, amount: 1 };
       // Today's body shape, and the older one that carried a whole reservation.
       for (const body of [{ shopId, orderIds: [fakeId] }, invented, { orderId: fakeId }]) {
-        const res = await signedPost(t, "/internal/orders/close", body);
+        const res = await signedPost(t, ORDER_CLOSE_PATH, body);
         expect(res.status).toBe(200);
         expect(res.body.data).toMatchObject({ cancelled: 0, cancelledBeforeWrite: 0, released: 0 });
       }
@@ -138,10 +139,10 @@ describe("order writer and close callbacks", () => {
       expect(Number(await t.deps.redis.get(keys.seckill.stock(shopId, voucherId, 0)))).toBe(2);
       expect(await mysqlCounts(t, voucherId)).toEqual({ orders: 1, active: 1, stock: 2 });
       // A shop id that is not the reservation's does not reach it either.
-      const wrongShop = await signedPost(t, "/internal/orders/close", { shopId: shopId + 1000, orderIds: [fakeId] });
+      const wrongShop = await signedPost(t, ORDER_CLOSE_PATH, { shopId: shopId + 1000, orderIds: [fakeId] });
       expect(wrongShop.body.data).toMatchObject({ cancelled: 0, released: 0 });
-      expect((await signedPost(t, "/internal/orders/close", { shopId, orderIds: [] })).status).toBe(400);
-      expect((await signedPost(t, "/internal/orders/close", { shopId: -1, orderIds: [fakeId] })).status).toBe(400);
+      expect((await signedPost(t, ORDER_CLOSE_PATH, { shopId, orderIds: [] })).status).toBe(400);
+      expect((await signedPost(t, ORDER_CLOSE_PATH, { shopId: -1, orderIds: [fakeId] })).status).toBe(400);
     } finally {
       await t.settle();
       await t.stop();
@@ -244,7 +245,7 @@ describe("orders through the API", () => {
       for (let i = 0; i < 4; i++) {
         // Forget the isolate's holder memo so every attempt reaches Redis (the memo answers a
         // holder's retries itself; see the test below).
-        t.deps.isolate.holders.clear();
+        t.deps.isolate.seckill.forgetHolders();
         const r = await call(t.app, "POST", `/api/voucher-order/seckill/${a.voucherId}`, { token });
         statuses.push(r.status === 429 ? 429 : (r.body.code ?? "OK"));
       }
@@ -426,7 +427,7 @@ describe("pay vs close", () => {
     const t = await serveTestApp(ENV);
     try {
       const body = JSON.stringify({ type: "payment.succeeded", paymentId: "123", providerRef: "x" });
-      const post = (sig?: string) => call(t.app, "POST", "/internal/payments/webhook", { body, headers: { "content-type": "application/json", ...(sig ? { "x-payment-signature": sig } : {}) } });
+      const post = (sig?: string) => call(t.app, "POST", PAYMENT_WEBHOOK_PATH, { body, headers: { "content-type": "application/json", ...(sig ? { "x-payment-signature": sig } : {}) } });
       expect((await post()).status).toBe(401);
       expect((await post(await signWebhook("another-secret-of-enough-length", body, Date.now()))).status).toBe(401);
       expect((await post(await signWebhook(t.deps.config.PAYMENT_WEBHOOK_SECRET, body, Date.now() - 3600_000))).status).toBe(401);

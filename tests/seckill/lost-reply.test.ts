@@ -9,7 +9,8 @@ import { Redis } from "@upstash/redis";
 import { type FaultProxy, startFaultProxy } from "../../scripts/stack/fault-proxy.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { luaSources, scriptsFor } from "../../src/redis/scripts.ts";
-import { reserveArgs, reserveKeys, serviceDay } from "../../src/services/seckill/reserve.ts";
+import { reserveArgs, reserveKeys } from "../../src/services/seckill/reserve.ts";
+import { serviceDay } from "../../src/util/time.ts";
 import { call } from "../support/http.ts";
 import { createSeckill, sessionsFor, userIds } from "../support/seckill.ts";
 import { eventually, getStack, type ServedApp, serveTestApp } from "../support/stack.ts";
@@ -117,7 +118,7 @@ describe("a reservation whose reply is lost", () => {
     const fences = await direct.keys(`seckill:{s${shopId}}:fence:*`);
     expect(fences.length).toBe(1);
     const orderId = (fences[0] as string).split(":").at(-1) as string;
-    const cfg = await (await import("../../src/cache/modules.ts")).cachesFor(t.deps).seckill.get(t.deps, voucherId);
+    const cfg = await t.deps.isolate.caches.seckill.get(t.deps, voucherId);
     const now = Date.now();
     const r = { orderId, userId: buyer.userId, voucherId, shopId, reservedAt: now, amount: 8000 };
     const late = await scriptsFor(direct).reserveStock.exec(reserveKeys(cfg!, buyer.userId, "10.0.0.1", serviceDay(now, t.deps.config.SERVICE_TIME_ZONE), orderId), reserveArgs(t.deps.config, r, cfg!));

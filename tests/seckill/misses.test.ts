@@ -4,7 +4,6 @@
  * probe answer NOT_FOUND to its first buyers.
  */
 import { expect, test } from "bun:test";
-import { cachesFor } from "../../src/cache/modules.ts";
 import { call } from "../support/http.ts";
 import { createSeckill, sessionsFor, userIds } from "../support/seckill.ts";
 import { createTestApp } from "../support/stack.ts";
@@ -24,7 +23,7 @@ test("a voucher created after its id was probed sells to its first buyer (the cr
   expect(res.body.success).toBe(true);
   // Another isolate that cached the NOT_FOUND in L2 reads the config too (L2 overwritten).
   const other = await createTestApp(ENV);
-  expect(await cachesFor(other.deps).seckill.get(other.deps, next)).toMatchObject({ voucherId: next });
+  expect(await other.deps.isolate.caches.seckill.get(other.deps, next)).toMatchObject({ voucherId: next });
   await t.settle();
 });
 
@@ -33,7 +32,7 @@ test("probing thousands of unknown voucher ids never evicts a live sale's config
   const live = await createSeckill(t, { stock: 50 });
   const tokens = await sessionsFor(t, userIds(2));
   expect((await call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { token: tokens[0] })).body.success).toBe(true);
-  const seckill = cachesFor(t.deps).seckill;
+  const seckill = t.deps.isolate.caches.seckill;
   const origin = seckill.counters.originLoads;
   // More unknown ids than the module's L1 holds (policy.l1Max).
   const probes = seckill.policy.l1Max + 500;

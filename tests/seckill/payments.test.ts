@@ -7,7 +7,7 @@
 import { describe, expect, test } from "bun:test";
 import { parseEnv } from "../../src/env.ts";
 import { cronJobs, runCron } from "../../src/jobs/index.ts";
-import { retryRefunds } from "../../src/jobs/refunds.ts";
+import { retryRefunds } from "../../src/services/seckill/payments.ts";
 import type { PaymentProvider, RefundRequest } from "../../src/payments/provider.ts";
 import { signWebhook } from "../../src/payments/signature.ts";
 import type { RefundView } from "../../src/services/seckill/payments.ts";
@@ -17,6 +17,7 @@ import { Faults } from "../support/faults.ts";
 import { Hold } from "../support/hold.ts";
 import { createSeckill, sessionsFor, userIds } from "../support/seckill.ts";
 import { eventually, getStack, serveTestApp, type ServedApp } from "../support/stack.ts";
+import { PAYMENT_WEBHOOK_PATH } from "../../src/queue/messages.ts";
 
 const RETRY_MAX_MS = 600_000;
 const ENV = {
@@ -57,7 +58,7 @@ async function seedPendingPayment(t: ServedApp, orderId: string, userId: number)
 async function webhook(t: ServedApp, event: Record<string, string>): Promise<{ status: number; body: Envelope<{ outcome: string }> }> {
   const body = JSON.stringify({ providerRef: "lp_test", ...event });
   const sig = await signWebhook(t.deps.config.PAYMENT_WEBHOOK_SECRET, body, Date.now());
-  return await call<{ outcome: string }>(t.app, "POST", "/internal/payments/webhook", { body, headers: { "content-type": "application/json", "x-payment-signature": sig } });
+  return await call<{ outcome: string }>(t.app, "POST", PAYMENT_WEBHOOK_PATH, { body, headers: { "content-type": "application/json", "x-payment-signature": sig } });
 }
 
 async function orderStatus(t: ServedApp, orderId: string): Promise<number> {

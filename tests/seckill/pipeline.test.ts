@@ -4,8 +4,8 @@
  * redelivered, overlap, race each other or meet lock conflicts.
  */
 import { describe, expect, test } from "bun:test";
-import { sweepOutbox } from "../../src/jobs/orders.ts";
-import { drainMessage } from "../../src/queue/orders.ts";
+import { sweepOutbox } from "../../src/services/seckill/pipeline.ts";
+import { drainMessage, ORDER_CLOSE_PATH, ORDER_DRAIN_PATH } from "../../src/queue/messages.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { createLogger, type Logger } from "../../src/log.ts";
 import { loadSeckillConfig, loadSeckillIntoRedis } from "../../src/services/seckill/config.ts";
@@ -56,7 +56,7 @@ describe("batched order pipeline", () => {
     const { shopId, voucherId } = await createSeckill(t, { stock: 200 });
     const before = t.deps.orderGroups.stats.redisCommands;
     await reserveMany(t, voucherId, 200);
-    const drains = messages().filter((m) => m.url.endsWith("/internal/orders/drain"));
+    const drains = messages().filter((m) => m.url.endsWith(ORDER_DRAIN_PATH));
     // 200 concurrent reservations land in one or two one-second windows.
     expect(drains.length).toBeGreaterThanOrEqual(1);
     expect(drains.length).toBeLessThanOrEqual(2);
@@ -78,7 +78,7 @@ describe("batched order pipeline", () => {
       const { t, messages, faults } = await tappedApp();
       const { shopId, voucherId } = await createSeckill(t, { stock: n });
       await reserveMany(t, voucherId, n);
-      const closesBefore = messages().filter((m) => m.url.endsWith("/internal/orders/close")).length;
+      const closesBefore = messages().filter((m) => m.url.endsWith(ORDER_CLOSE_PATH)).length;
       // Counted at the app's own clients (the fault wrapper counts every call through the ports).
       // One EVALSHA per script call (a first call after a script flush adds an EVAL: not counted).
       const redisCalls = () => [...faults.calls].filter(([k]) => k.startsWith("redis.") && k !== "redis.eval").reduce((n, [, v]) => n + v, 0);
@@ -88,7 +88,7 @@ describe("batched order pipeline", () => {
       const c1 = counters(t);
       const r1 = redisCalls();
       expect(res).toMatchObject({ groups: 1, created: n, existed: 0, refused: 0 });
-      const closes = messages().filter((m) => m.url.endsWith("/internal/orders/close")).slice(closesBefore);
+      const closes = messages().filter((m) => m.url.endsWith(ORDER_CLOSE_PATH)).slice(closesBefore);
       expect(closes.length).toBe(1);
       expect((closes[0]?.body as { orderIds: string[] }).orderIds.length).toBe(n);
       expect(closes[0]?.delay).toBe(86400);
@@ -187,8 +187,8 @@ describe("batched order pipeline", () => {
       // Reserve without the real QStash delivering anything yet: deliver the drain ourselves.
       for (const userId of userIds(4)) expect((await reserve(t.deps, { voucherId, userId, ip: "10.0.0.1" })).ok).toBe(true);
       const body = JSON.stringify({ shopId });
-      const signature = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.url}/internal/orders/drain`, body });
-      const res = await call(t.app, "POST", "/internal/orders/drain", { body, headers: { "content-type": "application/json", "upstash-signature": signature } });
+      const signature = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.url}${ORDER_DRAIN_PATH}`, body });
+      const res = await call(t.app, "POST", ORDER_DRAIN_PATH, { body, headers: { "content-type": "application/json", "upstash-signature": signature } });
       expect(res.status).toBe(200);
       await eventually("orders written", async () => (await mysqlCounts(t, voucherId)).orders === 4);
       expect(t.deps.orderGroups.lockConflicts.retried).toBe(3);
@@ -319,7 +319,7 @@ describe("drain windows", () => {
     const drainIds = () =>
       (faults.tapped.get("queue.batchJSON") ?? [])
         .flatMap((args) => args[0] as Message[])
-        .filter((m) => m.url.endsWith("/internal/orders/drain"))
+        .filter((m) => m.url.endsWith(ORDER_DRAIN_PATH))
         .map((m) => m.deduplicationId);
     // Early in a window (200 ms in): that window only.
     const w = Math.floor(Date.now() / 1000) + 1;
@@ -379,7 +379,7 @@ describe("outbox sweep", () => {
     const mine = (from: number) =>
       messages()
         .slice(from)
-        .filter((m) => [a.shopId, b.shopId].includes((m.body as { shopId: number }).shopId) && m.url.endsWith("/internal/orders/drain"));
+        .filter((m) => [a.shopId, b.shopId].includes((m.body as { shopId: number }).shopId) && m.url.endsWith(ORDER_DRAIN_PATH));
     // QStash is "slow": nothing it was given is delivered. Wait until the backlog is overdue.
     const shopDue = async () => (await t.deps.redis.zcount(keys.seckill.outboxDue(a.shopId), "-inf", Date.now() - 1000)) + (await t.deps.redis.zcount(keys.seckill.outboxDue(b.shopId), "-inf", Date.now() - 1000));
     await eventually("entries overdue", async () => (await shopDue()) === 300, 10_000, 100);

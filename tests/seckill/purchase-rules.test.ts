@@ -4,14 +4,15 @@
  * a release, restored by a reload.
  */
 import { describe, expect, test } from "bun:test";
-import { closeExpired } from "../../src/jobs/orders.ts";
+import { closeExpired } from "../../src/services/seckill/close.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { scriptsFor } from "../../src/redis/scripts.ts";
 import { loadSeckillConfig, type SeckillConfig } from "../../src/services/seckill/config.ts";
 import { closeOrder, findReservation, writeOrder } from "../../src/services/seckill/orders.ts";
 import { parseReservation } from "../../src/services/seckill/outbox.ts";
 import { reconcile } from "../../src/services/seckill/reconcile.ts";
-import { reserve, reserveArgs, reserveKeys, serviceDay } from "../../src/services/seckill/reserve.ts";
+import { reserve, reserveArgs, reserveKeys } from "../../src/services/seckill/reserve.ts";
+import { serviceDay } from "../../src/util/time.ts";
 import { DAY_MS } from "../../src/services/seckill/rules.ts";
 import type { Reservation } from "../../src/services/seckill/types.ts";
 import { createShop, createShopType, operator } from "../support/fixtures.ts";

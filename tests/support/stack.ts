@@ -34,13 +34,14 @@ export async function createTestApp(env: Record<string, string> = {}, overrides:
   const stack = await getStack();
   const pending = new Set<Promise<unknown>>();
   // The listing limit is off unless a test turns it on: in-process tests send every request from
-  // one address (tests/support/http.ts) and hammer listing routes (tests/http/listing-limit.test.ts tests it).
+  // one address (tests/support/http.ts) and hammer listing routes (tests/http/listing-limit.test.ts tests it);
+  // the public body gate likewise (sign-ins from one address; tests/http/content-types.test.ts tests it).
   // The per-dependency deadlines are widened unless a test sets them (tests/resilience/* do, to test
   // them): the production ones (REDIS_TIMEOUT_MS 250 ms, src/env.ts) are tuned for a dedicated
   // network hop, while here the Upstash/PlanetScale/QStash stand-ins share this process's event loop
   // and two loaded CI cores — a burst of concurrent requests or a busy machine stretches a healthy
   // call past 250 ms, and a test that is not about timeouts would see a 503 (or an opened breaker).
-  const config = parseEnv({ ...stack.env, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent", RUN_CRON: "false", LISTING_IP_LIMIT: "0", SECKILL_ADMISSION_PER_SECOND: "0", ...TEST_DEADLINES, ...env });
+  const config = parseEnv({ ...stack.env, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent", RUN_CRON: "false", LISTING_IP_LIMIT: "0", PUBLIC_BODIES_PER_ADDRESS: "0", SECKILL_ADMISSION_PER_SECOND: "0", ...TEST_DEADLINES, ...env });
   const built = createDeps(config, {
     log: createLogger(config.LOG_LEVEL),
     waitUntil: (p) => {

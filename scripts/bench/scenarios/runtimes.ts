@@ -17,7 +17,7 @@
  *                    are left, before any token comes round again (see there); after the
  *                    window the round waits until the outbox is empty and MySQL holds every order
  *                    (the writer runs on the runtime under test: QStash delivers the drains to its
- *                    /internal/orders/drain) and until the local QStash is quiet
+ *                    drain route, ORDER_DRAIN_PATH) and until the local QStash is quiet
  *   <rt>-sold-out    the sold-out phase: the same endpoint on a voucher sold out in setup, the
  *                    swarm script over 2,000 warm sessions: every answer is SOLD_OUT
  *   <rt>-shop-l1     GET /api/shop/{id} from the isolate's L1 (50 warm ids, wrk/rotate-ids.lua)
@@ -48,6 +48,7 @@
  * when wrk stops are answered and sell, but wrk does not count them).
  */
 import { join } from "node:path";
+import { ORDER_DRAIN_PATH } from "../../../src/queue/messages.ts";
 import { keys } from "../../../src/redis/keys.ts";
 import { appStack, ROTATE_IDS_LUA, type AppStack } from "../fixtures/app-stack.ts";
 import { errorLinesSince, RUNTIMES, startApp, startHello, WORKERD_HOST, type RuntimeApp, type RuntimeName } from "../fixtures/runtimes.ts";
@@ -213,7 +214,7 @@ async function smokeTest(stack: SeckillStack, app: RuntimeApp, shopId: number): 
     throw new Error(`smoke test on ${app.runtime}: expected a success then SOLD_OUT, got\n${bodies.join("\n")}\n--- server output ---\n${app.output().slice(-3000)}`);
   }
   await waitUntil(
-    () => `smoke test on ${app.runtime}: the order to reach MySQL (QStash → ${app.url}/internal/orders/drain)\n${app.output().slice(-3000)}`,
+    () => `smoke test on ${app.runtime}: the order to reach MySQL (QStash → ${app.url}${ORDER_DRAIN_PATH})\n${app.output().slice(-3000)}`,
     async () => (await stack.mysqlCounts(cfg.voucherId)).orders === 1,
     15_000,
     50,
@@ -232,7 +233,7 @@ function saleScenario(rt: RuntimeName): Scenario {
     ratioTo: [{ scenario: `${rt}-hello-post`, column: "÷ hello" }],
     description:
       `the on-sale phase on ${RT_LABEL[rt]}: POST /api/voucher-order/seckill/{id}, ${SWARM} wrk connections, 20,000 buyers' sessions round robin, a fresh voucher of ${SALE_STOCK.toLocaleString("en-US")} units per round ` +
-      `(every attempt a first-time buyer with stock left: wrk is stopped once fewer than ${STOP_MARGIN.toLocaleString("en-US")} are left), the writer on the same runtime draining concurrently (QStash → its /internal/orders/drain); ` +
+      `(every attempt a first-time buyer with stock left: wrk is stopped once fewer than ${STOP_MARGIN.toLocaleString("en-US")} are left), the writer on the same runtime draining concurrently (QStash → its ${ORDER_DRAIN_PATH}); ` +
       "\"Redis cmds/attempt\" and \"REST trips/attempt\" at the server's own Upstash-REST stand-in from the round's start until QStash is quiet (writer and background included); \"÷ hello\" = rps ÷ " +
       `${rt}-hello-post's in the same round (target ≥ 0.5)`,
     async setup(ctx) {

@@ -63,6 +63,7 @@
  * quiet stack, at a random moment of the drain window, → its row in MySQL; LONE per round.
  */
 import { join } from "node:path";
+import { ORDER_DRAIN_PATH } from "../../../src/queue/messages.ts";
 import { keys } from "../../../src/redis/keys.ts";
 import { loadSeckillIntoRedis, type SeckillConfig } from "../../../src/services/seckill/config.ts";
 import {
@@ -234,7 +235,7 @@ async function smokeTest(stack: SeckillStack, app: AppServer, shopId: number, bu
   const last = bodies[bodies.length - 1]!;
   if (wins !== buckets || !last.includes('"SOLD_OUT"')) throw new Error(`smoke test: expected ${buckets} success(es) then SOLD_OUT, got\n${bodies.join("\n")}`);
   await waitUntil(
-    () => `the smoke test's ${buckets} order(s) in MySQL (QStash → ${app.url}/internal/orders/write)`,
+    () => `the smoke test's ${buckets} order(s) in MySQL (QStash → ${app.url}${ORDER_DRAIN_PATH})`,
     async () => (await stack.mysqlCounts(cfg.voucherId)).orders === buckets,
     10_000,
     50,

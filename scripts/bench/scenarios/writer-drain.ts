@@ -7,9 +7,9 @@
  * exactly the KEYS/ARGV reserve() builds (src/services/seckill/reserve.ts), one per buyer, sent
  * straight to redis-server (set-up, uncounted), so the shop's outbox holds ORDERS entries. Then it
  * announces the drain the way a reserving isolate does (OrderGroups → drainMessage in
- * src/queue/orders.ts: one message per shop and one-second window, notBefore = the window's end,
+ * src/queue/messages.ts: one message per shop and one-second window, notBefore = the window's end,
  * deduplication id naming the window), published through the local QStash, which signs and
- * delivers it to the app's /internal/orders/drain (servers/app-seckill.ts, own bun process). The
+ * delivers it to the app's drain route, ORDER_DRAIN_PATH (servers/app-seckill.ts, own bun process). The
  * writer (drainShop) claims groups of ORDER_GROUP_MAX from the outbox, writes each in one MySQL
  * transaction (multi-row INSERT IGNORE + one stock update, via @planetscale/database →
  * PlanetScale-HTTP stand-in → MariaDB), acks each group with one command, publishes one delayed
@@ -42,11 +42,11 @@
  * Innodb_deadlocks delta) and "unhandled errors" (the app's "unhandled error" log lines).
  */
 import type { Config } from "../../../src/env.ts";
-import { drainMessage, DRAIN_WINDOW_MS } from "../../../src/queue/orders.ts";
-import { idsFor } from "../../../src/redis/ids.ts";
+import { drainMessage, DRAIN_WINDOW_MS, ORDER_DRAIN_PATH } from "../../../src/queue/messages.ts";
 import { keys } from "../../../src/redis/keys.ts";
 import { luaSources } from "../../../src/redis/scripts.ts";
-import { reserveArgs, reserveKeys, serviceDay } from "../../../src/services/seckill/reserve.ts";
+import { reserveArgs, reserveKeys } from "../../../src/services/seckill/reserve.ts";
+import { serviceDay } from "../../../src/util/time.ts";
 import type { SeckillConfig } from "../../../src/services/seckill/config.ts";
 import type { Reservation } from "../../../src/services/seckill/types.ts";
 import {
@@ -126,7 +126,7 @@ function drainScenario(fromDelivery: boolean): Scenario {
     group: GROUP,
     description:
       `${ORDERS.toLocaleString("en-US")} real reservations (reserve-stock.lua, reserve()'s KEYS/ARGV) in one shop's outbox, one drain announced as an isolate does ` +
-      "(drainMessage: per shop and 1 s window, notBefore = window end, dedup id per window) through the local QStash to the app's /internal/orders/drain " +
+      `(drainMessage: per shop and 1 s window, notBefore = window end, dedup id per window) through the local QStash to the app's ${ORDER_DRAIN_PATH} ` +
       "(own bun process: groups of ORDER_GROUP_MAX claimed in one command, one MySQL transaction per group — multi-row INSERT IGNORE + one stock update — one ack, one delayed close per group, a follow-up drain); " +
       (fromDelivery
         ? "rps = orders ÷ (first drain delivery → last row in MySQL): the writer's own speed; p50/p99 = delivery → first / last row"
@@ -159,7 +159,7 @@ async function reserveAll(stack: SeckillStack, cfg: SeckillConfig, n: number): P
   reserveSha ??= String(await stack.raw.send("SCRIPT", ["LOAD", luaSources.reserveStock]));
   // The bench app's limits: one address, no rate limit (servers/app-seckill.ts).
   const c = { ...stack.deps.config, SECKILL_USER_LIMIT: 0, SECKILL_IP_LIMIT: 0 };
-  const ids = idsFor(stack.deps);
+  const ids = stack.deps.isolate.ids;
   const now = Date.now();
   const day = serviceDay(now, c.SERVICE_TIME_ZONE);
   for (let i = 0; i < n; i += 1000) {

@@ -14,8 +14,8 @@
  *   LOG_LEVEL=silent, RUN_CRON=false             no log I/O, no jobs (sweep/reconcile) in the way
  *
  * src/ is untouched; the server only observes the app from outside:
- *   - it times the QStash deliveries it answers on POST /internal/orders/drain (and the legacy
- *     /internal/orders/write): count, failures, latency, when the first arrived and the last ended;
+ *   - it times the QStash deliveries it answers on POST ORDER_DRAIN_PATH (and the legacy
+ *     ORDER_WRITE_PATH, src/queue/messages.ts): count, failures, latency, when the first arrived and the last ended;
  *   - it counts the writer side's Redis commands at the app's own client: a wrapper around the
  *     global fetch (which @upstash/redis calls per request) looks for the SHA-1 of claim-outbox,
  *     ack-outbox and release-stock(-many).lua in each request body (EVAL fallbacks by the
@@ -47,13 +47,13 @@
 import { createApp } from "../../../src/app.ts";
 import { createDeps } from "../../../src/deps.ts";
 import { parseEnv } from "../../../src/env.ts";
-import { idsFor } from "../../../src/redis/ids.ts";
+import { ORDER_DRAIN_PATH, ORDER_WRITE_PATH } from "../../../src/queue/messages.ts";
 import { luaSources, scriptsFor } from "../../../src/redis/scripts.ts";
 import type { Logger } from "../../../src/log.ts";
 import type { SeckillConfig } from "../../../src/services/seckill/config.ts";
-import { reserveArgs, reserveKeys, serviceDay } from "../../../src/services/seckill/reserve.ts";
+import { reserveArgs, reserveKeys } from "../../../src/services/seckill/reserve.ts";
 import { OrderStatus, type Reservation } from "../../../src/services/seckill/types.ts";
-import { toSqlUtc } from "../../../src/util/time.ts";
+import { serviceDay, toSqlUtc } from "../../../src/util/time.ts";
 import { closedLoop, LatencyHistogram } from "../lib/closed-loop.ts";
 
 const stackEnv = JSON.parse(process.env.BENCH_STACK_ENV ?? "null") as Record<string, string> | null;
@@ -208,7 +208,7 @@ const ctx = { waitUntil: track, passThroughOnException() {}, props: {} };
 
 // ----------------------------------------------------------------------- QStash delivery timing
 
-const DRAIN_PATHS = ["/internal/orders/drain", "/internal/orders/write"];
+const DRAIN_PATHS: string[] = [ORDER_DRAIN_PATH, ORDER_WRITE_PATH];
 let drains = 0;
 let drainErrors = 0;
 let drainHist = new LatencyHistogram();
@@ -302,7 +302,7 @@ interface InsertRun {
 }
 
 async function insertRows(o: InsertRun) {
-  const ids = idsFor(deps);
+  const ids = deps.isolate.ids;
   const hist = new LatencyHistogram();
   const t0 = performance.now();
   for (let done = 0; done < o.rows; ) {

@@ -24,7 +24,7 @@
  * received since start — the denominator of the "trips per request" columns).
  */
 import { createApp } from "../../../src/app.ts";
-import { createCaches, installCaches } from "../../../src/cache/modules.ts";
+import { createCaches } from "../../../src/caches.ts";
 import { createDeps } from "../../../src/deps.ts";
 import { parseEnv } from "../../../src/env.ts";
 import { fail, ok } from "../../../src/errors.ts";
@@ -46,7 +46,7 @@ const track = (p: Promise<unknown>) => {
   pending.add(settled);
 };
 const deps = createDeps(config, { waitUntil: track });
-if (mode === "l2") installCaches(deps, createCaches({ shop: { l1TtlMs: 0 } }));
+if (mode === "l2") deps.isolate.caches = createCaches({ shop: { l1TtlMs: 0 } }, { degraded: () => deps.isolate.resilience.redis.degraded });
 const app = createApp(deps);
 app.get("/bench/shop-origin/:id", v("param", IdParam), async (c) => {
   const found = await loadShop(c.get("deps"), c.req.valid("param").id);

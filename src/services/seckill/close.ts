@@ -1,6 +1,6 @@
 /**
  * Closing unpaid orders, in groups (the delayed close message of a written group, and the
- * close-expired job). The status CAS `unpaid → cancelled` decides, as before: pay and close race
+ * close-expired scan, closeExpired below, a cron job: jobs/index.ts). The status CAS `unpaid → cancelled` decides, as before: pay and close race
  * on it and exactly one wins. Only rows this close changed give stock back — in MySQL in the same
  * transaction (one `stock = stock + n` per voucher per group), in Redis afterwards, once per order
  * (release-stock-many.lua, idempotent through the released set).
@@ -12,22 +12,21 @@
  * naming a fresh order, closes nothing.
  */
 import type { Deps } from "../../deps.ts";
-import { cachesFor } from "../../cache/modules.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
-import { invocationCap, type LimitSource } from "../../util/subrequests.ts";
-import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
+import { invocationCap, type LimitSource, metered, SubrequestBudget, SubrequestBudgetExceeded } from "../../ports/subrequests.ts";
+import { parseSqlUtc, serviceDay, toSqlUtc } from "../../util/time.ts";
 import { homeBucket } from "./config.ts";
 import { ruleKeys } from "./rules.ts";
 import { withLockRetry } from "./mysql-retry.ts";
-import { findReservation, outboxEntries } from "./outbox.ts";
-import { serviceDay } from "./reserve.ts";
+import { findReservation, outboxEntries, parseReservation } from "./outbox.ts";
+import { registeredSeckills, shopsOf } from "./registry.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 
 type Row = Record<string, string | number | null>;
 
 /**
- * Subrequests (src/util/subrequests.ts) of one closeOrders call whose ids span `vouchers`
+ * Subrequests (src/ports/subrequests.ts) of one closeOrders call whose ids span `vouchers`
  * vouchers, at most: the MySQL read; when some ids are not in MySQL (`outbox`), the outbox read
  * and the before-write transaction (BEGIN, INSERT, SELECT, COMMIT); per voucher the CAS
  * transaction (BEGIN, SELECT … FOR UPDATE, two UPDATEs, COMMIT), the voucher's configuration on an
@@ -74,7 +73,7 @@ export async function releaseManyInRedis(deps: Deps, orders: readonly OrderRef[]
     list.push(o);
   }
   for (const [voucherId, list] of groups) {
-    const cfg = await cachesFor(deps).seckill.get(deps, voucherId);
+    const cfg = await deps.isolate.caches.seckill.get(deps, voucherId);
     if (!cfg) throw new Error(`seckill voucher ${voucherId} has no configuration`);
     const k: string[] = [keys.seckill.released(cfg.shopId, voucherId), keys.seckill.buyers(cfg.shopId, voucherId), keys.seckill.outbox(cfg.shopId), keys.seckill.outboxDue(cfg.shopId)];
     const a: string[] = [];
@@ -92,8 +91,8 @@ export async function releaseManyInRedis(deps: Deps, orders: readonly OrderRef[]
     }
     released += await scriptsFor(deps.redis).releaseStockMany.exec(k, a);
     // This isolate no longer remembers these buyers as holders (other isolates' memos end within
-    // holderMemoMs, which is at most half the payment timeout, i.e. before any deadline close).
-    for (const o of list) deps.isolate.holders.delete(`${voucherId}:${o.userId}`);
+    // SeckillMemory.holderMemoMs, which is at most half the payment timeout, i.e. before any deadline close).
+    for (const o of list) deps.isolate.seckill.forgetHolder(voucherId, o.userId);
   }
   return released;
 }
@@ -232,4 +231,114 @@ export async function closeOrders(deps: Deps, orderIds: readonly string[], opts:
 /** Closes one order now, whatever its deadline (operators, tests). */
 export async function closeOrder(deps: Deps, orderId: string): Promise<CloseOutcome> {
   return (await closeOrders(deps, [orderId])).outcomes.get(orderId) ?? "unknown";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Close-expired (cron, every minute, under its lock — jobs/index.ts)
+
+/** Orders per close-expired group (one MySQL scan page). */
+const CLOSE_BATCH = 500;
+
+export interface CloseExpiredResult {
+  closed: number;
+  closedBeforeWrite: number;
+  /** True when the subrequest budget ended the pass with expired orders left (the next run takes them). */
+  continued?: boolean;
+}
+
+/** `ids` grouped by voucher, in order, cut into runs of at most `vouchers` vouchers and CLOSE_BATCH ids. */
+function voucherChunks(items: readonly { id: string; voucherId: number }[], vouchers: number): { ids: string[]; vouchers: number }[] {
+  const byVoucher = new Map<number, string[]>();
+  for (const it of items) {
+    let list = byVoucher.get(it.voucherId);
+    if (!list) byVoucher.set(it.voucherId, (list = []));
+    list.push(it.id);
+  }
+  const out: { ids: string[]; vouchers: number }[] = [];
+  let cur: { ids: string[]; vouchers: number } = { ids: [], vouchers: 0 };
+  for (const list of byVoucher.values()) {
+    for (let i = 0; i < list.length; i += CLOSE_BATCH) {
+      const part = list.slice(i, i + CLOSE_BATCH);
+      if (cur.vouchers > 0 && (cur.vouchers >= vouchers || cur.ids.length + part.length > CLOSE_BATCH)) {
+        out.push(cur);
+        cur = { ids: [], vouchers: 0 };
+      }
+      cur.ids.push(...part);
+      cur.vouchers++;
+    }
+  }
+  if (cur.vouchers > 0) out.push(cur);
+  return out;
+}
+
+/** The most vouchers (≤ `max`) one closeOrders call may span with what `budget` has left beside `reserve`, or 0. */
+function vouchersThatFit(budget: SubrequestBudget, reserve: number, outbox: boolean, max: number): number {
+  let v = 0;
+  while (v < max && budget.fits(reserve + closeCost(v + 1, { outbox }))) v++;
+  return v;
+}
+
+/**
+ * Closes unpaid orders past their payment deadline, and reservations that never reached MySQL
+ * within it — the fallback when a delayed close message is lost — in groups. Runs on metered
+ * ports within its share of the cron invocation's subrequests (src/ports/subrequests.ts).
+ *
+ * Subrequests: per page one SELECT and closeOrders calls of a few vouchers each (closeCost: per
+ * voucher, not per order); per shop one HGETALL and its closes. Past the budget the pass stops;
+ * the next run scans from the start again and finds only what is still unpaid.
+ */
+export async function closeExpired(deps: Deps, now: number, budget: SubrequestBudget = SubrequestBudget.forInvocation(deps)): Promise<CloseExpiredResult> {
+  const d = metered(deps, budget);
+  const deadlineMs = now - deps.config.ORDER_PAY_TIMEOUT_SECONDS * 1000;
+  let closed = 0;
+  let closedBeforeWrite = 0;
+  try {
+    // MySQL rows still unpaid after the deadline (served by idx_status_create), a group per page.
+    let after = "0";
+    for (;;) {
+      // A page read, at least one voucher's close, and the registry read of the outbox pass below.
+      if (!budget.fits(1 + closeCost(1, { outbox: false }) + 1)) return { closed, closedBeforeWrite, continued: true };
+      const rows = (await d.db.execute("SELECT id, voucher_id FROM tb_voucher_order WHERE status = ? AND create_time < ? AND id > ? ORDER BY id LIMIT ?", [
+        OrderStatus.unpaid,
+        toSqlUtc(deadlineMs),
+        BigInt(after),
+        CLOSE_BATCH,
+      ])).rows as { id: string; voucher_id: number | string }[];
+      if (rows.length === 0) break;
+      const items = rows.map((r) => ({ id: String(r.id), voucherId: Number(r.voucher_id) }));
+      // Every id is in MySQL: closeOrders reads no outbox for them.
+      for (const chunk of voucherChunks(items, Math.max(1, vouchersThatFit(budget, 1, false, CLOSE_BATCH)))) {
+        if (!budget.fits(closeCost(chunk.vouchers, { outbox: false }) + 1)) return { closed, closedBeforeWrite, continued: true };
+        const res = await closeOrders(d, chunk.ids, { deadlineMs });
+        closed += res.cancelled;
+      }
+      // Keyset paging: an order paid meanwhile stays unpaid-looking to nobody, and one that cannot
+      // be closed now is not fetched again in this pass.
+      after = String(rows[rows.length - 1]?.id);
+      if (rows.length < CLOSE_BATCH) break;
+    }
+    // Reservations that never reached MySQL within the deadline. The due score moves with every
+    // claim, so candidates are chosen by the reservation time inside each entry. The outbox only
+    // holds unacknowledged reservations (seconds' worth in a healthy sale).
+    for (const shopId of shopsOf(await registeredSeckills(d, now))) {
+      if (!budget.fits(1 + closeCost(1))) return { closed, closedBeforeWrite, continued: true };
+      const raw = (await d.redis.hgetall<Record<string, unknown>>(keys.seckill.outbox(shopId))) ?? {};
+      const expired: Reservation[] = Object.values(raw)
+        .filter((v) => v !== null && v !== undefined)
+        .map(parseReservation)
+        .filter((r) => r.reservedAt < deadlineMs);
+      const items = expired.map((r) => ({ id: r.orderId, voucherId: r.voucherId }));
+      for (const chunk of voucherChunks(items, Math.max(1, vouchersThatFit(budget, 0, true, CLOSE_BATCH)))) {
+        if (!budget.fits(closeCost(chunk.vouchers))) return { closed, closedBeforeWrite, continued: true };
+        const res = await closeOrders(d, chunk.ids, { shopId, deadlineMs });
+        closed += res.cancelled;
+        closedBeforeWrite += res.cancelledBeforeWrite;
+      }
+    }
+  } catch (err) {
+    // A call past the budget (a lock-conflict retry beyond the plan): stopped before it was sent.
+    if (!(err instanceof SubrequestBudgetExceeded)) throw err;
+    return { closed, closedBeforeWrite, continued: true };
+  }
+  return { closed, closedBeforeWrite };
 }

@@ -6,7 +6,7 @@ import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
-import { insertVoucher, type VoucherInput } from "../shops.ts";
+import { forgetCeiling, insertVoucher, type VoucherInput } from "../shops.ts";
 import { encodeRules, parseRulesColumn, type PurchaseRule } from "./rules.ts";
 
 export interface SeckillConfig {
@@ -161,6 +161,7 @@ export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis">, v: 
     ]);
     return id;
   });
+  await forgetCeiling(deps, "seckill");
   const cfg: SeckillConfig = {
     voucherId,
     shopId: v.shopId,

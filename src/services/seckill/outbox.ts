@@ -11,6 +11,7 @@ import type { Deps } from "../../deps.ts";
 import { IdGenerator } from "../../redis/ids.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
+import { isOrderId } from "../../util/ids.ts";
 import type { Reservation } from "./types.ts";
 
 export const parseReservation = (raw: unknown): Reservation => (typeof raw === "string" ? JSON.parse(raw) : raw) as Reservation;
@@ -63,7 +64,7 @@ export async function outboxEntries(deps: Pick<Deps, "redis">, shopId: number, o
  * routes read MySQL first.
  */
 export async function findReservation(deps: Pick<Deps, "redis"> & Partial<Pick<Deps, "orderGroups">>, orderId: string): Promise<Reservation | null> {
-  if (!/^[1-9]\d{0,18}$/.test(orderId)) return null;
+  if (!isOrderId(orderId)) return null;
   // Reserved by this isolate moments ago (index write still gathering): no index read needed.
   const shop = deps.orderGroups?.pendingShopOf(orderId) ?? (await deps.redis.hget<number | string>(keys.seckill.orderIndex(indexHourOf(orderId)), orderId));
   const shopId = Number(shop);

@@ -16,17 +16,16 @@
  *   succeeded only once). `payment.failed` only moves a pending payment.
  * - A refund is retried until the provider confirms it: each request is an attempt claimed by a
  *   CAS on `attempts`, failures schedule the next one (bounded backoff), and the refund-retry job
- *   (jobs/refunds.ts) asks for every due one. The provider dedupes refunds on `refundId`.
+ *   (retryRefunds, below) asks for every due one. The provider dedupes refunds on `refundId`.
  * - No MySQL transaction is open across a Redis or provider call.
  */
 import type { Deps } from "../../deps.ts";
-import { idsFor } from "../../redis/ids.ts";
 import { withLockRetry } from "./mysql-retry.ts";
+import { metered, SubrequestBudget, SubrequestBudgetExceeded } from "../../ports/subrequests.ts";
 import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
 import type { WebhookEvent } from "../../payments/provider.ts";
 import { ackReservation, findReservation, getOrderRow, writePaidOrderTx } from "./orders.ts";
 import { OrderStatus, statusName, type Reservation } from "./types.ts";
-import { cachesFor } from "../../cache/modules.ts";
 
 export const PaymentStatus = { pending: 1, succeeded: 2, failed: 3 } as const;
 /** tb_refund.status: requested = asked (or about to be), awaiting the provider; failed = will be retried. */
@@ -49,7 +48,7 @@ export async function startPayment(deps: Deps, userId: number, orderId: string):
   if (row) {
     if (row.userId !== userId) return { ok: false, reason: "NOT_FOUND", message: "order not found" };
     if (row.status !== OrderStatus.unpaid) return { ok: false, reason: "BAD_STATE", message: `order is ${statusName(row.status)}` };
-    const cfg = await cachesFor(deps).seckill.get(deps, row.voucherId);
+    const cfg = await deps.isolate.caches.seckill.get(deps, row.voucherId);
     amount = cfg?.payValue ?? 0;
   } else {
     const r = await findReservation(deps, orderId);
@@ -59,7 +58,7 @@ export async function startPayment(deps: Deps, userId: number, orderId: string):
   // Two rounds: a pending payment that fails between our INSERT and our SELECT frees the slot,
   // and the second INSERT then takes it. Ids are unique, so IGNORE only ever skips on the slot.
   for (let round = 0; round < 2; round++) {
-    const paymentId = (await idsFor(deps).next(deps)).toString();
+    const paymentId = (await deps.isolate.ids.next(deps)).toString();
     const ins = await deps.db.execute("INSERT IGNORE INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, ?)", [
       BigInt(paymentId),
       BigInt(orderId),
@@ -130,7 +129,7 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
   const now = deps.clock.now();
   // Drawn before the transaction: the id generator may have to renew its lease in Redis, and no
   // Redis call belongs inside a MySQL transaction. Unused when no refund is owed.
-  const refundId = (await idsFor(deps).next(deps)).toString();
+  const refundId = (await deps.isolate.ids.next(deps)).toString();
   // Pay races close on the order row and the writer on its insert: a lock conflict redoes the
   // whole transaction (nothing in it has effects outside MySQL).
   const outcome = await withLockRetry(deps, deps.orderGroups.lockConflicts, "settle payment", () => deps.db.transaction(async (tx) => {
@@ -295,6 +294,61 @@ export async function dueRefunds(deps: Deps, now: number, limit: number): Promis
     )
   ).rows as Record<string, string | number>[];
   return rows.map((x) => ({ id: String(x.id), paymentId: String(x.payment_id), orderId: String(x.order_id), amount: Number(x.amount), attempts: Number(x.attempts) }));
+}
+
+/** Refunds per retry run at most; the rest stay due and are taken by the next run. */
+const REFUND_RETRY_BATCH = 200;
+/**
+ * Provider requests in flight at once in a retry run. Workers opens at most six connections per
+ * invocation and queues the rest (while our per-call timeout runs); the cron invocation also runs
+ * the sweep, close-expired and reconcile, one connection each: 3 + 3 = 6.
+ */
+export const REFUND_PARALLEL = 3;
+/**
+ * Subrequests of one attempt at most: the claiming UPDATE, the provider call (2 with the local
+ * provider, which calls our webhook back from the same invocation) and the closing UPDATE.
+ */
+function refundCost(deps: Deps): number {
+  return deps.config.PAYMENT_PROVIDER === "local" ? 4 : 3;
+}
+
+export interface RefundRetryResult {
+  due: number;
+  requested: number;
+  failed: number;
+  skipped: number;
+}
+
+/**
+ * The refund-retry job (every minute, under its lock — jobs/index.ts): asks the provider again
+ * for every refund whose next attempt is due — after a rejected request, a `refund.failed`
+ * webhook, or a request never reported on — within its share of the cron invocation's
+ * subrequests. The attempt, its CAS and the backoff are attemptRefund's; this walks the due list.
+ */
+export async function retryRefunds(deps: Deps, now: number, budget: SubrequestBudget = SubrequestBudget.forInvocation(deps)): Promise<RefundRetryResult> {
+  const d = metered(deps, budget);
+  // As many as this run's subrequests cover after the due read; the others wait for the next run.
+  const take = Math.min(REFUND_RETRY_BATCH, Math.floor((budget.left - 1) / refundCost(deps)));
+  if (take <= 0) return { due: 0, requested: 0, failed: 0, skipped: 0 };
+  const due = await dueRefunds(d, now, take);
+  const result: RefundRetryResult = { due: due.length, requested: 0, failed: 0, skipped: 0 };
+  for (let i = 0; i < due.length; i += REFUND_PARALLEL) {
+    const outcomes = await Promise.all(
+      due.slice(i, i + REFUND_PARALLEL).map(async (r) => {
+        try {
+          return await attemptRefund(d, r, now);
+        } catch (err) {
+          // Refused before it was sent (never expected: the batch was sized to fit): due again next run.
+          if (err instanceof SubrequestBudgetExceeded) return "skipped" as const;
+          // A database error while recording: the row stays due (or in flight) and is taken again.
+          deps.log.error("refund retry failed", { refundId: r.id, err });
+          return "failed" as const;
+        }
+      }),
+    );
+    for (const o of outcomes) result[o]++;
+  }
+  return result;
 }
 
 export interface RefundView {

@@ -15,13 +15,18 @@
  * - the order-id → shop index entries not yet written (flushed every INDEX_FLUSH_MS as one HSET
  *   per hour key, so that GET /api/voucher-order/{id} finds a queued order in two commands);
  * - counters for operators.
+ *
+ * The sweep (sweepOutbox, a cron job: jobs/index.ts) is this pipeline's repair path: it re-sends
+ * a drain for every shop whose outbox holds overdue entries.
  */
 import type { Deps } from "../../deps.ts";
 import { type Runtime, runtimes } from "../../runtime.ts";
 import { keys } from "../../redis/keys.ts";
-import { DRAIN_WINDOW_MS, drainMessage } from "../../queue/orders.ts";
+import { DRAIN_WINDOW_MS, drainMessage, drainNowMessage, type QueueMessage } from "../../queue/messages.ts";
+import { metered, SubrequestBudget } from "../../ports/subrequests.ts";
 import type { LockConflictStats } from "./mysql-retry.ts";
 import { indexHourOf } from "./outbox.ts";
+import { registeredSeckills, shopsOf } from "./registry.ts";
 import type { Reservation } from "./types.ts";
 
 /** How long reservations gather before one index write and drain publish, ms. */
@@ -36,7 +41,7 @@ export interface OrderGroupStats {
   redisCommands: number;
   drainPublishes: number;
   publishFailures: number;
-  /** Writer side (this isolate serving /internal/orders/*): close messages published, orders created. */
+  /** Writer side (this isolate serving the order routes of queue/messages.ts): close messages published, orders created. */
   closePublishes: number;
   drained: number;
 }
@@ -145,4 +150,64 @@ export class OrderGroups {
     }
     await Promise.all(work);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The outbox sweep (cron, every minute, under its lock — jobs/index.ts)
+
+/** Shops per sweep pipeline (one subrequest: a ZCOUNT each) and drain messages per publish batch. */
+const SWEEP_SHOPS_PER_PIPELINE = 500;
+const SWEEP_MESSAGES_PER_BATCH = 100;
+
+export interface SweepResult {
+  /** Overdue outbox entries seen, over all shops. */
+  overdue: number;
+  /** Drain messages published (one per shop with overdue entries). */
+  drains: number;
+  /** True when the subrequest budget ended the pass before every shop was looked at. */
+  continued?: boolean;
+}
+
+/**
+ * For each shop whose outbox holds entries overdue by OUTBOX_REPUBLISH_AFTER_SECONDS (drain
+ * message lost, writer down, a claimed group whose writer died), publishes ONE drain message,
+ * deduplicated per shop and minute. The writer then claims the overdue entries in groups. The
+ * cost is one pipelined ZCOUNT per shop and at most one QStash message per shop per minute
+ * (batched), however large the backlog and however slow QStash is: a sweep never multiplies what
+ * it re-sends. Runs on metered ports within its share of the cron invocation's subrequests
+ * (src/ports/subrequests.ts) and stops at it, leaving the rest for the next run.
+ *
+ * Subrequests: the registry read, one pipeline per SWEEP_SHOPS_PER_PIPELINE shops, one publish per
+ * SWEEP_MESSAGES_PER_BATCH drains — a handful whatever the number of shops or the backlog.
+ */
+export async function sweepOutbox(deps: Deps, now: number, budget: SubrequestBudget = SubrequestBudget.forInvocation(deps)): Promise<SweepResult> {
+  const d = metered(deps, budget);
+  // Never ahead of the clock the writer claims by: a drain for entries still under a claim lease
+  // would find nothing, and its deduplication id would hold back the next sweep's for a minute.
+  const cutoff = Math.min(now - deps.config.OUTBOX_REPUBLISH_AFTER_SECONDS * 1000, deps.clock.now());
+  const shops = shopsOf(await registeredSeckills(d, now));
+  let overdue = 0;
+  const messages: QueueMessage[] = [];
+  let continued = false;
+  for (let i = 0; i < shops.length; i += SWEEP_SHOPS_PER_PIPELINE) {
+    const chunk = shops.slice(i, i + SWEEP_SHOPS_PER_PIPELINE);
+    // This pipeline and the publishes of what it may find must fit.
+    if (!budget.fits(1 + Math.ceil((messages.length + chunk.length) / SWEEP_MESSAGES_PER_BATCH))) {
+      continued = true;
+      break;
+    }
+    const p = d.redis.pipeline();
+    for (const shopId of chunk) p.zcount(keys.seckill.outboxDue(shopId), "-inf", cutoff);
+    const counts = (await p.exec()) as number[];
+    chunk.forEach((shopId, j) => {
+      const n = Number(counts[j] ?? 0);
+      if (n === 0) return;
+      overdue += n;
+      // No delay: these entries are due already. The id names the minute, so overlapping sweeps
+      // (two isolates, a retried cron) publish one drain between them.
+      messages.push(drainNowMessage(deps, shopId, `sweep-${Math.floor(now / 60_000)}`));
+    });
+  }
+  for (let i = 0; i < messages.length; i += SWEEP_MESSAGES_PER_BATCH) await d.queue.batchJSON(messages.slice(i, i + SWEEP_MESSAGES_PER_BATCH));
+  return continued ? { overdue, drains: messages.length, continued } : { overdue, drains: messages.length };
 }

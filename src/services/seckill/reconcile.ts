@@ -29,12 +29,11 @@
 import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
-import { parseSqlUtc } from "../../util/time.ts";
+import { parseSqlUtc, serviceDay } from "../../util/time.ts";
 import { withLockRetry } from "./mysql-retry.ts";
 import { releaseInRedis } from "./orders.ts";
 import { reloadArgs, type SeckillConfig } from "./config.ts";
 import { registeredSeckills } from "./registry.ts";
-import { serviceDay } from "./reserve.ts";
 import { ruleKeys } from "./rules.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 

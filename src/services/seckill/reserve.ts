@@ -6,14 +6,11 @@
  * exactly one order or one release.
  */
 import type { Deps } from "../../deps.ts";
-import { cachesFor } from "../../cache/modules.ts";
 import { keys } from "../../redis/keys.ts";
-import { idsFor } from "../../redis/ids.ts";
-import { dayParts } from "../../util/time.ts";
+import { serviceDay } from "../../util/time.ts";
 import { bucketKeysFor, type SeckillConfig } from "./config.ts";
 import { DAY_MS, encodeRules, ruleKeys, ruleMessage, type RuleSubject } from "./rules.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
-import { holderMemoMs } from "../../isolate.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { DependencyUnavailableError, isRedisFailure } from "../../resilience.ts";
 
@@ -36,11 +33,6 @@ export type MemoryAnswer = Exclude<ReserveResult, { reason: "OUTCOME_UNKNOWN" }>
 /** How long a fenced attempt's order id stays refused, ms: far beyond any delay in flight. */
 export const FENCE_TTL_MS = 10 * 60_000;
 
-/** yyyyMMdd of an instant in the service zone (the daily purchase limit's day). */
-export function serviceDay(ms: number, zone: string): string {
-  const d = dayParts(ms, zone);
-  return `${d.year}${String(d.month).padStart(2, "0")}${String(d.day).padStart(2, "0")}`;
-}
 
 /** Keys of one reservation call, in the order reserve-stock.lua documents. */
 export function reserveKeys(cfg: SeckillConfig, userId: number, ip: string, day: string, orderId: string): string[] {
@@ -103,32 +95,23 @@ const messages = {
  * (admission.ts; `ipOf` is called only when an address block may apply). Undefined: ask Redis.
  */
 export function answerFromMemory(deps: Pick<Deps, "isolate" | "clock">, voucherId: number, userId: number, ipOf: () => string | undefined): MemoryAnswer | undefined {
-  const { soldOut, holders } = deps.isolate;
+  const memory = deps.isolate.seckill;
   const now = deps.clock.now();
-  const holderKey = `${voucherId}:${userId}`;
-  const held = holders.get(holderKey);
-  if (held !== undefined) {
-    if (held.untilMs > now) return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER, orderId: held.orderId };
-    holders.delete(holderKey);
-  }
-  const memo = soldOut.get(voucherId);
-  if (memo !== undefined) {
-    if (memo > now) return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
-    soldOut.delete(voucherId);
-  }
+  const held = memory.heldBy(voucherId, userId, now);
+  if (held !== undefined) return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER, orderId: held };
+  if (memory.isSoldOut(voucherId, now)) return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
   return deps.isolate.seckillAdmission.refusedFromMemory(now, voucherId, userId, ipOf);
 }
 
 export async function reserve(deps: Deps, input: { voucherId: number; userId: number; ip: string }): Promise<ReserveResult> {
   const fromMemory = answerFromMemory(deps, input.voucherId, input.userId, () => input.ip);
   if (fromMemory) return fromMemory;
-  const { soldOut, holders } = deps.isolate;
+  const memory = deps.isolate.seckill;
   const now = deps.clock.now();
-  const holderKey = `${input.voucherId}:${input.userId}`;
-  const remember = (id: string) => holders.set(holderKey, { orderId: id, untilMs: now + holderMemoMs(deps.config) });
-  // A voucher config not in memory is a miss the caller's address pays for (http/miss-meter.ts),
+  const remember = (id: string) => memory.rememberHolder(input.voucherId, input.userId, id, now);
+  // A voucher config not in memory is a miss the caller's address pays for (http/address-window.ts),
   // before any I/O: probing unknown voucher ids is refused from memory past the budget.
-  const configs = cachesFor(deps).seckill;
+  const configs = deps.isolate.caches.seckill;
   if (!configs.inMemory(input.voucherId)) {
     const wait = deps.isolate.missMeter.refusedFor(input.ip, now);
     if (wait > 0) return { ok: false, reason: "RATE_LIMITED", message: "too many attempts on unknown vouchers from this address", retryAfterMs: wait };
@@ -146,7 +129,7 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   const notAdmitted = await deps.isolate.seckillAdmission.admit(deps, cfg.voucherId);
   if (notAdmitted) return notAdmitted;
 
-  const orderId = (await idsFor(deps).next(deps)).toString();
+  const orderId = (await deps.isolate.ids.next(deps)).toString();
   const reservation: Reservation = { orderId, userId: input.userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue };
   const c = deps.config;
   const day = serviceDay(now, c.SERVICE_TIME_ZONE);
@@ -172,7 +155,7 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
     case 3:
       return { ok: false, reason: "ENDED", message: messages.ENDED };
     case 4:
-      if (c.SOLD_OUT_MEMO_MS > 0) soldOut.set(input.voucherId, now + c.SOLD_OUT_MEMO_MS);
+      memory.markSoldOut(input.voucherId, now);
       return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
     case 5: {
       // Another isolate (or an earlier life of this one) gave this buyer the unit: MySQL knows the

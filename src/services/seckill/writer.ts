@@ -1,6 +1,6 @@
 /**
  * The order writer: turns a shop's outbox into MySQL rows, a group at a time
- * (QStash drain message → /internal/orders/drain → drainShop).
+ * (QStash drain message → ORDER_DRAIN_PATH, queue/messages.ts → drainShop).
  *
  * Per group (up to ORDER_GROUP_MAX reservations claimed from the outbox in one command):
  * - per voucher in the group, one MySQL transaction: one multi-row `INSERT IGNORE` (the primary
@@ -16,9 +16,9 @@
  * entries in the outbox, claimable again after the lease: at most a repeated (idempotent) write.
  */
 import type { Deps } from "../../deps.ts";
-import { closeMessage, DRAIN_WINDOW_MS, drainMessage, drainNowMessage, type QueueMessage } from "../../queue/orders.ts";
+import { closeMessage, DRAIN_WINDOW_MS, drainMessage, drainNowMessage, type QueueMessage } from "../../queue/messages.ts";
 import { keys } from "../../redis/keys.ts";
-import { metered, SubrequestBudget, SubrequestBudgetExceeded } from "../../util/subrequests.ts";
+import { metered, SubrequestBudget, SubrequestBudgetExceeded } from "../../ports/subrequests.ts";
 import { toSqlUtc } from "../../util/time.ts";
 import { closeVouchersPerInvocation } from "./close.ts";
 import { withLockRetry } from "./mysql-retry.ts";
@@ -124,7 +124,7 @@ async function releaseClaim(deps: Deps, shopId: number, group: readonly Reservat
 }
 
 /**
- * Subrequests (src/util/subrequests.ts) of one group spanning `vouchers` vouchers: the claim (one
+ * Subrequests (src/ports/subrequests.ts) of one group spanning `vouchers` vouchers: the claim (one
  * script), one transaction per voucher (BEGIN, INSERT, UPDATE, COMMIT), the ack (one script) and
  * its close messages (one batch) — measured in tests/jobs/subrequests.test.ts. A lock conflict
  * retried costs another TX_COST.
@@ -159,7 +159,7 @@ export interface DrainResult {
   continued: boolean;
   /** Which budget ended the delivery, when one did. */
   stoppedBy?: "time" | "subrequests";
-  /** Subrequests this delivery made through its meter (src/util/subrequests.ts). */
+  /** Subrequests this delivery made through its meter (src/ports/subrequests.ts). */
   subrequests: number;
 }
 
@@ -195,7 +195,7 @@ export const DRAIN_LANES = 2;
  *
  * Two budgets end a delivery early and hand the rest to a fresh one (a continuation drain):
  * ORDER_DRAIN_BUDGET_MS of wall time, and the invocation's subrequests (WORKERS_SUBREQUEST_LIMIT
- * minus headroom; src/util/subrequests.ts). Every call goes through a meter; a lane starts a group
+ * minus headroom; src/ports/subrequests.ts). Every call goes through a meter; a lane starts a group
  * only when the group's worst case (groupCost of the most vouchers a group had so far, at least
  * one) still fits beside the other lane's and the final publish. Once claimed, a group spanning
  * more vouchers than fit is written voucher by voucher as far as the budget goes; the rest of it is

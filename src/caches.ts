@@ -1,6 +1,7 @@
 /**
- * The cache modules of the read path, declared once each: loader + policy. Built once per isolate
- * (per Redis client) by `cachesFor`.
+ * The cache modules of the read path, declared once each — loader, policy, prepared response —
+ * where the services are known (cache/ itself knows no domain). Built once per isolate by
+ * createIsolate (src/isolate.ts) and reached as `deps.isolate.caches`.
  *
  * Strategy choices:
  * - shop (`cache:shop:{id}`): logical — the hottest key family (every list and detail view); a
@@ -12,65 +13,83 @@
  * - user card: plain — small, per user, no hot spot.
  * - seckill config: plain with a long L1 — immutable after creation and read on every
  *   reservation, so an L1 hit keeps the reservation at exactly one Redis round trip.
- * Shops and seckill configs have auto-increment ids and a `ceiling` (module.ts): a lookup of an id
- * above the largest one is one Redis command and no MySQL query (issue 16 item 5).
+ * Shops and seckill configs have auto-increment ids and a `ceiling` (cache/policy.ts): a lookup of
+ * an id above the largest one is one Redis command and no MySQL query (issue 16 item 5).
  */
-import type { Deps } from "../deps.ts";
-import { loadShop, loadShopTypes, maxShopId, loadVouchersOfShop, type Shop, type ShopType, type Voucher } from "../services/shops.ts";
-import { getUserCard } from "../services/users.ts";
-import type { SessionUser } from "../services/session.ts";
-import { loadSeckillConfig, maxSeckillVoucherId, type SeckillConfig } from "../services/seckill/config.ts";
-import { fail, ok } from "../errors.ts";
-import { HotKeys, type HotKeyRule } from "./hot.ts";
-import { CacheMetrics } from "./metrics.ts";
-import { type CacheModule, createCacheModule } from "./module.ts";
-import { type PreparedResponse, prepareJson } from "./prepared.ts";
+import { HotKeys, type HotKeyRule } from "./cache/hot.ts";
+import { CacheMetrics } from "./cache/metrics.ts";
+import { type CacheModule, type CachePolicy, createCacheModule } from "./cache/module.ts";
+import { type PreparedResponse, prepareJson } from "./cache/prepared.ts";
+import { fail, ok } from "./errors.ts";
+import { loadShop, loadShopTypes, loadVouchersOfShop, maxShopId, type Shop, type ShopType, type Voucher } from "./services/shops.ts";
+import { loadSeckillConfig, maxSeckillVoucherId, type SeckillConfig } from "./services/seckill/config.ts";
+import type { SessionUser } from "./services/session.ts";
+import { getUserCard } from "./services/users.ts";
 
-/**
- * `opts.hot`: the hot-key rule (cache/hot.ts; off when absent). Every module may be promoted: every
- * write the app makes to their data goes through `set`/`delete` (shops, voucher lists), so the
- * write log covers it; user cards and shop types have no write route, and the seckill config is
- * immutable (its own L1 TTL is already longer than a promoted one, so promotion changes nothing). Redis-only
- * reads outside these modules (GET /api/blog/hot, /api/blog/likes/:id) are not promoted: their
- * answers are per viewer (`isLike`) and change with every like, which would put a write-log entry
- * on every like — see the README's hot-key section.
- * `opts.now`: the L1 clock (tests).
- */
-export function createCaches(overrides: Partial<Record<"shop" | "shopTypes" | "vouchers" | "userCard" | "seckill", Partial<import("./module.ts").CachePolicy>>> = {}, opts: { hot?: HotKeyRule; now?: () => number } = {}) {
+/** Policy overrides per module (tests, benches). */
+export type CacheOverrides = Partial<Record<"shop" | "shopTypes" | "vouchers" | "userCard" | "seckill", Partial<CachePolicy>>>;
+
+export interface CachesOptions {
+  /**
+   * Whether Redis answers badly now (the isolate's breaker: `resilience.redis.degraded`): reads
+   * with a stale L1 copy serve it instead of queueing behind Redis. Default: never.
+   */
+  degraded?: () => boolean;
+  /**
+   * The hot-key rule (cache/hot.ts; off when absent). Every module may be promoted: every write
+   * the app makes to their data goes through `set`/`delete` (shops, voucher lists), so the write
+   * log covers it; user cards and shop types have no write route, and the seckill config is
+   * immutable (its own L1 TTL is already longer than a promoted one, so promotion changes
+   * nothing). Redis-only reads outside these modules (GET /api/blog/hot, /api/blog/likes/:id) are
+   * not promoted: their answers are per viewer (`isLike`) and change with every like, which would
+   * put a write-log entry on every like — see the README's hot-key section.
+   */
+  hot?: HotKeyRule;
+  /** The L1 clock (tests). */
+  now?: () => number;
+}
+
+export function createCaches(overrides: CacheOverrides = {}, opts: CachesOptions = {}) {
   const now = opts.now ?? Date.now;
   const isolateId = crypto.randomUUID();
   const hot = opts.hot ? new HotKeys(opts.hot, isolateId, now) : undefined;
+  const wiring = { now, hot, degraded: opts.degraded };
   // The three modules served as-is by a GET prepare their envelope once per cached value.
   const shop = createCacheModule<number, Shop, PreparedResponse>({
     name: "shop",
+    subject: "shop data",
     policy: { strategy: "logical", l2TtlSeconds: 30 * 60, l1TtlMs: 2_000, nullTtlSeconds: 120, ...overrides.shop },
     load: (deps, id) => loadShop(deps, id),
     ceiling: (deps) => maxShopId(deps),
     prepare: (found) => prepareJson(found ? ok(found) : fail("NOT_FOUND", "shop not found")),
-  }, now, hot);
+  }, wiring);
   const shopTypes = createCacheModule<string, ShopType[], PreparedResponse>({
     name: "shop-type",
+    subject: "shop types",
     policy: { strategy: "plain", l2TtlSeconds: 24 * 3600, l1TtlMs: 60_000, ...overrides.shopTypes },
     load: (deps) => loadShopTypes(deps),
     prepare: (types) => prepareJson(ok(types ?? [])),
-  }, now, hot);
+  }, wiring);
   const vouchers = createCacheModule<number, Voucher[], PreparedResponse>({
     name: "voucher-list",
+    subject: "vouchers",
     policy: { strategy: "mutex", l2TtlSeconds: 60, l1TtlMs: 1_000, ...overrides.vouchers },
     load: (deps, shopId) => loadVouchersOfShop(deps, shopId),
     prepare: (list) => prepareJson(ok(list ?? [])),
-  }, now, hot);
+  }, wiring);
   const userCard = createCacheModule<number, SessionUser>({
     name: "user",
+    subject: "user data",
     policy: { strategy: "plain", l2TtlSeconds: 10 * 60, l1TtlMs: 5_000, ...overrides.userCard },
     load: (deps, id) => getUserCard(deps, id),
-  }, now, hot);
+  }, wiring);
   const seckill = createCacheModule<number, SeckillConfig>({
     name: "seckill",
+    subject: "voucher data",
     policy: { strategy: "plain", l2TtlSeconds: 24 * 3600, l1TtlMs: 5 * 60_000, nullTtlSeconds: 5, ...overrides.seckill },
     load: (deps, id) => loadSeckillConfig(deps, id),
     ceiling: (deps) => maxSeckillVoucherId(deps),
-  }, now, hot);
+  }, wiring);
   const all = [shop, shopTypes, vouchers, userCard, seckill] as unknown as CacheModule<string | number, unknown>[];
   const metrics = new CacheMetrics(all, 5_000, isolateId);
   metrics.hot = hot;
@@ -78,13 +97,3 @@ export function createCaches(overrides: Partial<Record<"shop" | "shopTypes" | "v
 }
 
 export type Caches = ReturnType<typeof createCaches>;
-
-/** The isolate's caches (built once per isolate: deps.isolate.caches). */
-export function cachesFor(deps: Pick<Deps, "isolate">): Caches {
-  return deps.isolate.caches;
-}
-
-/** Tests and benches: install caches with custom policies for a deps instance (its isolate). */
-export function installCaches(deps: Pick<Deps, "isolate">, caches: Caches): void {
-  deps.isolate.caches = caches;
-}
