@@ -2,12 +2,14 @@
  * `npm run dev` / `bun dev` — the whole local platform in one command: the stack (npm run stack),
  * migrations, the demo seed on first run, and the app with hot reload on :8787. Data persists
  * under .local/ across runs; `--fresh` resets it. Ctrl-C stops everything this started.
+ * `-- --seckill-shards N [--shard-commands-per-second C]` adds N seckill shard databases (see
+ * scripts/stack/cli.ts); the app gets them through SECKILL_SHARD_URLS / SECKILL_SHARD_TOKENS.
  */
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { prepareDemoData } from "./demo/prepare.ts";
-import { printStack, startDevStack, untilSignal } from "./stack/cli.ts";
+import { printStack, SHARD_ARG_OPTIONS, shardArgs, startDevStack, untilSignal } from "./stack/cli.ts";
 import { ROOT } from "./stack/env-file.ts";
 
 const say = (m: string) => console.error(`[dev] ${m}`);
@@ -18,10 +20,11 @@ const { values } = parseArgs({
     "no-seed": { type: "boolean", default: false },
     shops: { type: "string", default: "500" },
     users: { type: "string", default: "50" },
+    ...SHARD_ARG_OPTIONS,
   },
 });
 
-const { stack, appPort } = await startDevStack({ fresh: values.fresh ?? false });
+const { stack, appPort } = await startDevStack({ fresh: values.fresh ?? false, ...shardArgs(values) });
 let app: ReturnType<typeof spawn> | undefined;
 let stopping = false;
 

@@ -201,8 +201,9 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
       [shopId, `${value}元代金券`, "周一至周日均可使用", "全场通用\\n无需预约\\n可叠加使用", value * 95, value * 100],
     );
     // Through the service, so the voucher is purchasable: config row, Redis stock and window.
+    // Seeded sales live in the main database (unsharded); sharded ones are created through the API.
     await createSeckillVoucher(
-      { db, redis },
+      { db, redis, seckillShards: [] },
       {
         shopId,
         title: `${value}元代金券 限时秒杀`,

@@ -4,8 +4,12 @@
 //   1. npm install when node_modules is missing or older than package.json / the lockfile
 //      (Bun itself comes from npm as a dev dependency);
 //   2. redis-server and mariadb-server from apt-get when missing and we may install (root or
-//      passwordless sudo); otherwise stop with the one command to run.
-// Flags: --engines (default on), --no-engines, --tools (also wrk, for benchmarks).
+//      passwordless sudo); otherwise stop with the one command to run;
+//   3. with --browser (`npm test`): Debian's `chromium` the same way, for the browser tests
+//      (tests/browser/, driven by the playwright-core dev dependency, which never downloads a
+//      browser). CHROMIUM_PATH naming an existing binary stands in for the package.
+// One apt-get call installs everything missing (with `apt-get update` once, when it is needed).
+// Flags: --engines (default on), --no-engines, --tools (also wrk, for benchmarks), --browser.
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -26,7 +30,9 @@ function mtime(p) {
 function ensureNodeModules() {
   const marker = join(root, "node_modules", ".package-lock.json");
   const bun = join(root, "node_modules", ".bin", "bun");
-  const stale = !existsSync(bun) || mtime(marker) < Math.max(mtime(join(root, "package.json")), mtime(join(root, "package-lock.json")));
+  // A dev dependency added since the last install (playwright-core for --browser) counts as stale too.
+  const missing = !existsSync(bun) || (args.has("--browser") && !existsSync(join(root, "node_modules", "playwright-core", "package.json")));
+  const stale = missing || mtime(marker) < Math.max(mtime(join(root, "package.json")), mtime(join(root, "package-lock.json")));
   if (!stale) return;
   say("installing npm dependencies (npm install)…");
   const r = spawnSync("npm", ["install", "--no-audit", "--no-fund"], { cwd: root, stdio: "inherit" });
@@ -51,9 +57,10 @@ function ensurePackages(wanted) {
   const missing = wanted.filter(([bin]) => !which(bin)).map(([, pkg]) => pkg);
   if (missing.length === 0) return;
   const line = `sudo apt-get update && sudo apt-get install -y ${missing.join(" ")}`;
+  const hint = missing.includes("chromium") ? " (chromium is for the browser tests: CHROMIUM_PATH=/path/to/chromium stands in for it)" : "";
   const { ok, prefix } = canInstall();
   if (!ok) {
-    say(`missing ${missing.join(", ")}. Install them with:\n\n    ${line}\n`);
+    say(`missing ${missing.join(", ")}${hint}. Install them with:\n\n    ${line}\n`);
     process.exit(1);
   }
   say(`installing ${missing.join(" ")} with apt-get…`);
@@ -66,21 +73,21 @@ function ensurePackages(wanted) {
   // Update the package lists first only when an install without it fails (saves ~10 s when fresh).
   if (!run(["apt-get", "install", "-y", "-q", "--no-install-recommends", ...missing])) {
     if (!run(["apt-get", "update", "-q"]) || !run(["apt-get", "install", "-y", "-q", "--no-install-recommends", ...missing])) {
-      say(`apt-get failed. Install them yourself with:\n\n    ${line}\n`);
+      say(`apt-get failed${hint}. Install them yourself with:\n\n    ${line}\n`);
       process.exit(1);
     }
   }
 }
 
 ensureNodeModules();
+const pkgs = [];
 if (!args.has("--no-engines")) {
-  const pkgs = [
-    ["redis-server", "redis-server"],
-    ["mariadbd", "mariadb-server"],
-  ];
+  pkgs.push(["redis-server", "redis-server"], ["mariadbd", "mariadb-server"]);
   if (args.has("--tools")) pkgs.push(["wrk", "wrk"]);
-  ensurePackages(pkgs);
 }
+const chromiumPath = process.env.CHROMIUM_PATH;
+if (args.has("--browser") && !(chromiumPath && existsSync(chromiumPath))) pkgs.push(["chromium", "chromium"]);
+ensurePackages(pkgs);
 try {
   execFileSync(join(root, "node_modules", ".bin", "bun"), ["--version"], { stdio: "ignore" });
 } catch {

@@ -12,15 +12,16 @@ import { createLogger, type Logger } from "./log.ts";
 import { createSms, type SmsPort } from "./sms/index.ts";
 import { type BlobStore, createBlobStore } from "./blob/index.ts";
 import { createPaymentProvider, type PaymentProvider } from "./payments/provider.ts";
-import { OrderGroups } from "./services/seckill/pipeline.ts";
 import { createIsolate, type Isolate } from "./isolate.ts";
-import { createResilience, guardMethods, guardRedis } from "./resilience.ts";
+import { createResilience, createShardGuard, guardMethods, guardRedis } from "./resilience.ts";
 import { type Runtime, runtimes } from "./runtime.ts";
 
 export type RedisPort = Redis;
 /** `execute` runs on a fresh session per call; `transaction` pins one session (one MySQL connection). */
 export type DbPort = Pick<DbClient, "execute" | "transaction">;
 export type QueuePort = Pick<QstashClient, "publish" | "publishJSON" | "batchJSON">;
+/** The QStash dead-letter queue (operators: services/dlq.ts): list, delete, re-drive. */
+export type DlqPort = Pick<QstashClient["dlq"], "listMessages" | "delete" | "retry">;
 export type SignatureVerifier = Pick<Receiver, "verify">;
 
 export interface Clock {
@@ -31,8 +32,16 @@ export interface Clock {
 export interface Deps {
   config: Config;
   redis: RedisPort;
+  /**
+   * The seckill shard databases (SECKILL_SHARD_URLS, issue 18), in configured order, each with its
+   * own deadline and breaker; empty when none are configured (every voucher in `redis`). Which
+   * database a voucher's keys live in: services/seckill/shards.ts.
+   */
+  seckillShards: RedisPort[];
   db: DbPort;
   queue: QueuePort;
+  /** QStash's dead-letter queue, behind the same breaker as `queue`. */
+  dlq: DlqPort;
   receiver: SignatureVerifier;
   clock: Clock;
   log: Logger;
@@ -40,11 +49,6 @@ export interface Deps {
   payments: PaymentProvider;
   /** Uploaded images (BLOB_STORE: a local folder in dev, S3-compatible such as R2 in production). */
   blobs: BlobStore;
-  /**
-   * This isolate's side of the order pipeline: drain windows already announced, order-index
-   * entries waiting for their batched write, writer/closer counters (services/seckill/pipeline.ts).
-   */
-  orderGroups: OrderGroups;
   /** Everything else this isolate remembers between requests (src/isolate.ts). */
   isolate: Isolate;
   /** The runtime the entry declared, and whether requests may share in-flight I/O (src/runtime.ts). */
@@ -77,24 +81,23 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   const clock = overrides.clock ?? systemClock;
   const runtime = overrides.runtime ?? runtimes.bun;
   const resilience = createResilience(config, () => clock.now());
-  const redis = guardRedis(
-    new Redis({
-      url: config.UPSTASH_REDIS_REST_URL,
-      token: config.UPSTASH_REDIS_REST_TOKEN,
-      // The SDK's default retries network errors ~4 s; a request should fail fast and fall back.
-      retry: config.REDIS_RETRY ? undefined : false,
-      enableTelemetry: false,
-      // Auto-pipelining merges commands issued in the same tick into one request. Where requests
-      // must not await each other's I/O (workerd), a merged request would settle one request's
-      // promise from another's fetch; there each command goes out on its own request's fetch.
-      enableAutoPipelining: runtime.sharesIo,
-    }),
-    resilience.redis,
-  );
+  // The SDK's default retries network errors ~4 s; a request should fail fast and fall back.
+  // Auto-pipelining merges commands issued in the same tick into one request. Where requests must
+  // not await each other's I/O (workerd), a merged request would settle one request's promise from
+  // another's fetch; there each command goes out on its own request's fetch.
+  const redisClient = (url: string, token: string) =>
+    new Redis({ url, token, retry: config.REDIS_RETRY ? undefined : false, enableTelemetry: false, enableAutoPipelining: runtime.sharesIo });
+  const redis = guardRedis(redisClient(config.UPSTASH_REDIS_REST_URL, config.UPSTASH_REDIS_REST_TOKEN), resilience.redis);
+  const shardTokens = config.SECKILL_SHARD_TOKENS.split(",").map((t) => t.trim());
+  const seckillShards = config.SECKILL_SHARD_URLS.split(",")
+    .map((u) => u.trim())
+    .filter((u) => u !== "")
+    .map((url, i) => guardRedis(redisClient(url, shardTokens[i] ?? ""), createShardGuard(config, () => clock.now())));
   const db = new DbClient({ url: config.DATABASE_URL, fetch: resilience.mysql.fetch(overrides.fetch) });
   // No SDK retries: they would multiply QSTASH_TIMEOUT_MS, and the outbox sweep re-publishes.
   const qstash = new QstashClient({ baseUrl: config.QSTASH_URL, token: config.QSTASH_TOKEN, enableTelemetry: false, retry: false });
   const queue: QueuePort = guardMethods(qstash, ["publish", "publishJSON", "batchJSON"], resilience.qstash);
+  const dlq: DlqPort = guardMethods(qstash.dlq, ["listMessages", "delete", "retry"], resilience.qstash);
   const receiver = new Receiver({
     currentSigningKey: config.QSTASH_CURRENT_SIGNING_KEY,
     nextSigningKey: config.QSTASH_NEXT_SIGNING_KEY,
@@ -107,5 +110,5 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   const sms = overrides.sms ?? createSms(config, log, resilience.sms.fetch(overrides.fetch));
   const payments = overrides.payments ?? createPaymentProvider(config, log, () => clock.now(), resilience.payments.fetch(overrides.fetch));
   const blobs = overrides.blobs ?? createBlobStore(config, overrides.fetch);
-  return { config, redis, db, queue, receiver, clock, log, sms, payments, blobs, orderGroups: new OrderGroups(runtime), isolate: createIsolate(config, { redis, clock, resilience, runtime }), runtime, waitUntil };
+  return { config, redis, seckillShards, db, queue, dlq, receiver, clock, log, sms, payments, blobs, isolate: createIsolate(config, { redis, clock, resilience, runtime }), runtime, waitUntil };
 }

@@ -11,10 +11,22 @@ const bool = z
 
 const secret = (name: string) => z.string({ error: `${name} is required` }).min(8, `${name} must be at least 8 characters`);
 
+/** Seckill shard databases a deployment may configure (SECKILL_SHARD_URLS). */
+export const MAX_SECKILL_SHARDS = 64;
+
 export const EnvSchema = z.object({
   /** Upstash Redis REST endpoint (hosted, or the local stand-in from `npm run stack`). */
   UPSTASH_REDIS_REST_URL: z.url({ protocol: /^https?$/ }),
   UPSTASH_REDIS_REST_TOKEN: z.string().min(1),
+  /**
+   * Seckill shards (issue 18): comma-separated REST URLs of the Redis databases a seckill voucher's
+   * stock is sharded across, and their tokens in the same order (a secret on Workers). Unset: every
+   * voucher lives in the main database (UPSTASH_REDIS_REST_*), exactly as before. A voucher takes
+   * the count configured when it is created; shards may be added later, never removed while a
+   * voucher created with them lives.
+   */
+  SECKILL_SHARD_URLS: z.string().default(""),
+  SECKILL_SHARD_TOKENS: z.string().default(""),
   /** PlanetScale connection URL; `http://` is kept as is (local stand-in), anything else means https. */
   DATABASE_URL: z.string().min(1),
   QSTASH_URL: z.url({ protocol: /^https?$/ }).default("https://qstash.upstash.io"),
@@ -362,6 +374,13 @@ export type Config = z.infer<typeof EnvSchema>;
 
 /** Cross-field rules that a per-field schema cannot express. */
 const RefinedSchema = EnvSchema.superRefine((c, ctx) => {
+  const shardUrls = c.SECKILL_SHARD_URLS.split(",").filter((u) => u.trim() !== "");
+  const shardTokens = c.SECKILL_SHARD_TOKENS.split(",").filter((u) => u.trim() !== "");
+  if (shardUrls.length !== shardTokens.length) {
+    ctx.addIssue({ code: "custom", path: ["SECKILL_SHARD_TOKENS"], message: `SECKILL_SHARD_TOKENS must name one token per SECKILL_SHARD_URLS entry (${shardUrls.length} URLs, ${shardTokens.length} tokens)` });
+  }
+  if (shardUrls.length > MAX_SECKILL_SHARDS) ctx.addIssue({ code: "custom", path: ["SECKILL_SHARD_URLS"], message: `at most ${MAX_SECKILL_SHARDS} seckill shards` });
+  for (const u of shardUrls) if (!/^https?:\/\/[^\s,]+$/.test(u.trim())) ctx.addIssue({ code: "custom", path: ["SECKILL_SHARD_URLS"], message: `not an http(s) URL: ${u.trim().slice(0, 80)}` });
   if (c.SESSION_TRUST_MS < 2 * c.SESSION_SYNC_MS) {
     ctx.addIssue({ code: "custom", path: ["SESSION_TRUST_MS"], message: "SESSION_TRUST_MS must be at least 2 × SESSION_SYNC_MS (upkeep runs once per SESSION_SYNC_MS)" });
   }

@@ -20,6 +20,10 @@ import { luaSources, scriptsFor } from "./redis/scripts.ts";
 import { createLoginLimiters, type LoginLimiters } from "./services/auth.ts";
 import { SeckillAdmission } from "./services/seckill/admission.ts";
 import { SeckillMemory } from "./services/seckill/memory.ts";
+import type { MoveStats } from "./services/seckill/moves.ts";
+import type { RefillGate } from "./services/seckill/reserve.ts";
+import { LRUCache } from "lru-cache";
+import { OrderGroups } from "./services/seckill/pipeline.ts";
 import { createWriteLimiters, type WriteLimiters } from "./services/upload-limits.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
@@ -68,11 +72,24 @@ export interface Isolate {
    */
   seckillLostReplies: { reserved: number; buyer: number; fenced: number };
   /**
+   * This isolate's side of the order pipeline (services/seckill/pipeline.ts OrderGroups): drain
+   * windows already announced, order-index entries waiting for their batched write, writer/closer
+   * counters and MySQL lock-conflict counters.
+   */
+  orderGroups: OrderGroups;
+  /**
    * Seckill memory (services/seckill/memory.ts): buyers this isolate gave a unit moments ago
    * (≤ 100,000, trusted ≤ 60 s and ≤ half the payment timeout) and vouchers Redis called sold out
    * within SOLD_OUT_MEMO_MS (≤ 10,000): answered without Redis.
    */
   seckill: SeckillMemory;
+  /** Stock moves this isolate made between a sharded voucher's shards (services/seckill/moves.ts): four counters. */
+  seckillMoves: MoveStats;
+  /**
+   * Refill gates of sharded vouchers' home shards ("voucherId:shard" → the refill in flight, units
+   * brought so far, units not yet tried for; services/seckill/reserve.ts): LRU of 10,000.
+   */
+  seckillRefills: LRUCache<string, RefillGate>;
   /**
    * Sessions (services/session-cache.ts): verified tokens → user, at most SESSION_CACHE_MAX (LRU),
    * plus the signing keys imported once. Answered from memory only while the last sync with Redis
@@ -86,8 +103,10 @@ export interface Isolate {
    */
   uv: UvBatcher;
   /**
-   * Seckill attempts by voucher and outcome seen by this isolate's routed seckill handler, for the
-   * console's live view (console/counters.ts): plain counters, at most 1,000 vouchers.
+   * Seckill attempts by voucher and outcome seen by this isolate (routed handler and fast lane), for the
+   * console's live view (console/counters.ts): counts and what Redis last confirmed of them, at
+   * most 1,000 vouchers; added to a Redis hash per voucher at most every 5 s (one command), so the
+   * console reads them summed across isolates.
    */
   saleCounters: SaleCounters;
   /**
@@ -142,6 +161,9 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     seckillLostReplies: { reserved: 0, buyer: 0, fenced: 0 },
     reserveBatch: new ScriptBatcher(luaSources.reserveStock, (redis) => scriptsFor(redis).reserveStock, ports.runtime.sharesIo),
     seckill: new SeckillMemory(config),
+    seckillMoves: { refills: 0, moves: 0, units: 0, commands: 0 },
+    seckillRefills: new LRUCache<string, RefillGate>({ max: 10_000 }),
+    orderGroups: new OrderGroups(ports.runtime),
     // Expiry is checked against deps.clock by the reader (untilMs), so the bound holds in wall time.
     sessions: new SessionCache(config),
     uv: new UvBatcher(),

@@ -372,6 +372,15 @@ export function createResilience(config: ResilienceConfig, now: () => number = D
   };
 }
 
+/**
+ * The guard of one seckill shard database (issue 18): a deadline and breaker of its own, so a
+ * failing shard fails its own buyers' attempts fast without opening the main Redis breaker
+ * (sessions, caches, everything else) — or the other shards'.
+ */
+export function createShardGuard(config: ResilienceConfig, now: () => number = Date.now): Guard {
+  return new Guard("redis", { timeoutMs: config.REDIS_TIMEOUT_MS, threshold: config.BREAKER_THRESHOLD, halfOpenAfterMs: config.BREAKER_HALF_OPEN_AFTER_MS, isFailure: isRedisFailure, now });
+}
+
 export function resilienceSnapshot(r: Resilience): Record<DependencyName, GuardSnapshot> {
   return Object.fromEntries(DEPENDENCIES.map((d) => [d, r[d].snapshot()])) as Record<DependencyName, GuardSnapshot>;
 }

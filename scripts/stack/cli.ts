@@ -1,26 +1,68 @@
 /**
  * `npm run stack` — redis-server, MariaDB and the three stand-ins in the foreground, data under
  * .local/data, settings in .local/stack.env. Ctrl-C / SIGTERM stops everything it started.
+ *
+ *   --fresh                          remove .local/data first
+ *   --seckill-shards N               N more Redis databases (redis-server + Upstash-REST stand-in
+ *                                    each), written as SECKILL_SHARD_URLS / SECKILL_SHARD_TOKENS
+ *   --shard-commands-per-second N    cap each shard stand-in at N commands per second, answering
+ *                                    over it like a throttled Upstash database (benches; default: none)
  */
 import { parseArgs } from "node:util";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { startStack, type Stack } from "./index.ts";
-import { pickPorts } from "./dev-ports.ts";
+import { pickPorts, pickShardPorts } from "./dev-ports.ts";
 import { LOCAL_DIR, STACK_ENV_FILE, writeStackEnv } from "./env-file.ts";
 import { localAdminToken, localPaymentWebhookSecret, localSessionSecret } from "./secrets.ts";
+import { MAX_LOCAL_SHARDS } from "./shards.ts";
 
 export const DATA_DIR = join(LOCAL_DIR, "data");
 const say = (m: string) => console.error(`[stack] ${m}`);
 
+export interface DevStackOptions {
+  fresh: boolean;
+  /** Seckill shard databases beside the main Redis (default 0). */
+  seckillShards?: number;
+  /** Command-rate cap of each shard stand-in, commands per second (default: none). */
+  shardCommandsPerSecond?: number;
+}
+
+/** parseArgs options of the shard flags, shared by `npm run stack` and `npm run dev`. */
+export const SHARD_ARG_OPTIONS = {
+  "seckill-shards": { type: "string", default: "0" },
+  "shard-commands-per-second": { type: "string", default: "0" },
+} as const;
+
+/** The shard flags' values, validated; exits with a message on a bad value. */
+export function shardArgs(values: { "seckill-shards"?: string; "shard-commands-per-second"?: string }): Pick<DevStackOptions, "seckillShards" | "shardCommandsPerSecond"> {
+  const int = (flag: string, raw: string | undefined, max: number): number => {
+    const v = Number(raw ?? "0");
+    if (!Number.isInteger(v) || v < 0 || v > max) {
+      console.error(`--${flag} must be an integer from 0 to ${max}, got ${JSON.stringify(raw)}`);
+      process.exit(2);
+    }
+    return v;
+  };
+  return {
+    seckillShards: int("seckill-shards", values["seckill-shards"], MAX_LOCAL_SHARDS),
+    shardCommandsPerSecond: int("shard-commands-per-second", values["shard-commands-per-second"], 1_000_000_000),
+  };
+}
+
 /** Starts the persistent developer stack and writes .local/stack.env. */
-export async function startDevStack(opts: { fresh: boolean }): Promise<{ stack: Stack; appPort: number }> {
+export async function startDevStack(opts: DevStackOptions): Promise<{ stack: Stack; appPort: number }> {
   if (opts.fresh) {
     say("--fresh: removing .local/data");
     rmSync(DATA_DIR, { recursive: true, force: true });
   }
   const ports = await pickPorts(say);
+  const seckillShards = opts.seckillShards ?? 0;
+  if (seckillShards === 0 && (opts.shardCommandsPerSecond ?? 0) > 0) say("--shard-commands-per-second has no effect without --seckill-shards N");
   const stack = await startStack({
+    seckillShards,
+    shardCommandsPerSecond: opts.shardCommandsPerSecond,
+    shardPorts: seckillShards > 0 ? await pickShardPorts(seckillShards, say) : undefined,
     dir: DATA_DIR,
     persist: true,
     ports,
@@ -43,6 +85,12 @@ export function printStack(stack: Stack): void {
       `    Upstash Redis REST  ${e.UPSTASH_REDIS_REST_URL}   → redis-server ${e.LOCAL_REDIS_URL}`,
       `    PlanetScale HTTP    ${stack.planetscale.url.replace(/\/\/[^@]*@/, "//")}   → MariaDB ${e.LOCAL_MYSQL_URL}`,
       `    QStash              ${e.QSTASH_URL}`,
+      ...stack.shards.map((s, i) => {
+        const cap = s.rest.limits().commandsPerSecond;
+        const label = `seckill shard ${i + 1}`.padEnd(19);
+        return `    ${label} ${s.env.url}   → redis-server redis://${s.redis.host}:${s.redis.port}${cap === null ? "" : `   (cap ${cap} commands/s)`}`;
+      }),
+      ...(stack.shards.length > 0 ? [`                        (SECKILL_SHARD_URLS / SECKILL_SHARD_TOKENS: ${stack.shards.length} shards)`] : []),
       `    settings            ${STACK_ENV_FILE}`,
       "",
     ].join("\n"),
@@ -59,8 +107,8 @@ export function untilSignal(): Promise<string> {
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({ args: process.argv.slice(2), options: { fresh: { type: "boolean", default: false } } });
-  const { stack } = await startDevStack({ fresh: values.fresh ?? false });
+  const { values } = parseArgs({ args: process.argv.slice(2), options: { fresh: { type: "boolean", default: false }, ...SHARD_ARG_OPTIONS } });
+  const { stack } = await startDevStack({ fresh: values.fresh ?? false, ...shardArgs(values) });
   printStack(stack);
   say("ready; Ctrl-C to stop");
   const sig = await untilSignal();

@@ -16,6 +16,9 @@ async function isFree(port: number): Promise<boolean> {
   });
 }
 
+/** Shard i's (1-based) preferred ports: redis-server 6390+i, its Upstash-REST stand-in 8090+i. */
+export const SHARD_PORT_BASE = { redis: 6390, rest: 8090 } as const;
+
 export async function pickPorts(log: (m: string) => void): Promise<Record<keyof typeof DEV_PORTS, number>> {
   const out = {} as Record<keyof typeof DEV_PORTS, number>;
   for (const [name, preferred] of Object.entries(DEV_PORTS) as [keyof typeof DEV_PORTS, number][]) {
@@ -23,6 +26,23 @@ export async function pickPorts(log: (m: string) => void): Promise<Record<keyof 
     else {
       out[name] = await freePort();
       log(`port ${preferred} (${name}) is busy; using ${out[name]}`);
+    }
+  }
+  return out;
+}
+
+/** Ports for `n` seckill shards, by the same rule as pickPorts (preferred, else a free one). */
+export async function pickShardPorts(n: number, log: (m: string) => void): Promise<{ redis: number[]; rest: number[] }> {
+  const out = { redis: [] as number[], rest: [] as number[] };
+  for (let i = 1; i <= n; i++) {
+    for (const kind of ["redis", "rest"] as const) {
+      const preferred = SHARD_PORT_BASE[kind] + i;
+      if (await isFree(preferred)) out[kind].push(preferred);
+      else {
+        const port = await freePort();
+        out[kind].push(port);
+        log(`port ${preferred} (shard ${i} ${kind}) is busy; using ${port}`);
+      }
     }
   }
   return out;

@@ -1,7 +1,8 @@
 /**
  * The local stack: real redis-server and MariaDB, fronted by our protocol-compatible stand-ins
  * for Upstash Redis REST, PlanetScale HTTP and QStash, so the app's production SDKs run unchanged.
- * Used by `npm run stack`, `npm run dev`, the test preload and the benchmarks.
+ * Optionally N seckill shard databases beside the main Redis (shards.ts). Used by `npm run stack`,
+ * `npm run dev`, the test preload and the benchmarks.
  */
 import mysql from "mysql2/promise";
 import { join } from "node:path";
@@ -10,6 +11,9 @@ import { startPlanetscaleHttp, type PlanetscaleHttpServer } from "./planetscale-
 import { startLocalQstash, type LocalQstashServer } from "./qstash/index.ts";
 import { startUpstashRest, type UpstashRestServer } from "./upstash-rest.ts";
 import { randomSecret } from "./secrets.ts";
+import { MAX_LOCAL_SHARDS, startShards, validShardCount, type StackShard } from "./shards.ts";
+
+export type { StackShard } from "./shards.ts";
 
 /**
  * The QStash SDK's dev-mode credentials (protocols.md §3.8). Using them locally means the SDK's
@@ -49,6 +53,17 @@ export interface StackOptions {
   qstashKeys?: { token: string; currentSigningKey: string; nextSigningKey: string };
   /** Base URL the app will listen on; becomes PUBLIC_URL (QStash callback destination). */
   publicUrl?: string;
+  /**
+   * Seckill shard databases to start beside the main Redis (default 0): each its own
+   * redis-server (data in `<dir>/shards/<i>/redis`, the main one's flags) behind its own
+   * Upstash-REST stand-in and token. With N > 0 the env gains SECKILL_SHARD_URLS and
+   * SECKILL_SHARD_TOKENS (comma-separated, shard order); with 0 neither is set.
+   */
+  seckillShards?: number;
+  /** Command-rate cap of each shard's stand-in (commands per second; 0/undefined: none). The main one is never capped. */
+  shardCommandsPerSecond?: number;
+  /** Preferred ports of the shards' redis-servers and stand-ins, in shard order (missing → free ports). */
+  shardPorts?: { redis?: readonly number[]; rest?: readonly number[] };
   log?: (msg: string) => void;
 }
 
@@ -60,7 +75,10 @@ export interface Stack {
   rest: UpstashRestServer;
   planetscale: PlanetscaleHttpServer;
   qstash: LocalQstashServer;
+  /** The seckill shard databases, in SECKILL_SHARD_URLS order (empty unless `seckillShards`). */
+  shards: StackShard[];
   database: string;
+  /** Stops everything it started, shards included. */
   stop(): Promise<void>;
 }
 
@@ -84,13 +102,29 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const stopAll = async () => {
     for (const s of started.reverse()) await s.stop().catch(() => {});
   };
+  const shardCount = opts.seckillShards ?? 0;
+  if (!validShardCount(shardCount)) throw new Error(`seckillShards must be an integer from 0 to ${MAX_LOCAL_SHARDS}, got ${shardCount}`);
   try {
-    log("starting redis-server and MariaDB");
-    const [redis, maria] = await Promise.all([
+    log(shardCount > 0 ? `starting redis-server, MariaDB and ${shardCount} seckill shard database(s)` : "starting redis-server and MariaDB");
+    // allSettled: when one engine fails, the others must be registered for the stop, not left running.
+    const [redisR, mariaR, shardsR] = await Promise.allSettled([
       startRedis({ dir: join(opts.dir, "redis"), port: opts.ports?.redis, persist: opts.persist }),
       startMariadb({ dir: join(opts.dir, "mariadb"), port: opts.ports?.mysql }),
+      startShards({
+        count: shardCount,
+        dir: join(opts.dir, "shards"),
+        persist: opts.persist,
+        tokenPrefix: `${redisToken}-shard`,
+        commandsPerSecond: opts.shardCommandsPerSecond,
+        redisPorts: opts.shardPorts?.redis,
+        restPorts: opts.shardPorts?.rest,
+      }),
     ]);
-    started.push(redis, maria);
+    for (const r of [redisR, mariaR, shardsR]) if (r.status === "fulfilled") started.push(r.value);
+    if (redisR.status === "rejected") throw redisR.reason;
+    if (mariaR.status === "rejected") throw mariaR.reason;
+    if (shardsR.status === "rejected") throw shardsR.reason;
+    const [redis, maria, shards] = [redisR.value, mariaR.value, shardsR.value];
     await createDatabase(maria, database);
 
     log("starting the Upstash-REST, PlanetScale-HTTP and QStash stand-ins");
@@ -131,8 +165,9 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       // Raw engine addresses, for tools (redis-cli, mariadb) and benchmarks, not read by the app.
       LOCAL_REDIS_URL: `redis://${redis.host}:${redis.port}`,
       LOCAL_MYSQL_URL: `mysql://${maria.user}@${maria.host}:${maria.port}/${database}`,
+      ...shards.env,
     };
-    return { env, redis, mysql: maria, rest, planetscale, qstash, database, stop: stopAll };
+    return { env, redis, mysql: maria, rest, planetscale, qstash, shards: shards.shards, database, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;

@@ -4,7 +4,8 @@
  * SDKs run locally and in tests against real Redis semantics (Lua, transactions, TTLs).
  *
  * Routes: `POST /` (one command), `POST /pipeline`, `POST /multi-exec`, `GET /` (welcome), and
- * for tests and benchmarks `GET /__standin/stats` + `POST /__standin/stats/reset`.
+ * for tests and benchmarks `GET /__standin/stats`, `POST /__standin/stats/reset` and
+ * `GET|POST /__standin/limits` (the command-rate cap below).
  *
  * Reply encoding follows Upstash, not SRH: with `Upstash-Encoding: base64` every string at every
  * depth is the base64 of its raw bytes except the status `OK`; errors are never encoded.
@@ -13,6 +14,14 @@
  * stock Redis 7 rejects, and the SDK's hard-coded EVALSHA hashes are SHA-1s of the text *with*
  * that line. So the stand-in runs a stripped copy (the line blanked, line numbers kept) and
  * answers for the original SHA-1: `origSha → { stripped, realSha }` in `scripts` below.
+ *
+ * Command-rate cap (optional, `maxCommandsPerSecond` / `setLimits`): a hosted database has a
+ * per-second command quota ("Max Req Per Sec" on Upstash's pricing page, 10 000 on most plans), and
+ * a bench on a 2-core machine can only show what sharding buys by scaling that quota down. Commands
+ * are counted per wall-clock second (a pipeline or transaction counts each of its commands); a
+ * request that would take the second past the cap is refused whole, before Redis sees it, with
+ * {@link THROTTLED_STATUS} and an `{"error"}` body in the form Upstash uses for its quota refusals —
+ * see `throttledError` for the evidence and what `@upstash/redis` makes of it.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import {
@@ -35,6 +44,18 @@ export interface UpstashRestOptions {
   hostname?: string;
   /** Deadline for Redis to answer a request (blocking commands get their own timeout on top). Default 10 s. */
   commandTimeoutMs?: number;
+  /**
+   * Commands per wall-clock second this database serves; past it requests are refused as
+   * throttled (see the file comment). 0 or undefined: no cap. Changeable later with `setLimits`.
+   */
+  maxCommandsPerSecond?: number;
+  /** Clock in ms since the epoch (tests pin the second windows); default `Date.now`. */
+  now?: () => number;
+}
+
+export interface UpstashRestLimits {
+  /** The command-rate cap per second, or null when there is none. */
+  commandsPerSecond: number | null;
 }
 
 export interface UpstashRestStats {
@@ -44,6 +65,17 @@ export interface UpstashRestStats {
   commands: number;
   /** Requests per path: "/", "/pipeline", "/multi-exec". */
   byPath: Record<string, number>;
+  /** Requests refused by the command-rate cap (they never reached Redis, so `requests` omits them). */
+  throttledRequests: number;
+  /** Commands in those requests. */
+  throttledCommands: number;
+  /**
+   * Commands served (reached Redis) in the busiest wall-clock second since the last reset; with a
+   * cap, `maxPerSecond / cap` is how close the database came to its quota (never above 1).
+   */
+  maxPerSecond: number;
+  /** Commands offered (served + throttled) in the busiest second: the demand, cap or not. */
+  maxOfferedPerSecond: number;
 }
 
 export interface UpstashRestServer {
@@ -51,7 +83,52 @@ export interface UpstashRestServer {
   port: number;
   stats(): UpstashRestStats;
   resetStats(): void;
+  /** The current cap. */
+  limits(): UpstashRestLimits;
+  /**
+   * Sets (a positive number) or clears (null or 0) the command-rate cap at once; commands already
+   * served in the current second count against a new cap.
+   */
+  setLimits(limits: UpstashRestLimits): void;
   stop(): Promise<void>;
+}
+
+/**
+ * Status of a throttled request. Upstash's REST docs list 200, 400 ("a syntax error, an
+ * invalid/unsupported command is sent or command execution fails"), 401 and 405, no 429; its quota
+ * refusals (daily/monthly request limits) reach `@upstash/redis` through the SDK's non-2xx branch.
+ */
+export const THROTTLED_STATUS = 400;
+
+/** Prefix of a throttled request's error text (what tests and classifiers can match on). */
+export const THROTTLED_ERROR_PREFIX = "ERR max commands per second limit exceeded";
+
+/**
+ * The error text of a throttled request, in the form of Upstash's documented quota refusals
+ * (`ERR max daily request limit exceeded. Limit: 10000, Usage: 10001. See … for details`, as
+ * reported through @upstash/redis in wotschofsky/domain-digger#36; `ERR max requests limit
+ * exceeded` in upstash/docs redis/troubleshooting). Upstash publishes no text for its per-second
+ * quota — its pricing FAQ only says a database over a limit "may" be rate limited, and its Redis
+ * FAQ that databases over their quotas "are throttled using a backoff strategy" — so the wording
+ * after `ERR max` is ours (unverified against the hosted service). `Usage` is the commands the
+ * second would have held with this request.
+ *
+ * `@upstash/redis` 1.39.0 turns the reply into `UpstashError("<error>, command was: <body>")` for a
+ * single command, a pipeline (every auto-pipelined call of the batch rejects with it) and a
+ * transaction alike, and does not retry it: its retry loop covers only a `fetch` that throws.
+ */
+function throttledError(cap: number, usage: number): string {
+  return `${THROTTLED_ERROR_PREFIX}. Limit: ${cap}, Usage: ${usage}.`;
+}
+
+function emptyStats(): UpstashRestStats {
+  return { requests: 0, commands: 0, byPath: {}, throttledRequests: 0, throttledCommands: 0, maxPerSecond: 0, maxOfferedPerSecond: 0 };
+}
+
+/** A cap from an option or `/__standin/limits`: a positive integer → cap, 0/null → none, else undefined (invalid). */
+function normalizeCap(v: unknown): number | null | undefined {
+  if (v === null || v === 0) return null;
+  return typeof v === "number" && Number.isInteger(v) && v > 0 ? v : undefined;
 }
 
 // ------------------------------------------------------------------------------------ scripts
@@ -255,7 +332,50 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
   });
   const expectedAuth = Buffer.from(`Bearer ${opts.token}`, "utf8");
   let syncToken = 0;
-  let stats: UpstashRestStats = { requests: 0, commands: 0, byPath: {} };
+  let stats = emptyStats();
+  const now = opts.now ?? Date.now;
+  const initialCap = normalizeCap(opts.maxCommandsPerSecond ?? null);
+  if (initialCap === undefined) throw new Error(`maxCommandsPerSecond must be a non-negative integer, got ${opts.maxCommandsPerSecond}`);
+  let cap: number | null = initialCap;
+  /**
+   * The second being counted and what it holds. The cap's count (`served`) is the database's
+   * throughput and survives a stats reset; `statServed`/`statOffered` only feed `maxPerSecond`.
+   */
+  let second = -1;
+  let served = 0;
+  let statServed = 0;
+  let statOffered = 0;
+
+  /**
+   * Admits `n` commands into the current second, or returns the throttled reply. Runs before the
+   * request reaches Redis, so a refused request has no effect at all.
+   */
+  function admit(n: number): Out | null {
+    const s = Math.floor(now() / 1000);
+    if (s !== second) {
+      second = s;
+      served = 0;
+      statServed = 0;
+      statOffered = 0;
+    }
+    statOffered += n;
+    if (statOffered > stats.maxOfferedPerSecond) stats.maxOfferedPerSecond = statOffered;
+    if (cap !== null && served + n > cap) {
+      stats.throttledRequests++;
+      stats.throttledCommands += n;
+      return { status: THROTTLED_STATUS, body: errorBody(throttledError(cap, served + n)) };
+    }
+    served += n;
+    statServed += n;
+    if (statServed > stats.maxPerSecond) stats.maxPerSecond = statServed;
+    return null;
+  }
+
+  function resetStats(): void {
+    stats = emptyStats();
+    statServed = 0;
+    statOffered = 0;
+  }
 
   /** The entry for a script that needs rewriting (remembered under its original SHA), else null. */
   function remember(src: string): (ScriptEntry & { origSha: string }) | null {
@@ -445,15 +565,30 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
 
     if (path === "/" && (method === "GET" || method === "HEAD")) return { status: 200, body: WELCOME };
     const isCommandPath = path === "/" || path === "/pipeline" || path === "/multi-exec";
-    const isStatsPath = path === "/__standin/stats" || path === "/__standin/stats/reset";
-    if (!isCommandPath && !isStatsPath) return { status: 404, body: errorBody(`Endpoint not found: ${method} ${path}`) };
+    const isStandinPath = path === "/__standin/stats" || path === "/__standin/stats/reset" || path === "/__standin/limits";
+    if (!isCommandPath && !isStandinPath) return { status: 404, body: errorBody(`Endpoint not found: ${method} ${path}`) };
     if (!authorized(req, url)) return { status: 401, body: errorBody("Unauthorized") };
 
-    if (isStatsPath) {
+    if (isStandinPath) {
       if (path === "/__standin/stats" && method === "GET") return { status: 200, body: JSON.stringify(stats) };
       if (path === "/__standin/stats/reset" && method === "POST") {
-        stats = { requests: 0, commands: 0, byPath: {} };
+        resetStats();
         return { status: 200, body: '{"result":"OK"}' };
+      }
+      if (path === "/__standin/limits" && method === "GET") return { status: 200, body: JSON.stringify({ commandsPerSecond: cap }) };
+      if (path === "/__standin/limits" && method === "POST") {
+        let raw: unknown;
+        try {
+          raw = JSON.parse(await req.text());
+        } catch {
+          return { status: 400, body: errorBody("ERR failed to parse the request body as JSON") };
+        }
+        const v = typeof raw === "object" && raw !== null && "commandsPerSecond" in raw ? normalizeCap(raw.commandsPerSecond) : undefined;
+        if (v === undefined) {
+          return { status: 400, body: errorBody('ERR the body must be {"commandsPerSecond": <positive integer, or null/0 for no cap>}') };
+        }
+        cap = v;
+        return { status: 200, body: JSON.stringify({ commandsPerSecond: cap }) };
       }
       return { status: 405, body: errorBody(`Method not allowed: ${method} ${path}`) };
     }
@@ -478,6 +613,10 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
     } catch (e) {
       if (e instanceof BadRequest) return { status: 400, body: errorBody(e.message) };
       throw e;
+    }
+    if (cmds.length > 0) {
+      const throttled = admit(cmds.length);
+      if (throttled !== null) return throttled;
     }
     stats.requests++;
     stats.commands += cmds.length;
@@ -521,8 +660,12 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
     url: `http://${host.includes(":") ? `[${host}]` : host}:${port}`,
     port,
     stats: () => ({ ...stats, byPath: { ...stats.byPath } }),
-    resetStats: () => {
-      stats = { requests: 0, commands: 0, byPath: {} };
+    resetStats,
+    limits: () => ({ commandsPerSecond: cap }),
+    setLimits: (limits) => {
+      const v = normalizeCap(limits.commandsPerSecond);
+      if (v === undefined) throw new Error(`commandsPerSecond must be a non-negative integer or null, got ${limits.commandsPerSecond}`);
+      cap = v;
     },
     stop: async () => {
       await server.stop(true);

@@ -64,6 +64,9 @@ export interface WorkerBundle {
 
 /** Module type of an emitted file, by extension; undefined for non-module output (maps, README). */
 function moduleType(name: string): BundleModuleType | undefined {
+  // wrangler.toml's Text rule also collects the console's own stylesheet and browser scripts
+  // (src/console/assets/*): emitted as `<sha1>-name.css|.js`, they are text, not ES modules.
+  if (/^[0-9a-f]{40}-[^/]+\.(js|css)$/.test(name)) return "Text";
   if (name.endsWith(".js") || name.endsWith(".mjs")) return "ESModule";
   if (name.endsWith(".cjs")) return "CommonJS";
   if (name.endsWith(".lua") || name.endsWith(".txt") || name.endsWith(".sql")) return "Text";

@@ -1,14 +1,13 @@
 /**
- * The console's voucher forms: form fields (strings) → the same inputs and the same rules as
- * POST /api/voucher and POST /api/voucher/seckill (src/routes/voucher.ts), with each error kept
- * next to its field. The rows are written by the services the operator API calls.
+ * The console's voucher forms: form fields (strings) → the inputs POST /api/voucher and
+ * POST /api/voucher/seckill take, then the same service (services/vouchers.ts: every check, the
+ * insert, the cache refresh). What is left here is the form's own side: parsing text fields, the
+ * purchase rules as flat fields, and putting each error next to the field it is about.
  */
 import { z } from "zod";
 import type { Deps } from "../deps.ts";
-import { refreshVoucherList, saleWindow } from "../routes/voucher.ts";
-import { CampaignRuleConflict, createSeckillVoucher } from "../services/seckill/config.ts";
-import { CampaignId, checkRules, type PurchaseRule, type RuleScope } from "../services/seckill/rules.ts";
-import { insertVoucher, shopExists } from "../services/shops.ts";
+import type { PurchaseRule, RuleScope } from "../services/seckill/rules.ts";
+import { createSeckill, createVoucher, type VoucherOutcome, type VoucherRefusal } from "../services/vouchers.ts";
 
 export type FieldErrors = Partial<Record<string, string>>;
 export type FormValues = Record<string, string>;
@@ -49,7 +48,7 @@ const SeckillForm = VoucherForm.extend({
   buckets: optionalNum(1, 64, 1),
   shopDailyLimit: optionalNum(0, 1000, 0),
   // Purchase-limit rules as flat fields: a scope's rule exists when its K or N is filled in (the
-  // bounds are POST /api/voucher/seckill's, checked by checkRules).
+  // bounds are POST /api/voucher/seckill's, checked by the service).
   shopRuleLimit: optionalNum(0, Number.MAX_SAFE_INTEGER, 0),
   shopRuleDays: optionalNum(0, Number.MAX_SAFE_INTEGER, 0),
   campaign: optionalText(64),
@@ -62,8 +61,8 @@ const RULE_FIELDS: Record<RuleScope, { limit: "shopRuleLimit" | "campaignRuleLim
   campaign: { limit: "campaignRuleLimit", days: "campaignRuleDays" },
 };
 
-/** The form's rule fields → the API's rules, with each error on its own field. */
-function formRules(body: z.infer<typeof SeckillForm>, c: Deps["config"]): { ok: true; rules: PurchaseRule[] } | { ok: false; errors: FieldErrors } {
+/** The form's rule fields → the API's rules (in this order: shop, campaign), with each half-filled rule's error on its field. */
+function formRules(body: z.infer<typeof SeckillForm>): { ok: true; rules: PurchaseRule[] } | { ok: false; errors: FieldErrors } {
   const rules: PurchaseRule[] = [];
   const errors: FieldErrors = {};
   for (const scope of ["shop", "campaign"] as const) {
@@ -75,33 +74,22 @@ function formRules(body: z.infer<typeof SeckillForm>, c: Deps["config"]): { ok: 
     else if (days === 0) errors[f.days] = "must be at least 1 (or leave both empty)";
     else rules.push({ scope, limit, days });
   }
-  if (Object.keys(errors).length > 0) return { ok: false, errors };
-  if (body.campaign !== null) {
-    const id = CampaignId.safeParse(body.campaign);
-    if (!id.success) return { ok: false, errors: { campaign: id.error.issues[0]?.message ?? "invalid campaign" } };
-  }
-  const checked = checkRules(rules, body.campaign, c);
-  if (checked.ok) return { ok: true, rules: checked.rules };
-  const m = /^purchaseRules\.(\d+)\.(limit|days)$/.exec(checked.field);
-  const rule = m ? rules[Number(m[1])] : undefined;
-  const field = rule && m ? RULE_FIELDS[rule.scope][m[2] as "limit" | "days"] : "campaign";
-  return { ok: false, errors: { [field]: checked.message } };
+  return Object.keys(errors).length > 0 ? { ok: false, errors } : { ok: true, rules };
 }
 
-export const VOUCHER_FIELDS = ["shopId", "title", "subTitle", "rules", "payValue", "actualValue"] as const;
-export const SECKILL_FIELDS = [
-  ...VOUCHER_FIELDS,
-  "stock",
-  "beginTime",
-  "endTime",
-  "buckets",
-  "shopDailyLimit",
-  "shopRuleLimit",
-  "shopRuleDays",
-  "campaign",
-  "campaignRuleLimit",
-  "campaignRuleDays",
-] as const;
+/**
+ * The form field a refusal of the service is about, and its message without the API's
+ * `<field>: ` prefix (the form shows it next to the field instead). A rule's field
+ * (`purchaseRules.<i>.limit`) maps through the rules the form sent; a campaign conflict to the
+ * campaign field.
+ */
+function fieldError(r: VoucherRefusal, rules: readonly PurchaseRule[]): FieldErrors {
+  const message = r.message.startsWith(`${r.field}: `) ? r.message.slice(r.field.length + 2) : r.message;
+  const m = /^purchaseRules\.(\d+)\.(limit|days)$/.exec(r.field);
+  const rule = m ? rules[Number(m[1])] : undefined;
+  const field = rule && m ? RULE_FIELDS[rule.scope][m[2] as "limit" | "days"] : r.field.startsWith("purchaseRules") ? "campaign" : r.field;
+  return { [field]: message };
+}
 
 export type FormResult = { ok: true; voucherId: number } | { ok: false; errors: FieldErrors };
 
@@ -114,44 +102,34 @@ function fieldErrors(err: z.ZodError): FieldErrors {
   return out;
 }
 
+const resultOf = (res: VoucherOutcome, rules: readonly PurchaseRule[] = []): FormResult => (res.ok ? res : { ok: false, errors: fieldError(res, rules) });
+
 export async function submitVoucher(deps: Deps, values: FormValues): Promise<FormResult> {
   const parsed = VoucherForm.safeParse(values);
   if (!parsed.success) return { ok: false, errors: fieldErrors(parsed.error) };
-  const body = parsed.data;
-  if (!(await shopExists(deps, body.shopId))) return { ok: false, errors: { shopId: "unknown shop" } };
-  const voucherId = await insertVoucher(deps.db, body);
-  await refreshVoucherList(deps, body.shopId);
-  return { ok: true, voucherId };
+  return resultOf(await createVoucher(deps, parsed.data));
 }
 
 export async function submitSeckill(deps: Deps, values: FormValues): Promise<FormResult> {
   const parsed = SeckillForm.safeParse(values);
   if (!parsed.success) return { ok: false, errors: fieldErrors(parsed.error) };
   const body = parsed.data;
-  // The same window rules as POST /api/voucher/seckill, reported next to the field they concern.
-  const window = saleWindow(body.beginTime, body.endTime, deps.config.SERVICE_TIME_ZONE, deps.clock.now());
-  const errors: FieldErrors = {};
-  if (!window.ok) errors[window.field] = window.message;
-  if (body.buckets > body.stock) errors.buckets = "more buckets than stock";
-  const rules = formRules(body, deps.config);
-  if (!rules.ok) Object.assign(errors, rules.errors);
-  if (!window.ok || !rules.ok || Object.keys(errors).length > 0) return { ok: false, errors };
-  if (!(await shopExists(deps, body.shopId))) return { ok: false, errors: { shopId: "unknown shop" } };
-  let cfg: Awaited<ReturnType<typeof createSeckillVoucher>>;
-  try {
-    cfg = await createSeckillVoucher(deps, {
-      ...body,
-      beginMs: window.beginMs,
-      endMs: window.endMs,
-      dailyLimit: body.shopDailyLimit,
-      purchaseRules: rules.rules,
-    });
-  } catch (err) {
-    if (err instanceof CampaignRuleConflict) return { ok: false, errors: { campaign: err.message } };
-    throw err;
-  }
-  // Over any cached "not found" of this id (see routes/voucher.ts).
-  await deps.isolate.caches.seckill.set(deps, cfg.voucherId, cfg);
-  await refreshVoucherList(deps, body.shopId);
-  return { ok: true, voucherId: cfg.voucherId };
+  const rules = formRules(body);
+  if (!rules.ok) return rules;
+  const res = await createSeckill(deps, {
+    shopId: body.shopId,
+    title: body.title,
+    subTitle: body.subTitle,
+    rules: body.rules,
+    payValue: body.payValue,
+    actualValue: body.actualValue,
+    stock: body.stock,
+    beginTime: body.beginTime,
+    endTime: body.endTime,
+    buckets: body.buckets,
+    shopDailyLimit: body.shopDailyLimit,
+    purchaseRules: rules.rules,
+    campaign: body.campaign,
+  });
+  return resultOf(res, rules.rules);
 }

@@ -1,44 +1,29 @@
 /**
- * The numbers of one seckill sale as the console shows them, read in one Redis pipeline and one
- * MySQL statement (about 2 round trips per tick, whatever the crowd), plus this isolate's counters.
+ * One seckill sale as the console's live view shows it (views.tsx SalePage and its event stream):
+ * the sale's Redis and MySQL numbers (services/ops.ts saleNumbers: one pipeline and one MySQL
+ * statement) with the attempt counters summed across isolates (counters.ts `saleOutcomes`: one
+ * HGETALL), read in parallel — about 2 round trips per tick, whatever the crowd.
  */
 import type { Deps } from "../deps.ts";
-import { keys } from "../redis/keys.ts";
+import { type SaleNumbers, saleNumbers } from "../services/ops.ts";
 import type { SeckillConfig } from "../services/seckill/config.ts";
-import { type OutcomeCounts } from "./counters.ts";
+import { type OutcomeCounts, saleOutcomes } from "./counters.ts";
 
-export interface SaleSnapshot {
-  at: number;
-  voucherId: number;
-  shopId: number;
-  initial: number;
-  beginMs: number;
-  endMs: number;
-  state: SaleState;
-  /** Redis stock per bucket (index = bucket). */
-  buckets: number[];
-  stockLeft: number;
-  /** Buyers holding a reservation or an order (the buyers set). */
-  reservations: number;
-  /** Rows in tb_voucher_order for the voucher, any status. */
-  ordersInMysql: number;
-  /** tb_seckill_voucher.stock. */
-  mysqlStock: number;
-  /** Reservations of the voucher's shop waiting in the outbox, and how late the oldest is, ms. */
-  outboxPending: number;
-  writerLagMs: number;
-  /** This isolate's routed attempts by outcome, since it started. */
+/** The voucher's seckill configuration (cached), as the sale routes look it up. */
+export { saleConfig } from "../services/ops.ts";
+
+export interface SaleSnapshot extends SaleNumbers {
+  /** Attempts by outcome (routed and fast lane), summed across isolates (each up to its last flush, ≤ 5 s old). */
   outcomes: OutcomeCounts;
+  /** False when Redis did not answer: `outcomes` are then the serving isolate's alone. */
+  outcomesAcrossIsolates: boolean;
   /** This isolate's fast-lane seckill answers (all vouchers). */
   fastLaneSeckill: number;
 }
 
-export type SaleState = "upcoming" | "on sale" | "sold out" | "ended";
-
-export function saleState(cfg: Pick<SeckillConfig, "beginMs" | "endMs">, stockLeft: number | null, now: number): SaleState {
-  if (now >= cfg.endMs) return "ended";
-  if (now < cfg.beginMs) return "upcoming";
-  return stockLeft === 0 ? "sold out" : "on sale";
+export async function saleSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SaleSnapshot> {
+  const [numbers, outcomes] = await Promise.all([saleNumbers(deps, cfg), saleOutcomes(deps, cfg.voucherId)]);
+  return { ...numbers, outcomes: outcomes.counts, outcomesAcrossIsolates: outcomes.acrossIsolates, fastLaneSeckill: deps.isolate.fastLane.seckill };
 }
 
 /**
@@ -57,46 +42,4 @@ export function saleLimits(cfg: Pick<SeckillConfig, "dailyLimit" | "purchaseRule
     );
   }
   return out;
-}
-
-/** The voucher's seckill configuration (cached: immutable after creation), or null. */
-export function saleConfig(deps: Deps, voucherId: number): Promise<SeckillConfig | null> {
-  return deps.isolate.caches.seckill.get(deps, voucherId);
-}
-
-export async function saleSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SaleSnapshot> {
-  const { shopId, voucherId } = cfg;
-  const p = deps.redis.pipeline();
-  for (let i = 0; i < cfg.buckets; i++) p.get(keys.seckill.stock(shopId, voucherId, i));
-  p.scard(keys.seckill.buyers(shopId, voucherId));
-  p.hlen(keys.seckill.outbox(shopId));
-  p.zrange(keys.seckill.outboxDue(shopId), 0, 0, { withScores: true });
-  const [raw, mysql] = await Promise.all([
-    p.exec() as Promise<unknown[]>,
-    deps.db.execute("SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) AS orders, (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock", [voucherId, voucherId]),
-  ]);
-  const now = deps.clock.now();
-  const buckets = Array.from({ length: cfg.buckets }, (_, i) => Number(raw[i] ?? 0));
-  const stockLeft = buckets.reduce((a, b) => a + b, 0);
-  const oldest = raw[cfg.buckets + 2] as (string | number)[] | undefined;
-  const dueMs = oldest && oldest.length >= 2 ? Number(oldest[1]) : null;
-  const row = (mysql.rows[0] ?? {}) as { orders?: string | number; stock?: string | number | null };
-  return {
-    at: now,
-    voucherId,
-    shopId,
-    initial: cfg.initialStock,
-    beginMs: cfg.beginMs,
-    endMs: cfg.endMs,
-    state: saleState(cfg, stockLeft, now),
-    buckets,
-    stockLeft,
-    reservations: Number(raw[cfg.buckets] ?? 0),
-    ordersInMysql: Number(row.orders ?? 0),
-    mysqlStock: Number(row.stock ?? 0),
-    outboxPending: Number(raw[cfg.buckets + 1] ?? 0),
-    writerLagMs: dueMs === null ? 0 : Math.max(0, now - dueMs),
-    outcomes: deps.isolate.saleCounters.of(voucherId),
-    fastLaneSeckill: deps.isolate.fastLane.seckill,
-  };
 }

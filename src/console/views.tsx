@@ -1,16 +1,26 @@
 /** @jsxImportSource hono/jsx */
-/** The console's pages (hono/jsx, server-rendered; every asset same-origin, no inline script). */
+/**
+ * The console's pages (hono/jsx, server-rendered; every asset same-origin, no inline script). Each
+ * page takes the typed snapshot its route read from a service (services/ops.ts, vouchers.ts,
+ * dlq.ts — the same ones /admin answers as JSON) and the service time zone; formatting for people
+ * (times, words) happens here and nowhere else.
+ */
 import type { Child } from "hono/jsx";
-import { Page } from "../routes/site.tsx";
+import { Page } from "../http/page.tsx";
+import type { DeadLetter, DeadLetterPage } from "../services/dlq.ts";
+import type { OpsSnapshot, OrderView, SaleRow } from "../services/ops.ts";
+import type { SeckillConfig } from "../services/seckill/config.ts";
+import type { VoucherRow } from "../services/vouchers.ts";
+import { formatInZone } from "../util/time.ts";
 import { ASSET_PREFIX } from "./assets.ts";
 import { OUTCOMES } from "./counters.ts";
 import type { FieldErrors, FormValues } from "./forms.ts";
-import type { HotReport } from "../cache/hot.ts";
-import type { ListingLimitSnapshot } from "../http/listing-limit.ts";
-import type { AdmissionSnapshot } from "../services/seckill/admission.ts";
-import type { SaleSnapshot } from "./sale.ts";
+import { type SaleSnapshot, saleLimits } from "./sale.ts";
 
 export const CSS_HREF = `${ASSET_PREFIX}console.css`;
+
+/** An epoch-ms time in the service zone, or "" for none. */
+const at = (ms: number | null, zone: string) => (ms === null ? "" : formatInZone(ms, zone));
 
 export function Shell(props: { title: string; csrf?: string; children?: Child; styles?: string[]; scripts?: string[] }) {
   return (
@@ -23,6 +33,7 @@ export function Shell(props: { title: string; csrf?: string; children?: Child; s
             <a href="/console/vouchers">Vouchers</a>
             <a href="/console/ops">Operations</a>
             <a href="/console/orders">Orders</a>
+            <a href="/console/dlq">Dead letters</a>
             <form method="post" action="/console/logout">
               <input type="hidden" name="_csrf" value={props.csrf} />
               <button type="submit">Sign out</button>
@@ -64,6 +75,16 @@ export function MessagePage(props: { title: string; message: string; csrf?: stri
 
 export function Csrf(props: { token: string }) {
   return <input type="hidden" name="_csrf" value={props.token} />;
+}
+
+/** A flash line above a page's content: good news, or bad. */
+export interface Flash {
+  ok: boolean;
+  text: string;
+}
+
+function FlashLine(props: { flash?: Flash }) {
+  return props.flash ? <p class={props.flash.ok ? "flash" : "flash bad"}>{props.flash.text}</p> : null;
 }
 
 interface FieldSpec {
@@ -115,22 +136,10 @@ const SECKILL_FIELDS: FieldSpec[] = [
   { name: "campaignRuleDays", label: "…over the last N days (campaign rule)" },
 ];
 
-export interface VoucherRow {
-  id: number;
-  shopId: number;
-  title: string;
-  type: number;
-  payValue: number;
-  actualValue: number;
-  stock: number | null;
-  begin: string | null;
-  end: string | null;
-  state: string;
-}
-
 export function VouchersPage(props: {
   csrf: string;
   rows: VoucherRow[];
+  zone: string;
   created?: number;
   form?: { kind: "normal" | "seckill"; values: FormValues; errors: FieldErrors };
 }) {
@@ -184,7 +193,7 @@ export function VouchersPage(props: {
                 {r.payValue} / {r.actualValue}
               </td>
               <td class="n">{r.stock ?? ""}</td>
-              <td>{r.begin ? `${r.begin} → ${r.end}` : ""}</td>
+              <td>{r.beginMs !== null ? `${at(r.beginMs, props.zone)} → ${at(r.endMs, props.zone)}` : ""}</td>
               <td>{r.state}</td>
             </tr>
           ))}
@@ -194,17 +203,7 @@ export function VouchersPage(props: {
   );
 }
 
-export interface SaleRow {
-  voucherId: number;
-  shopId: number;
-  initial: number;
-  stockLeft: number;
-  begin: string;
-  end: string;
-  state: string;
-}
-
-export function SalesPage(props: { csrf: string; rows: SaleRow[] }) {
+export function SalesPage(props: { csrf: string; rows: SaleRow[]; zone: string }) {
   return (
     <Shell title="Seckill sales" csrf={props.csrf}>
       <p class="note">Seckill vouchers not ended more than 7 days ago (the jobs' registry). Open one to watch it live.</p>
@@ -229,7 +228,7 @@ export function SalesPage(props: { csrf: string; rows: SaleRow[] }) {
                 {r.stockLeft} / {r.initial}
               </td>
               <td>
-                {r.begin} → {r.end}
+                {at(r.beginMs, props.zone)} → {at(r.endMs, props.zone)}
               </td>
               <td>{r.state}</td>
             </tr>
@@ -254,17 +253,24 @@ function Stat(props: { k: string; label: string; value: string | number }) {
   );
 }
 
-export function SalePage(props: { csrf: string; s: SaleSnapshot; begin: string; end: string; limits: string[]; campaign: string | null; styles: string[]; scripts: string[] }) {
+/** The live sale page: its numbers now, updated by sale.js from the page's event stream. */
+export function SalePage(props: { csrf: string; s: SaleSnapshot; cfg: Pick<SeckillConfig, "dailyLimit" | "purchaseRules" | "campaign">; zone: string }) {
   const { s } = props;
+  const limits = saleLimits(props.cfg);
   return (
-    <Shell title={`Sale of voucher ${s.voucherId}`} csrf={props.csrf} styles={props.styles} scripts={props.scripts}>
+    <Shell
+      title={`Sale of voucher ${s.voucherId}`}
+      csrf={props.csrf}
+      styles={[`${ASSET_PREFIX}uPlot.min.css`]}
+      scripts={[`${ASSET_PREFIX}uPlot.iife.min.js`, `${ASSET_PREFIX}sale.js`]}
+    >
       <div id="sale" data-events={`/console/sale/${s.voucherId}/events`}>
         <p class="note">
-          Shop {s.shopId}, {props.begin} → {props.end} (service zone), initial stock {s.initial}. State: <b data-k="state">{s.state}</b>. Updated{" "}
+          Shop {s.shopId}, {at(s.beginMs, props.zone)} → {at(s.endMs, props.zone)} (service zone), initial stock {s.initial}. State: <b data-k="state">{s.state}</b>. Updated{" "}
           <span data-k="updated">now</span>.
         </p>
         <p class="note" data-k="limits">
-          Campaign: {props.campaign ?? "none"}. Purchase limits besides one order per buyer: {props.limits.length === 0 ? "none" : props.limits.join("; ")}.
+          Campaign: {props.cfg.campaign ?? "none"}. Purchase limits besides one order per buyer: {limits.length === 0 ? "none" : limits.join("; ")}.
         </p>
         <div class="grid">
           <Stat k="stockLeft" label="stock left (Redis)" value={s.stockLeft} />
@@ -273,14 +279,14 @@ export function SalePage(props: { csrf: string; s: SaleSnapshot; begin: string; 
           <Stat k="mysqlStock" label="stock in MySQL" value={s.mysqlStock} />
           <Stat k="outboxPending" label="outbox pending (shop)" value={s.outboxPending} />
           <Stat k="writerLagMs" label="writer lag, ms" value={s.writerLagMs} />
-          <Stat k="rate" label="attempts/s (this isolate)" value="0" />
+          <Stat k="rate" label="attempts/s" value="0" />
         </div>
         <p class="note">
           Buckets: <span data-k="buckets">{s.buckets.join(" · ")}</span>
         </p>
         <div class="chart" id="chart-counts" />
         <div class="chart" id="chart-rate" />
-        <h2>Attempts by outcome (this isolate, since it started)</h2>
+        <h2>Attempts by outcome ({s.outcomesAcrossIsolates ? "all isolates" : "this isolate only: Redis did not answer"})</h2>
         <table>
           <tbody>
             {OUTCOMES.map((o) => (
@@ -292,7 +298,7 @@ export function SalePage(props: { csrf: string; s: SaleSnapshot; begin: string; 
               </tr>
             ))}
             <tr>
-              <th>answered by the fast lane from memory (all vouchers)</th>
+              <th>answered by the fast lane from memory (all vouchers, this isolate)</th>
               <td class="n" data-k="fastLaneSeckill">
                 {s.fastLaneSeckill}
               </td>
@@ -300,16 +306,18 @@ export function SalePage(props: { csrf: string; s: SaleSnapshot; begin: string; 
           </tbody>
         </table>
         <p class="note">
-          Outcomes are counted by the isolate serving this page, including the answers the fast lane gives from memory (sold-out memo, a buyer's own order);
-          the last row is the fast lane's total over all vouchers.
+          Outcomes are summed across isolates (each isolate adds its counts every few seconds), including the answers the fast lane gives from memory
+          (sold-out memo, a buyer's own order); the last row is the serving isolate's fast-lane total over all vouchers.
         </p>
       </div>
     </Shell>
   );
 }
 
-/** A plain table of records (operations pages). */
-export function Table(props: { rows: Record<string, unknown>[]; cols: string[] }) {
+type CellValue = string | number | boolean | null | undefined | readonly unknown[] | object;
+
+/** A plain table of records, one column per named field (operations pages). */
+export function Table<R extends { [K in C]: CellValue }, C extends keyof R & string>(props: { rows: readonly R[]; cols: readonly C[] }) {
   if (props.rows.length === 0) return <p class="note">None.</p>;
   return (
     <table>
@@ -324,7 +332,7 @@ export function Table(props: { rows: Record<string, unknown>[]; cols: string[] }
         {props.rows.map((r) => (
           <tr>
             {props.cols.map((c) => {
-              const v = r[c];
+              const v: CellValue = r[c];
               const text = v === null || v === undefined ? "" : Array.isArray(v) ? v.join("; ") : typeof v === "object" ? JSON.stringify(v) : String(v);
               return <td class={typeof v === "number" ? "n" : undefined}>{text}</td>;
             })}
@@ -335,35 +343,22 @@ export function Table(props: { rows: Record<string, unknown>[]; cols: string[] }
   );
 }
 
-export function OpsPage(props: {
-  csrf: string;
-  flash?: { ok: boolean; text: string };
-  reconcileAt: string | null;
-  reconcile: Record<string, unknown>[];
-  cache: Record<string, unknown>[];
-  cacheIsolates: number;
-  uv: Record<string, unknown>[];
-  uvTotal: number;
-  refunds: Record<string, unknown>[];
-  pipeline: Record<string, unknown>;
-  /** Sections whose dependency failed (shown empty), with the error. */
-  unavailable: string[];
-  /** resilienceSnapshot of the serving isolate, one row per dependency (lastOpenedAt formatted). */
-  breakers: Record<string, unknown>[];
-  /** GET /admin/cache/hot's report (top rows marked `promotedHere`); null when off or unavailable. */
-  hot: { rule: HotReport["rule"]; top: Record<string, unknown>[]; promotedHere: HotReport["promotedHere"] } | null;
-  admission: AdmissionSnapshot;
-  /** Null when the listing limit is off (LISTING_IP_LIMIT=0). */
-  listing: (Omit<ListingLimitSnapshot, "lastSyncAt"> & { lastSyncAt: string | null }) | null;
-}) {
-  const { admission: a, listing: l, hot } = props;
-  const open = props.breakers.filter((b) => b.state !== "closed").map((b) => String(b.dependency));
+export function OpsPage(props: { csrf: string; flash?: Flash; snapshot: OpsSnapshot; zone: string }) {
+  const { snapshot: o, zone } = props;
+  const { admission: a, listing: l, hot } = o;
+  const breakers = Object.entries(o.breakers).map(([dependency, g]) => ({ dependency, ...g, lastOpenedAt: at(g.lastOpenedAt, zone) }));
+  const open = breakers.filter((b) => b.state !== "closed").map((b) => b.dependency);
+  const promotedHere = new Set((hot?.promotedHere ?? []).map((k) => `${k.module}:${k.key}`));
+  const hotTop = (hot?.top ?? []).map((k) => ({ ...k, promotedHere: promotedHere.has(`${k.module}:${k.key}`) ? "yes" : "" }));
+  const cache = Object.entries(o.cache.modules).map(([module, m]) => ({ module, ...m }));
+  const refunds = o.refunds.map((r) => ({ ...r, nextAttemptAt: at(r.nextAttemptAt, zone), createTime: at(r.createTime, zone) }));
+  const writerCols = Object.keys(o.writer) as (keyof typeof o.writer)[];
   return (
     <Shell title="Operations" csrf={props.csrf}>
-      {props.flash && <p class={props.flash.ok ? "flash" : "flash bad"}>{props.flash.text}</p>}
-      {props.unavailable.length > 0 && (
+      <FlashLine flash={props.flash} />
+      {o.unavailable.length > 0 && (
         <p class="flash bad" data-k="unavailable">
-          Shown empty, their dependency did not answer: {props.unavailable.join("; ")}.
+          Shown empty, their dependency did not answer: {o.unavailable.map((u) => `${u.section}: ${u.error}`).join("; ")}.
         </p>
       )}
       <h2>Dependency breakers (this isolate)</h2>
@@ -371,7 +366,7 @@ export function OpsPage(props: {
         {open.length === 0 ? "All closed." : `Not closed: ${open.join(", ")} — non-core features are off while Redis's is, seckill fails closed.`} Per
         isolate, like GET /admin/resilience: another isolate may see otherwise.
       </p>
-      <Table rows={props.breakers} cols={["dependency", "state", "timeoutMs", "calls", "failures", "timeouts", "rejected", "opened", "lastOpenedAt", "lastFailure", "retryAfterSeconds"]} />
+      <Table rows={breakers} cols={["dependency", "state", "timeoutMs", "calls", "failures", "timeouts", "rejected", "opened", "lastOpenedAt", "lastFailure", "retryAfterSeconds"]} />
       <h2>Hot keys (across isolates, this and the previous minute)</h2>
       {hot ? (
         <>
@@ -379,7 +374,7 @@ export function OpsPage(props: {
             Promoted at ≥ {hot.rule.reads} fresh L1 reads in {hot.rule.windowMs} ms; a promoted key stays fresh in L1 for {hot.rule.l1TtlMs} ms. Promoted in this
             isolate: <span data-k="promoted-here">{hot.promotedHere.length === 0 ? "none" : hot.promotedHere.map((k) => `${k.module}:${k.key}`).join(", ")}</span>.
           </p>
-          <Table rows={hot.top} cols={["module", "key", "reads", "isolates", "promotedHere"]} />
+          <Table rows={hotTop} cols={["module", "key", "reads", "isolates", "promotedHere"]} />
         </>
       ) : (
         <p class="note">Off (HOT_KEY_READS=0) or unavailable.</p>
@@ -391,13 +386,13 @@ export function OpsPage(props: {
         Rate-limit blocks remembered: <b data-k="blocks">{a.blocks}</b> ({a.blocksActive} still running). Leases {a.stats.leases}, tokens granted {a.stats.granted},
         refused from memory {a.stats.refused} (admission) + {a.stats.blockedFromMemory} (blocks).
       </p>
-      <Table rows={a.gates as unknown as Record<string, unknown>[]} cols={["voucherId", "tokens", "spent", "seen", "leasing"]} />
+      <Table rows={a.gates} cols={["voucherId", "tokens", "spent", "seen", "leasing"]} />
       <h3>Listing limit per address</h3>
       {l ? (
         <>
           <p class="note">
             {l.limit} requests per {l.windowMs} ms per address. Tracked <b data-k="listing-tracked">{l.tracked}</b> / {l.max}, at the limit now{" "}
-            <b data-k="listing-blocked">{l.blocked}</b>, waiting for the sync {l.pendingSync}, last sync {l.lastSyncAt ?? "never"}.
+            <b data-k="listing-blocked">{l.blocked}</b>, waiting for the sync {l.pendingSync}, last sync {l.lastSyncAt === null ? "never" : at(l.lastSyncAt, zone)}.
           </p>
           <Table rows={l.top} cols={["address", "estimate", "blocked"]} />
         </>
@@ -405,32 +400,39 @@ export function OpsPage(props: {
         <p class="note">Off (LISTING_IP_LIMIT=0).</p>
       )}
       <h2>Reconcile (Redis ↔ MySQL)</h2>
-      <p class="note">Last report: {props.reconcileAt ?? "never"}. The cron runs it every minute.</p>
+      <p class="note">Last report: {o.reconcile?.at ? at(o.reconcile.at, zone) : "never"}. The cron runs it every minute.</p>
       <form method="post" action="/console/ops/reconcile">
         <Csrf token={props.csrf} />
         <button type="submit">Run reconcile now</button>
       </form>
-      <Table rows={props.reconcile} cols={["voucherId", "shopId", "initial", "redisStock", "buyers", "pending", "mysqlStock", "activeOrders", "ok", "drift", "repaired"]} />
+      <Table rows={o.reconcile?.vouchers ?? []} cols={["voucherId", "shopId", "initial", "redisStock", "buyers", "pending", "mysqlStock", "activeOrders", "ok", "drift", "repaired"]} />
       <h2>Order writer (this isolate)</h2>
-      <Table rows={[props.pipeline]} cols={Object.keys(props.pipeline)} />
+      <Table rows={[o.writer]} cols={writerCols} />
       <h2>Cache hit rates per module</h2>
-      <p class="note">Summed across {props.cacheIsolates} isolates that reported.</p>
-      <Table rows={props.cache} cols={["module", "hitRatio", "l1Hits", "l2Hits", "staleServes", "originLoads"]} />
+      <p class="note">Summed across {o.cache.isolates} isolates that reported.</p>
+      <Table rows={cache} cols={["module", "hitRatio", "l1Hits", "l2Hits", "staleServes", "originLoads"]} />
       <h2>Unique visitors per day</h2>
-      <p class="note">Over the range: {props.uvTotal}.</p>
-      <Table rows={props.uv} cols={["date", "uv"]} />
+      <p class="note">Over the range: {o.uv.total}.</p>
+      <Table rows={o.uv.days} cols={["date", "uv"]} />
       <h2>Refunds (newest 20)</h2>
-      <Table rows={props.refunds} cols={["id", "orderId", "amount", "state", "attempts", "lastError", "nextAttemptAt", "createTime"]} />
+      <Table rows={refunds} cols={["id", "orderId", "amount", "state", "attempts", "lastError", "nextAttemptAt", "createTime"]} />
       <h2>Dead-lettered QStash messages</h2>
       <p class="note">
-        Not shown: the app's queue port (<code>deps.queue</code>) can publish only; listing and re-driving the dead-letter queue needs the QStash DLQ API, which
-        it does not carry.
+        Listed, re-driven and deleted on <a href="/console/dlq">Dead letters</a> (GET /admin/dlq and its actions in the API).
       </p>
     </Shell>
   );
 }
 
-export function OrdersPage(props: { csrf: string; id: string; userId: string; error?: string; rows: Record<string, unknown>[] | null }) {
+export function OrdersPage(props: { csrf: string; id: string; userId: string; error?: string; orders: OrderView[] | null; zone: string }) {
+  const rows = props.orders?.map((o) => ({
+    id: o.id,
+    userId: o.userId,
+    voucherId: o.voucherId,
+    status: o.status === "queued" ? "queued (in the outbox)" : o.status,
+    createTime: at(o.createdAt, props.zone),
+    payTime: at(o.paidAt, props.zone),
+  }));
   return (
     <Shell title="Order lookup" csrf={props.csrf}>
       <form class="card" method="get" action="/console/orders">
@@ -443,7 +445,121 @@ export function OrdersPage(props: { csrf: string; id: string; userId: string; er
           <button type="submit">Look up</button>
         </div>
       </form>
-      {props.rows && <Table rows={props.rows} cols={["id", "userId", "voucherId", "status", "createTime", "payTime"]} />}
+      {rows && <Table rows={rows} cols={["id", "userId", "voucherId", "status", "createTime", "payTime"]} />}
+    </Shell>
+  );
+}
+
+/** One POST form of the dead-letter page: a button, the CSRF token, and hidden fields. */
+function DlqAction(props: { csrf: string; action: string; label: string; danger?: boolean; fields?: Record<string, string>; children?: Child }) {
+  return (
+    <form method="post" action={props.action}>
+      <Csrf token={props.csrf} />
+      {Object.entries(props.fields ?? {}).map(([name, value]) => (
+        <input type="hidden" name={name} value={value} />
+      ))}
+      {props.children}
+      <button type="submit" class={props.danger ? "danger" : undefined}>
+        {props.label}
+      </button>
+    </form>
+  );
+}
+
+function DeadLetterRow(props: { m: DeadLetter; csrf: string; zone: string; filter: Record<string, string> }) {
+  const { m } = props;
+  const id = encodeURIComponent(m.dlqId);
+  return (
+    <tr data-dlq={m.dlqId}>
+      <td>
+        {m.dlqId}
+        <br />
+        <span class="note">message {m.messageId}</span>
+      </td>
+      <td>{at(m.createdAt, props.zone)}</td>
+      <td class="excerpt">
+        {m.method} {m.url}
+      </td>
+      <td class="n" data-k="status">
+        {m.responseStatus ?? "no answer"}
+      </td>
+      <td class="excerpt" data-k="response">
+        {m.responseExcerpt || m.error || ""}
+      </td>
+      <td class="excerpt" data-k="body">
+        {m.bodyExcerpt}
+      </td>
+      <td>
+        <DlqAction csrf={props.csrf} action={`/console/dlq/${id}/retry`} label="Re-drive" fields={props.filter} />
+        <DlqAction csrf={props.csrf} action={`/console/dlq/${id}/delete`} label="Delete" danger fields={props.filter} />
+      </td>
+    </tr>
+  );
+}
+
+/**
+ * The dead-letter queue: one page of entries (newest first) with the failed callback's status and
+ * answer, re-drive or delete each, or all of them (those matching the URL filter, when one is set).
+ */
+export function DlqPage(props: { csrf: string; zone: string; page: DeadLetterPage | null; error?: string; flash?: Flash; url: string }) {
+  const { page, url } = props;
+  const filter: Record<string, string> = url ? { url } : {};
+  const scope = url ? "matching the filter" : "in the queue";
+  return (
+    <Shell title="Dead letters" csrf={props.csrf}>
+      <FlashLine flash={props.flash} />
+      <p class="note">
+        QStash messages whose delivery failed past their retries. Re-driving publishes a fresh copy, due now (our callbacks are idempotent: a message that
+        had in fact been handled changes nothing), and removes the entry. Bodies and answers are excerpts, secrets scrubbed.
+      </p>
+      <form class="card" method="get" action="/console/dlq">
+        <label for="dlq-url">Destination URL (exact; empty = all)</label>
+        <input id="dlq-url" name="url" value={url} />
+        <div>
+          <button type="submit">Filter</button>
+        </div>
+      </form>
+      {props.error && (
+        <p class="flash bad" data-k="unavailable">
+          The dead-letter queue did not answer: {props.error}
+        </p>
+      )}
+      {page && page.messages.length === 0 && <p class="note">No dead letters {scope}.</p>}
+      {page && page.messages.length > 0 && (
+        <>
+          <div class="actions">
+            <DlqAction csrf={props.csrf} action="/console/dlq/retry-all" label={`Re-drive all ${scope}`} fields={filter} />
+            <DlqAction csrf={props.csrf} action="/console/dlq/delete-all" label={`Delete all ${scope}`} danger fields={filter}>
+              <label>
+                <input type="checkbox" name="confirm" value="yes" required /> yes, delete them
+              </label>{" "}
+            </DlqAction>
+          </div>
+          <table>
+            <thead>
+              <tr>
+                <th>entry</th>
+                <th>published</th>
+                <th>destination</th>
+                <th>status</th>
+                <th>answer</th>
+                <th>body</th>
+                <th />
+              </tr>
+            </thead>
+            <tbody>
+              {page.messages.map((m) => (
+                <DeadLetterRow m={m} csrf={props.csrf} zone={props.zone} filter={filter} />
+              ))}
+            </tbody>
+          </table>
+          {page.cursor && (
+            <p>
+              <a href={`/console/dlq?${new URLSearchParams({ ...filter, cursor: page.cursor }).toString()}`}>Next page</a>
+            </p>
+          )}
+        </>
+      )}
     </Shell>
   );
 }

@@ -173,8 +173,9 @@ export function createEdge(deps: Deps): MiddlewareHandler<AppEnv> {
     finish(c, c.res, requestId, corsPath);
     // Daily unique visitors: queued in this isolate, sent in one PFADD per interval (http/uv.ts).
     if (corsPath && path.startsWith("/api/")) trackVisit(c, reqDeps);
-    // Cache counters reach Redis in the background, at most every few seconds per isolate.
+    // Cache and sale counters reach Redis in the background, at most every few seconds per isolate.
     deps.isolate.caches.metrics.maybeFlush(reqDeps);
+    deps.isolate.saleCounters.maybeFlush(reqDeps);
     if (!logRequests) return;
     deps.log.debug("request", { requestId, method: c.req.method, path, status: c.res.status, ms: Math.round((performance.now() - started) * 100) / 100 });
   };

@@ -108,6 +108,7 @@ export function createFastLane(deps: Deps): FastLane | undefined {
     });
     trackVisitOf(reqDeps, user, req.headers, env as ClientEnv | undefined);
     caches.metrics.maybeFlush(reqDeps);
+    deps.isolate.saleCounters.maybeFlush(reqDeps);
     return res;
   };
 

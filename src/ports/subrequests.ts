@@ -226,6 +226,7 @@ export function metered<D extends Deps>(deps: D, budget: SubrequestBudget): D {
   return {
     ...deps,
     redis: meterRedis(deps.redis, budget),
+    seckillShards: deps.seckillShards.map((r) => meterRedis(r, budget)),
     db: meterDb(deps.db, budget),
     queue: meterMethods(deps.queue, ["publish", "publishJSON", "batchJSON"], budget),
     payments: meterMethods(deps.payments, ["charge", "refund"], budget, deps.config.PAYMENT_PROVIDER === "local" ? 2 : 1),

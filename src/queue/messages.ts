@@ -6,17 +6,21 @@
  * message parses with its route's schema and targets a registered route. A path is spelled here
  * only — tests and scripts import the constants too.
  *
- * - drain `{ shopId }` → ORDER_DRAIN_PATH: "this shop's outbox has due reservations". The writer
- *   claims them from the outbox in groups (the body carries no reservation). Isolates send at most
- *   one per shop per one-second window, not before the window's end (`notBefore`, whole seconds)
- *   and with a deduplication id naming the window, so however many isolates and buyers a sale
- *   has, QStash delivers about one drain per shop per second, after every reservation of that
+ * - drain `{ shopId, shard? }` → ORDER_DRAIN_PATH: "this shop's outbox has due reservations". The
+ *   writer claims them from the outbox in groups (the body carries no reservation). Isolates send
+ *   at most one per shop per one-second window, not before the window's end (`notBefore`, whole
+ *   seconds) and with a deduplication id naming the window, so however many isolates and buyers a
+ *   sale has, QStash delivers about one drain per shop per second, after every reservation of that
  *   window is in the outbox. A drain that found work announces the next window the same way (see
  *   writer.ts), which catches reservations a skewed isolate clock filed into a window already
  *   drained; the chain ends one quiet window after the last reservation. The sweep and a writer
  *   handing on its backlog send one to deliver at once (`drainNowMessage`).
- * - close `{ shopId, orderIds }` → ORDER_CLOSE_PATH, delayed by the payment timeout: one message
- *   per written group. The closer re-reads every order from MySQL (or the outbox).
+ *   `shard` (issue 18, services/seckill/shards.ts): the outbox is the shop's in that seckill shard
+ *   database (`deps.seckillShards[shard]`); absent, the main database's, exactly as before shards.
+ *   Drains are per (shop, shard): each shard's has its own deduplication id.
+ * - close `{ shopId, orderIds, shard? }` → ORDER_CLOSE_PATH, delayed by the payment timeout: one
+ *   message per written group. The closer re-reads every order from MySQL (or the outbox: of the
+ *   shard named, for ids MySQL does not have).
  * - payment webhook `{ type, paymentId | refundId, providerRef }` → PAYMENT_WEBHOOK_PATH, sent by
  *   the payment provider (payments/provider.ts builds the local provider's), signed with
  *   PAYMENT_WEBHOOK_SECRET rather than by QStash.
@@ -28,6 +32,7 @@
  */
 import { z } from "zod";
 import type { Deps } from "../deps.ts";
+import { MAX_SECKILL_SHARDS } from "../env.ts";
 import type { WebhookEvent } from "../payments/provider.ts";
 import { id64Text, OrderId } from "../util/ids.ts";
 
@@ -65,32 +70,42 @@ export const DRAIN_WINDOW_MS = 1000;
 export type QueueMessage = Parameters<Deps["queue"]["batchJSON"]>[0][number];
 
 const ShopId = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);
+/** A seckill shard database's index (services/seckill/shards.ts); the route checks it is configured. */
+const ShardIndex = z.number().int().min(0).max(MAX_SECKILL_SHARDS - 1);
+
+/** `{ shard }` for a shard's outbox, nothing for the main database's (the unsharded body is unchanged). */
+const shardField = (shard: number | undefined) => (shard === undefined ? {} : { shard });
+/** The part of a deduplication id naming the shard ("" for the main database: ids as before shards). */
+const shardTag = (shard: number | undefined) => (shard === undefined ? "" : `-sh${shard}`);
 
 // ---------------------------------------------------------------------------------------------
 // Drain
 
-/** Drain: names a shop; what is written comes from its outbox. */
-export const DrainBody = z.object({ shopId: ShopId });
+/** Drain: names a shop's outbox (in the main database, or in seckill shard `shard`); what is written comes from it. */
+export const DrainBody = z.object({ shopId: ShopId, shard: ShardIndex.optional() });
 export type DrainBody = z.infer<typeof DrainBody>;
 
-/** The drain message of `shopId` for window `window` (floor(ms / DRAIN_WINDOW_MS)), delivered after the window ends. */
-export function drainMessage(deps: Pick<Deps, "config">, shopId: number, window: number): QueueMessage {
+/**
+ * The drain message of `shopId` (in shard `shard`, when given) for window `window`
+ * (floor(ms / DRAIN_WINDOW_MS)), delivered after the window ends.
+ */
+export function drainMessage(deps: Pick<Deps, "config">, shopId: number, window: number, shard?: number): QueueMessage {
   return {
     url: internalUrl(deps, ORDER_DRAIN_PATH),
-    body: { shopId } satisfies DrainBody,
-    // One per shop and window across all isolates: QStash drops the rest as duplicates.
-    deduplicationId: `drain-s${shopId}-w${window}`,
+    body: { shopId, ...shardField(shard) } satisfies DrainBody,
+    // One per shop (and shard) and window across all isolates: QStash drops the rest as duplicates.
+    deduplicationId: `drain-s${shopId}${shardTag(shard)}-w${window}`,
     notBefore: Math.ceil(((window + 1) * DRAIN_WINDOW_MS) / 1000),
     retries: deps.config.ORDER_MESSAGE_RETRIES,
   };
 }
 
 /** A drain to deliver now (the sweep, a writer handing on its backlog); `tag` makes its deduplication id. */
-export function drainNowMessage(deps: Pick<Deps, "config">, shopId: number, tag: string): QueueMessage {
+export function drainNowMessage(deps: Pick<Deps, "config">, shopId: number, tag: string, shard?: number): QueueMessage {
   return {
     url: internalUrl(deps, ORDER_DRAIN_PATH),
-    body: { shopId } satisfies DrainBody,
-    deduplicationId: `drain-s${shopId}-${tag}`,
+    body: { shopId, ...shardField(shard) } satisfies DrainBody,
+    deduplicationId: `drain-s${shopId}${shardTag(shard)}-${tag}`,
     retries: deps.config.ORDER_MESSAGE_RETRIES,
   };
 }
@@ -107,9 +122,11 @@ export const LegacyWriteBody = z.object({ shopId: ShopId, orderId: OrderId });
 /** The most order ids one close message carries (the writer's groups are smaller: ORDER_GROUP_MAX). */
 export const CLOSE_MAX_ORDERS = 5000;
 
-const GroupCloseBody = z.object({ shopId: ShopId, orderIds: z.array(OrderId).min(1).max(CLOSE_MAX_ORDERS) });
+const GroupCloseBody = z.object({ shopId: ShopId, orderIds: z.array(OrderId).min(1).max(CLOSE_MAX_ORDERS), shard: ShardIndex.optional() });
 /** Legacy (remove after LEGACY_ORDER_MESSAGES_UNTIL): the per-order close, read as a group of one. */
-const LegacyCloseBody = z.object({ orderId: OrderId, shopId: ShopId.optional() }).transform((b) => ({ shopId: b.shopId, orderIds: [b.orderId] }));
+const LegacyCloseBody = z
+  .object({ orderId: OrderId, shopId: ShopId.optional() })
+  .transform((b): { shopId: number | undefined; orderIds: string[]; shard?: number } => ({ shopId: b.shopId, orderIds: [b.orderId] }));
 
 /**
  * Close of a written group. Only ids and the shop travel; any other field (older messages carried
@@ -117,11 +134,11 @@ const LegacyCloseBody = z.object({ orderId: OrderId, shopId: ShopId.optional() }
  */
 export const CloseBody = z.union([GroupCloseBody, LegacyCloseBody]);
 
-/** The delayed close of one written group (order ids of one shop). */
-export function closeMessage(deps: Pick<Deps, "config">, shopId: number, orderIds: readonly string[]): QueueMessage {
+/** The delayed close of one written group (order ids of one shop, drained from shard `shard` when given). */
+export function closeMessage(deps: Pick<Deps, "config">, shopId: number, orderIds: readonly string[], shard?: number): QueueMessage {
   return {
     url: internalUrl(deps, ORDER_CLOSE_PATH),
-    body: { shopId, orderIds },
+    body: { shopId, orderIds, ...shardField(shard) },
     delay: deps.config.ORDER_PAY_TIMEOUT_SECONDS,
     retries: deps.config.ORDER_MESSAGE_RETRIES,
   };

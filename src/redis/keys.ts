@@ -58,6 +58,13 @@ export const keys = {
     /** Set of user ids holding a live reservation or order (one order per user). */
     buyers: (shopId: number, voucherId: number) => `seckill:{s${shopId}}:v${voucherId}:buyers`,
     /**
+     * A sharded voucher's stock moves out of this shard (lua/seckill-move-out.lua): hash moveId →
+     * "toShard:units:epochMs", deleted once the recipient applied it (services/seckill/moves.ts).
+     */
+    movesOut: (shopId: number, voucherId: number) => `seckill:{s${shopId}}:v${voucherId}:moves-out`,
+    /** Move ids this shard applied (lua/seckill-move-in.lua): a repeated move-in gives nothing twice. */
+    movesIn: (shopId: number, voucherId: number) => `seckill:{s${shopId}}:v${voucherId}:moves-in`,
+    /**
      * Fence of one reservation attempt whose reply was lost (lua/reserve-fence.lua): present =
      * settled as "not reserved"; reserve-stock refuses that order id from then on. Short-lived.
      */
@@ -98,6 +105,12 @@ export const keys = {
      */
     admission: (voucherId: number, second: number) => `seckill:{adm}:v${voucherId}:${second}`,
     admissionTotal: (second: number) => `seckill:{adm}:all:${second}`,
+    /**
+     * Seckill attempts of one voucher by outcome, summed over isolates (src/console/counters.ts;
+     * lua/sale-counts.lua adds each isolate's deltas): HASH outcome → attempts, TTL renewed by every
+     * flush. One `{counts}` tag: a flush touches every voucher it counted in one script.
+     */
+    counts: (voucherId: number) => `seckill:{counts}:v${voucherId}`,
   },
   /** Order id blocks: the last block number handed out (lua/id-block.lua; never expires). */
   idBlock: () => "idgen:block",

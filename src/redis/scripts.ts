@@ -23,9 +23,12 @@ import reloadSeckillSrc from "../../lua/reload-seckill.lua" with { type: "text" 
 import markReleasedSrc from "../../lua/mark-released.lua" with { type: "text" };
 import reserveFenceSrc from "../../lua/reserve-fence.lua" with { type: "text" };
 import reserveStockSrc from "../../lua/reserve-stock.lua" with { type: "text" };
+import seckillMoveInSrc from "../../lua/seckill-move-in.lua" with { type: "text" };
+import seckillMoveOutSrc from "../../lua/seckill-move-out.lua" with { type: "text" };
 import seckillAdmissionSrc from "../../lua/seckill-admission.lua" with { type: "text" };
 import uploadQuotaSrc from "../../lua/upload-quota.lua" with { type: "text" };
 import resetStockSrc from "../../lua/reset-stock.lua" with { type: "text" };
+import saleCountsSrc from "../../lua/sale-counts.lua" with { type: "text" };
 import sessionRevokeSrc from "../../lua/session-revoke.lua" with { type: "text" };
 import sessionSyncSrc from "../../lua/session-sync.lua" with { type: "text" };
 import unlockSrc from "../../lua/unlock.lua" with { type: "text" };
@@ -42,6 +45,8 @@ export const luaSources = {
   cacheFill: cacheFillSrc,
   reserveStock: reserveStockSrc,
   reserveFence: reserveFenceSrc,
+  seckillMoveOut: seckillMoveOutSrc,
+  seckillMoveIn: seckillMoveInSrc,
   markReleased: markReleasedSrc,
   releaseStock: releaseStockSrc,
   resetStock: resetStockSrc,
@@ -57,6 +62,7 @@ export const luaSources = {
   listingSync: listingSyncSrc,
   seckillAdmission: seckillAdmissionSrc,
   uploadQuota: uploadQuotaSrc,
+  saleCounts: saleCountsSrc,
 } as const;
 
 export type ScriptName = keyof typeof luaSources;
@@ -97,10 +103,14 @@ export function createScripts(redis: Redis) {
     cacheFill: redis.createScript<number>(luaSources.cacheFill),
     reserveStock: redis.createScript<[number, number, number]>(luaSources.reserveStock),
     reserveFence: redis.createScript<number>(luaSources.reserveFence),
+    /** {taken, left}: see lua/seckill-move-out.lua. */
+    seckillMoveOut: redis.createScript<[number, number]>(luaSources.seckillMoveOut),
+    /** 1 applied, 0 before, -1 not loaded: see lua/seckill-move-in.lua. */
+    seckillMoveIn: redis.createScript<number>(luaSources.seckillMoveIn),
     markReleased: redis.createScript<number>(luaSources.markReleased),
     releaseStock: redis.createScript<number>(luaSources.releaseStock),
-    /** {before, after} summed stock. */
-    resetStock: redis.createScript<[number, number]>(luaSources.resetStock),
+    /** {before, after, changed} summed stock: see lua/reset-stock.lua. */
+    resetStock: redis.createScript<[number, number, number]>(luaSources.resetStock),
     /** Claimed reservations' payloads (JSON text, or already-parsed objects from the SDK). */
     claimOutbox: redis.createScript<unknown[]>(luaSources.claimOutbox),
     /** Outbox entries removed. */
@@ -125,5 +135,7 @@ export function createScripts(redis: Redis) {
     seckillAdmission: redis.createScript<[number, number]>(luaSources.seckillAdmission),
     /** {ok (1/0), used bytes}: see lua/upload-quota.lua. */
     uploadQuota: redis.createScript<[number, number]>(luaSources.uploadQuota),
+    /** Increments applied: see lua/sale-counts.lua. */
+    saleCounts: redis.createScript<number>(luaSources.saleCounts),
   };
 }

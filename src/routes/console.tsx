@@ -3,35 +3,34 @@
  * The operators' console (/console): hono/jsx pages behind a signed session cookie
  * (console/session.ts), live sale views over server-sent events, voucher forms and operations.
  * Every state-changing form is a POST checked for its Origin and its per-session CSRF token.
+ * Handlers read the same typed snapshots /admin answers as JSON (services/ops.ts, vouchers.ts,
+ * dlq.ts) and hand them to the views (console/views.tsx).
  */
 import { Hono } from "hono";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import { createMiddleware } from "hono/factory";
 import { streamSSE } from "hono/streaming";
 import { z } from "zod";
-import { ASSET_PREFIX, OWN_FILES, type OwnFile, VENDOR_FILES, type VendorFile, vendorFile } from "../console/assets.ts";
+import { OWN_FILES, type OwnFile, VENDOR_FILES, type VendorFile, vendorFile } from "../console/assets.ts";
 import { type FormValues, submitSeckill, submitVoucher } from "../console/forms.ts";
-import { type SaleSnapshot, saleConfig, saleLimits, saleSnapshot, saleState } from "../console/sale.ts";
+import { type SaleSnapshot, saleSnapshot } from "../console/sale.ts";
 import { type ConsoleSession, issueSession, SESSION_COOKIE, SESSION_TTL_MS, verifySession } from "../console/session.ts";
-import { LoginPage, MessagePage, OpsPage, OrdersPage, SalePage, SalesPage, type VoucherRow, VouchersPage } from "../console/views.tsx";
+import { DlqPage, type Flash, LoginPage, MessagePage, OpsPage, OrdersPage, SalePage, SalesPage, VouchersPage } from "../console/views.tsx";
 import { AppError, fail } from "../errors.ts";
 import { checkOperatorAttempt } from "../http/auth.ts";
 import { boundedForm, formBody } from "../http/body.ts";
 import { limitAddress } from "../http/client-ip.ts";
-import { doc, type RouteDoc } from "../openapi/describe.ts";
 import { runJobNow } from "../jobs/index.ts";
-import { keys } from "../redis/keys.ts";
-import { findReservation, getOrderRow, listOrdersOfUser } from "../services/seckill/orders.ts";
-import { listRefunds } from "../services/seckill/payments.ts";
-import type { ReconcileReport } from "../services/seckill/reconcile.ts";
-import { registeredSeckills } from "../services/seckill/registry.ts";
-import { resilienceSnapshot } from "../resilience.ts";
-import { statusName } from "../services/seckill/types.ts";
-import { isoDay, uvReport } from "../services/uv.ts";
+import type { Logger } from "../log.ts";
+import { doc, type RouteDoc } from "../openapi/describe.ts";
+import { consoleSessionAlive, revokeConsoleSession } from "../services/console-sessions.ts";
+import { type BulkOutcome, deleteAll, deleteDeadLetter, DlqId, listDeadLetters, redriveAll, redriveDeadLetter } from "../services/dlq.ts";
+import { opsSnapshot, orderById, ordersOfUser, saleConfig, salesOverview } from "../services/ops.ts";
+import { latestVouchers } from "../services/vouchers.ts";
 import type { AppEnv } from "../types.ts";
 import { timingSafeEqual } from "../util/compare.ts";
 import { isOrderId } from "../util/ids.ts";
-import { formatInZone, parseSqlUtc } from "../util/time.ts";
+import { scrubbedMessage } from "../util/scrub.ts";
 
 type ConsoleEnv = AppEnv & { Variables: { session: ConsoleSession; form: FormValues } };
 
@@ -54,6 +53,7 @@ const post = (summary: string, extra: Partial<RouteDoc> = {}): RouteDoc =>
   page(summary, { description: "Form post of the console: needs the session cookie, a same-origin Origin and the session's CSRF token (`_csrf`); 303 on success.", ...extra });
 
 const VoucherParam = z.object({ voucherId: z.string().regex(/^[1-9]\d{0,15}$/) });
+const DlqParam = z.object({ id: DlqId });
 const AssetParam = z.object({ file: z.enum([...Object.keys(VENDOR_FILES), ...Object.keys(OWN_FILES)] as [string, ...string[]]) });
 
 function cookieOptions(publicUrl: string, maxAgeSeconds: number) {
@@ -61,33 +61,22 @@ function cookieOptions(publicUrl: string, maxAgeSeconds: number) {
 }
 
 /**
- * The console's Content-Security-Policy: its pages load only their own files (site.tsx: same-origin
- * scripts and stylesheets, no inline script); charts set styles from script, hence 'unsafe-inline'
- * for styles only. Nothing may frame the console.
+ * The console's Content-Security-Policy: its pages load only their own files (http/page.tsx:
+ * same-origin scripts and stylesheets, no inline script); charts set styles from script, hence
+ * 'unsafe-inline' for styles only. Nothing may frame the console.
  */
 export const CONSOLE_CSP = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 /** Live streams one console session may hold open in an isolate. */
 export const CONSOLE_STREAMS_PER_SESSION = 4;
 
 /**
- * Is a verified console session still alive server-side: not signed out (its nonce revoked) and
- * not issued before the last "revoke all"? One MGET. With Redis unreachable, pages (reads) are
- * answered — the console is most needed during an outage — and state-changing posts are refused.
+ * Signed in, or: pages redirect to the login form, streams and posts answer 401. A verified cookie
+ * is also checked server-side (services/console-sessions.ts: signed out, or "revoke all"): one MGET.
  */
-async function sessionAlive(deps: AppEnv["Variables"]["deps"], s: ConsoleSession, method: string): Promise<boolean> {
-  try {
-    const [revoked, epoch] = await deps.redis.mget<(string | number | null)[]>(keys.consoleRevoked(s.nonce), keys.consoleEpoch());
-    return revoked === null && (epoch === null || s.issuedMs >= Number(epoch));
-  } catch {
-    return method === "GET";
-  }
-}
-
-/** Signed in, or: pages redirect to the login form, streams and posts answer 401. */
 const requireConsole = createMiddleware<ConsoleEnv>(async (c, next) => {
   const deps = c.get("deps");
   const verified = await verifySession(deps.config.ADMIN_TOKEN, getCookie(c, SESSION_COOKIE), deps.clock.now());
-  const session = verified && (await sessionAlive(deps, verified, c.req.method)) ? verified : null;
+  const session = verified && (await consoleSessionAlive(deps, verified, c.req.method)) ? verified : null;
   if (!session) {
     if (c.req.method === "GET" && !c.req.path.endsWith("/events")) return c.redirect(LOGIN, 302);
     return c.html(<MessagePage title="Signed out" message="Sign in again: the console session is missing or has expired." />, 401);
@@ -103,7 +92,6 @@ function sameOrigin(req: Request, publicUrl: string): boolean {
   return origin === new URL(req.url).origin || origin === new URL(publicUrl).origin;
 }
 
-
 /** Same origin and the session's CSRF token in `_csrf`; the parsed form is in `c.var.form`. */
 const requireCsrf = createMiddleware<ConsoleEnv>(async (c, next) => {
   const deps = c.get("deps");
@@ -115,38 +103,56 @@ const requireCsrf = createMiddleware<ConsoleEnv>(async (c, next) => {
   await next();
 });
 
-const present = (ms: number, zone: string) => formatInZone(ms, zone);
+const sseEvent = (s: SaleSnapshot) => ({ event: "stats", data: JSON.stringify(s) });
 
-async function voucherRows(deps: AppEnv["Variables"]["deps"]): Promise<VoucherRow[]> {
-  const zone = deps.config.SERVICE_TIME_ZONE;
-  const rows = (
-    await deps.db.execute(
-      `SELECT v.id, v.shop_id, v.title, v.type, v.status, v.pay_value, v.actual_value, s.stock, s.begin_time, s.end_time
-         FROM tb_voucher v LEFT JOIN tb_seckill_voucher s ON s.voucher_id = v.id
-        ORDER BY v.id DESC LIMIT 50`,
-    )
-  ).rows as Record<string, string | number | null>[];
-  const now = deps.clock.now();
-  return rows.map((r) => {
-    const seckill = Number(r.type) === 1 && r.begin_time !== null;
-    const beginMs = seckill ? parseSqlUtc(String(r.begin_time)) : 0;
-    const endMs = seckill ? parseSqlUtc(String(r.end_time)) : 0;
-    return {
-      id: Number(r.id),
-      shopId: Number(r.shop_id),
-      title: String(r.title),
-      type: Number(r.type),
-      payValue: Number(r.pay_value),
-      actualValue: Number(r.actual_value),
-      stock: seckill ? Number(r.stock) : null,
-      begin: seckill ? present(beginMs, zone) : null,
-      end: seckill ? present(endMs, zone) : null,
-      state: seckill ? saleState({ beginMs, endMs }, Number(r.stock), now) : ({ 1: "on sale", 2: "off sale", 3: "expired" } as Record<number, string>)[Number(r.status)] ?? "?",
-    };
-  });
+const isDecimalId = (id: string) => /^[1-9]\d{0,15}$/.test(id);
+
+const RECONCILE_FLASHES: Record<string, Flash> = {
+  ran: { ok: true, text: "Reconcile ran: the report below is the new one." },
+  busy: { ok: false, text: "A reconcile run is in progress elsewhere (lock held): try again in a moment." },
+};
+
+/** The dead-letter page's URL filter: "" (none), or an http(s) URL; null when it is neither. */
+function dlqUrlFilter(raw: string | undefined): string | null {
+  const url = (raw ?? "").trim();
+  if (url === "") return "";
+  return url.length <= 2048 && /^https?:\/\//.test(url) && URL.canParse(url) ? url : null;
 }
 
-const sseEvent = (s: SaleSnapshot) => ({ event: "stats", data: JSON.stringify(s) });
+/** Where a dead-letter action sends the browser back to: the list (same filter) with what happened. */
+function dlqBack(url: string, done: string, bulk?: BulkOutcome): string {
+  const q = new URLSearchParams({ ...(url ? { url } : {}), done });
+  if (bulk) {
+    q.set("n", String(bulk.done));
+    if (bulk.more) q.set("more", "1");
+  }
+  return `/console/dlq?${q.toString()}`;
+}
+
+function dlqFlash(q: Record<string, string | undefined>): Flash | undefined {
+  const n = Number(q.n ?? 0);
+  const more = q.more === "1" ? " Some are left: run it again." : "";
+  const flashes: Record<string, Flash> = {
+    redriven: { ok: true, text: "Re-driven: QStash delivers a fresh copy now." },
+    deleted: { ok: true, text: "Deleted." },
+    missing: { ok: false, text: "That entry is no longer in the dead-letter queue (re-driven or deleted meanwhile)." },
+    "redriven-all": { ok: true, text: `Re-drove ${n} dead letter(s).${more}` },
+    "deleted-all": { ok: true, text: `Deleted ${n} dead letter(s).${more}` },
+    unconfirmed: { ok: false, text: "Nothing deleted: tick the box to delete them all." },
+    failed: { ok: false, text: "QStash did not answer in time: the entry may or may not have changed; the list below is current." },
+  };
+  return flashes[q.done ?? ""];
+}
+
+/** Runs a dead-letter action; a QStash failure sends the browser back with `done=failed` (the list shows what is true). */
+async function dlqAction(log: Logger, url: string, act: () => Promise<string>): Promise<string> {
+  try {
+    return await act();
+  } catch (err) {
+    log.warn("console dead-letter action failed", { err });
+    return dlqBack(url, "failed");
+  }
+}
 
 /** Mounted at /console. */
 export const consolePages = new Hono<ConsoleEnv>()
@@ -177,7 +183,7 @@ export const consolePages = new Hono<ConsoleEnv>()
         await checkOperatorAttempt(deps, limitAddress(c, deps.config), timingSafeEqual(token, deps.config.ADMIN_TOKEN));
       } catch (err) {
         if (err instanceof AppError && err.code === "RATE_LIMITED") {
-          c.header("Retry-After", String(Math.max(1, Math.ceil((err.retryAfterSeconds ?? 1)))));
+          c.header("Retry-After", String(Math.max(1, Math.ceil(err.retryAfterSeconds ?? 1))));
           return c.html(<LoginPage error="Too many failed sign-ins from this address: try again later." />, 429);
         }
         if (err instanceof AppError && err.code === "UNAUTHORIZED") return c.html(<LoginPage error="Not the operator token." />, 401);
@@ -195,9 +201,8 @@ export const consolePages = new Hono<ConsoleEnv>()
     requireCsrf,
     doc(post("sign out (ends the session server-side and clears its cookie)"), async (c) => {
       const deps = c.get("deps");
-      const s = c.get("session");
       // Server-side: the cookie stops working everywhere, also if someone kept a copy.
-      await deps.redis.set(keys.consoleRevoked(s.nonce), "1", { px: Math.max(1000, s.expiresMs - deps.clock.now()) });
+      await revokeConsoleSession(deps, c.get("session"));
       deleteCookie(c, SESSION_COOKIE, cookieOptions(deps.config.PUBLIC_URL, 0));
       return c.redirect(LOGIN, 303);
     }),
@@ -205,29 +210,18 @@ export const consolePages = new Hono<ConsoleEnv>()
   .get(
     "/",
     requireConsole,
-    doc(page("seckill sales and their state"), async (c) => {
+    doc(page("seckill sales and their state (GET /admin/sales)"), async (c) => {
       const deps = c.get("deps");
-      const zone = deps.config.SERVICE_TIME_ZONE;
-      const now = deps.clock.now();
-      const cfgs = (await registeredSeckills(deps, now)).slice(-100).reverse();
-      const p = deps.redis.pipeline();
-      for (const cfg of cfgs) for (let i = 0; i < cfg.buckets; i++) p.get(keys.seckill.stock(cfg.shopId, cfg.voucherId, i));
-      const raw = cfgs.length > 0 ? ((await p.exec()) as unknown[]) : [];
-      let at = 0;
-      const rows = cfgs.map((cfg) => {
-        let left = 0;
-        for (let i = 0; i < cfg.buckets; i++) left += Number(raw[at++] ?? 0);
-        return { voucherId: cfg.voucherId, shopId: cfg.shopId, initial: cfg.initialStock, stockLeft: left, begin: present(cfg.beginMs, zone), end: present(cfg.endMs, zone), state: saleState(cfg, left, now) };
-      });
-      return c.html(<SalesPage csrf={c.get("session").csrf} rows={rows} />);
+      return c.html(<SalesPage csrf={c.get("session").csrf} rows={await salesOverview(deps)} zone={deps.config.SERVICE_TIME_ZONE} />);
     }),
   )
   .get(
     "/vouchers",
     requireConsole,
-    doc(page("voucher forms and the latest vouchers"), async (c) => {
+    doc(page("voucher forms and the latest vouchers (GET /admin/vouchers)"), async (c) => {
+      const deps = c.get("deps");
       const created = Number(c.req.query("created") ?? "") || undefined;
-      return c.html(<VouchersPage csrf={c.get("session").csrf} rows={await voucherRows(c.get("deps"))} created={created} />);
+      return c.html(<VouchersPage csrf={c.get("session").csrf} rows={await latestVouchers(deps)} zone={deps.config.SERVICE_TIME_ZONE} created={created} />);
     }),
   )
   .post(
@@ -240,7 +234,7 @@ export const consolePages = new Hono<ConsoleEnv>()
       const values = c.get("form");
       const res = await submitVoucher(deps, values);
       if (res.ok) return c.redirect(`/console/vouchers?created=${res.voucherId}`, 303);
-      return c.html(<VouchersPage csrf={c.get("session").csrf} rows={await voucherRows(deps)} form={{ kind: "normal", values, errors: res.errors }} />, 400);
+      return c.html(<VouchersPage csrf={c.get("session").csrf} rows={await latestVouchers(deps)} zone={deps.config.SERVICE_TIME_ZONE} form={{ kind: "normal", values, errors: res.errors }} />, 400);
     }),
   )
   .post(
@@ -253,7 +247,7 @@ export const consolePages = new Hono<ConsoleEnv>()
       const values = c.get("form");
       const res = await submitSeckill(deps, values);
       if (res.ok) return c.redirect(`/console/sale/${res.voucherId}`, 303);
-      return c.html(<VouchersPage csrf={c.get("session").csrf} rows={await voucherRows(deps)} form={{ kind: "seckill", values, errors: res.errors }} />, 400);
+      return c.html(<VouchersPage csrf={c.get("session").csrf} rows={await latestVouchers(deps)} zone={deps.config.SERVICE_TIME_ZONE} form={{ kind: "seckill", values, errors: res.errors }} />, 400);
     }),
   )
   .get(
@@ -263,21 +257,9 @@ export const consolePages = new Hono<ConsoleEnv>()
       const deps = c.get("deps");
       const csrf = c.get("session").csrf;
       const id = c.req.param("voucherId") ?? "";
-      const cfg = /^[1-9]\d{0,15}$/.test(id) ? await saleConfig(deps, Number(id)) : null;
+      const cfg = isDecimalId(id) ? await saleConfig(deps, Number(id)) : null;
       if (!cfg) return c.html(<MessagePage title="No such sale" message={`Voucher ${id} is not a seckill voucher.`} csrf={csrf} />, 404);
-      const zone = deps.config.SERVICE_TIME_ZONE;
-      return c.html(
-        <SalePage
-          csrf={csrf}
-          s={await saleSnapshot(deps, cfg)}
-          begin={present(cfg.beginMs, zone)}
-          end={present(cfg.endMs, zone)}
-          limits={saleLimits(cfg)}
-          campaign={cfg.campaign ?? null}
-          styles={[`${ASSET_PREFIX}uPlot.min.css`]}
-          scripts={[`${ASSET_PREFIX}uPlot.iife.min.js`, `${ASSET_PREFIX}sale.js`]}
-        />,
-      );
+      return c.html(<SalePage csrf={csrf} s={await saleSnapshot(deps, cfg)} cfg={cfg} zone={deps.config.SERVICE_TIME_ZONE} />);
     }),
   )
   .get(
@@ -291,7 +273,7 @@ export const consolePages = new Hono<ConsoleEnv>()
       async (c) => {
         const deps = c.get("deps");
         const id = c.req.param("voucherId") ?? "";
-        const cfg = /^[1-9]\d{0,15}$/.test(id) ? await saleConfig(deps, Number(id)) : null;
+        const cfg = isDecimalId(id) ? await saleConfig(deps, Number(id)) : null;
         if (!cfg) return c.json(fail("NOT_FOUND", `voucher ${id} is not a seckill voucher`, c.get("requestId")), 404);
         const nonce = c.get("session").nonce;
         const open = deps.isolate.consoleStreams;
@@ -326,64 +308,9 @@ export const consolePages = new Hono<ConsoleEnv>()
   .get(
     "/ops",
     requireConsole,
-    doc(page("operations: dependency breakers, limiters, hot keys, reconcile report, writer, cache hit rates, UV per day, refunds"), async (c) => {
+    doc(page("operations: dependency breakers, limiters, hot keys, reconcile report, writer, cache hit rates, UV per day, refunds (GET /admin/ops)"), async (c) => {
       const deps = c.get("deps");
-      const zone = deps.config.SERVICE_TIME_ZONE;
-      const now = deps.clock.now();
-      const to = isoDay(now, zone);
-      const from = isoDay(now - 6 * 86_400_000, zone);
-      // Each Redis/MySQL-backed section falls back on its own (named in `unavailable`), so the page
-      // still renders — breakers and limiters are memory — while a dependency is down, which is
-      // when an operator opens it.
-      const unavailable: string[] = [];
-      const orElse =
-        <T,>(section: string, fallback: T) =>
-        (err: unknown): T => {
-          unavailable.push(`${section}: ${err instanceof Error ? err.message : String(err)}`);
-          return fallback;
-        };
-      const metrics = deps.isolate.caches.metrics;
-      const [report, { cache, hot }, uv, refunds] = await Promise.all([
-        deps.redis.get<ReconcileReport>(keys.seckill.reconcileReport()).catch(orElse("reconcile report", null)),
-        // The hot report right after the counters' flush: one pipeline more than before, no second flush.
-        metrics
-          .report(deps)
-          .then(async (cache) => ({ cache, hot: await metrics.hotReport(deps, { flushed: true }).catch(orElse("hot keys", null)) }))
-          .catch(orElse("cache hit rates and hot keys", { cache: { modules: {}, isolates: 0 }, hot: null })),
-        uvReport(deps, from, to).catch(orElse("unique visitors", { days: [], total: 0 })),
-        listRefunds(deps, { limit: 20 }).catch(orElse("refunds", [])),
-      ]);
-      const promotedHere = new Set((hot?.promotedHere ?? []).map((k) => `${k.module}:${k.key}`));
-      const breakers = Object.entries(resilienceSnapshot(deps.isolate.resilience)).map(([dependency, g]) => ({
-        dependency,
-        ...g,
-        lastOpenedAt: g.lastOpenedAt === null ? null : present(g.lastOpenedAt, zone),
-      }));
-      const admission = deps.isolate.seckillAdmission.snapshot(now);
-      const listing = deps.isolate.listingLimit?.snapshot(now) ?? null;
-      const flashes: Record<string, { ok: boolean; text: string }> = {
-        ran: { ok: true, text: "Reconcile ran: the report below is the new one." },
-        busy: { ok: false, text: "A reconcile run is in progress elsewhere (lock held): try again in a moment." },
-      };
-      return c.html(
-        <OpsPage
-          csrf={c.get("session").csrf}
-          flash={flashes[c.req.query("reconcile") ?? ""]}
-          reconcileAt={report?.at ? present(report.at, zone) : null}
-          reconcile={(report?.vouchers ?? []) as unknown as Record<string, unknown>[]}
-          cache={Object.entries(cache.modules).map(([module, m]) => ({ module, ...m }))}
-          cacheIsolates={cache.isolates}
-          uv={uv.days}
-          uvTotal={uv.total}
-          refunds={refunds.map((r) => ({ ...r, nextAttemptAt: r.nextAttemptAt === null ? null : present(r.nextAttemptAt, zone), createTime: present(r.createTime, zone) }))}
-          pipeline={{ ...deps.orderGroups.stats, lockConflicts: deps.orderGroups.lockConflicts } as Record<string, unknown>}
-          unavailable={unavailable}
-          breakers={breakers}
-          hot={hot && { rule: hot.rule, top: hot.top.map((k) => ({ ...k, promotedHere: promotedHere.has(`${k.module}:${k.key}`) ? "yes" : "" })), promotedHere: hot.promotedHere }}
-          admission={admission}
-          listing={listing && { ...listing, lastSyncAt: listing.lastSyncAt === null ? null : present(listing.lastSyncAt, zone) }}
-        />,
-      );
+      return c.html(<OpsPage csrf={c.get("session").csrf} flash={RECONCILE_FLASHES[c.req.query("reconcile") ?? ""]} snapshot={await opsSnapshot(deps)} zone={deps.config.SERVICE_TIME_ZONE} />);
     }),
   )
   .post(
@@ -392,40 +319,98 @@ export const consolePages = new Hono<ConsoleEnv>()
     requireConsole,
     requireCsrf,
     doc(post("run a reconcile now (the same locked run as POST /admin/reconcile)"), async (c) => {
-      const deps = c.get("deps");
-      const res = await runJobNow(deps, "reconcile");
+      const res = await runJobNow(c.get("deps"), "reconcile");
       return c.redirect(`/console/ops?reconcile=${res.ran ? "ran" : "busy"}`, 303);
     }),
   )
   .get(
     "/orders",
     requireConsole,
-    doc(page("order lookup by order id or user id"), async (c) => {
+    doc(page("order lookup by order id or user id (GET /admin/orders)"), async (c) => {
       const deps = c.get("deps");
       const zone = deps.config.SERVICE_TIME_ZONE;
       const id = (c.req.query("id") ?? "").trim();
       const userId = (c.req.query("userId") ?? "").trim();
       const csrf = c.get("session").csrf;
-      const show = (o: { id: string; userId: number; voucherId: number; status: number; createTime: number; payTime: number | null }) => ({
-        ...o,
-        status: statusName(o.status),
-        createTime: present(o.createTime, zone),
-        payTime: o.payTime === null ? null : present(o.payTime, zone),
-      });
+      const show = (orders: Parameters<typeof OrdersPage>[0]["orders"], error?: string) => <OrdersPage csrf={csrf} id={id} userId={userId} error={error} orders={orders} zone={zone} />;
       if (id) {
-        if (!isOrderId(id)) return c.html(<OrdersPage csrf={csrf} id={id} userId={userId} error="not an order id" rows={null} />, 400);
-        const row = await getOrderRow(deps, id);
-        if (row) return c.html(<OrdersPage csrf={csrf} id={id} userId={userId} rows={[show(row)]} />);
-        const r = await findReservation(deps, id);
-        const queued = r ? [{ id, userId: r.userId, voucherId: r.voucherId, status: "queued (in the outbox)", createTime: present(r.reservedAt, zone), payTime: null }] : [];
-        return c.html(<OrdersPage csrf={csrf} id={id} userId={userId} rows={queued} />);
+        if (!isOrderId(id)) return c.html(show(null, "not an order id"), 400);
+        const order = await orderById(deps, id);
+        return c.html(show(order ? [order] : []));
       }
       if (userId) {
-        if (!/^[1-9]\d{0,15}$/.test(userId)) return c.html(<OrdersPage csrf={csrf} id={id} userId={userId} error="not a user id" rows={null} />, 400);
-        const rows = await listOrdersOfUser(deps, Number(userId), 1, 20);
-        return c.html(<OrdersPage csrf={csrf} id={id} userId={userId} rows={rows.map(show)} />);
+        if (!isDecimalId(userId)) return c.html(show(null, "not a user id"), 400);
+        return c.html(show(await ordersOfUser(deps, Number(userId))));
       }
-      return c.html(<OrdersPage csrf={csrf} id="" userId="" rows={null} />);
+      return c.html(show(null));
+    }),
+  )
+  .get(
+    "/dlq",
+    requireConsole,
+    doc(page("dead-lettered QStash messages with re-drive and delete (GET /admin/dlq)"), async (c) => {
+      const deps = c.get("deps");
+      const csrf = c.get("session").csrf;
+      const zone = deps.config.SERVICE_TIME_ZONE;
+      const q = c.req.query();
+      const flash = dlqFlash(q);
+      const url = dlqUrlFilter(q.url);
+      if (url === null) return c.html(<DlqPage csrf={csrf} zone={zone} page={null} url={q.url ?? ""} flash={{ ok: false, text: "The filter must be an http(s) URL." }} />, 400);
+      const cursor = q.cursor && q.cursor.length <= 200 ? q.cursor : undefined;
+      try {
+        const list = await listDeadLetters(deps, { url: url || undefined, cursor, count: 50 });
+        return c.html(<DlqPage csrf={csrf} zone={zone} page={list} url={url} flash={flash} />);
+      } catch (err) {
+        // The page still renders (its error named) while QStash is down: that is when it is needed.
+        c.get("log").warn("console dead-letter list failed", { err });
+        return c.html(<DlqPage csrf={csrf} zone={zone} page={null} url={url} flash={flash} error={scrubbedMessage(err)} />);
+      }
+    }),
+  )
+  .post(
+    "/dlq/retry-all",
+    formBody(),
+    requireConsole,
+    requireCsrf,
+    doc(post("re-drive every dead letter, or those of the `url` filter (POST /admin/dlq/retry-all)"), async (c) => {
+      const url = dlqUrlFilter(c.get("form").url) ?? "";
+      return c.redirect(await dlqAction(c.get("log"), url, async () => dlqBack(url, "redriven-all", await redriveAll(c.get("deps"), url ? { url } : {}))), 303);
+    }),
+  )
+  .post(
+    "/dlq/delete-all",
+    formBody(),
+    requireConsole,
+    requireCsrf,
+    doc(post("delete every dead letter, or those of the `url` filter, when `confirm=yes` (DELETE /admin/dlq)"), async (c) => {
+      const form = c.get("form");
+      const url = dlqUrlFilter(form.url) ?? "";
+      if (form.confirm !== "yes") return c.redirect(dlqBack(url, "unconfirmed"), 303);
+      return c.redirect(await dlqAction(c.get("log"), url, async () => dlqBack(url, "deleted-all", await deleteAll(c.get("deps"), url ? { url } : {}))), 303);
+    }),
+  )
+  .post(
+    "/dlq/:id/retry",
+    formBody(),
+    requireConsole,
+    requireCsrf,
+    doc(post("re-drive one dead letter (POST /admin/dlq/{id}/retry)", { params: DlqParam }), async (c) => {
+      const id = c.req.param("id") ?? "";
+      const url = dlqUrlFilter(c.get("form").url) ?? "";
+      if (!DlqId.safeParse(id).success) return c.redirect(dlqBack(url, "missing"), 303);
+      return c.redirect(await dlqAction(c.get("log"), url, async () => dlqBack(url, (await redriveDeadLetter(c.get("deps"), id)).ok ? "redriven" : "missing")), 303);
+    }),
+  )
+  .post(
+    "/dlq/:id/delete",
+    formBody(),
+    requireConsole,
+    requireCsrf,
+    doc(post("delete one dead letter (DELETE /admin/dlq/{id})", { params: DlqParam }), async (c) => {
+      const id = c.req.param("id") ?? "";
+      const url = dlqUrlFilter(c.get("form").url) ?? "";
+      if (!DlqId.safeParse(id).success) return c.redirect(dlqBack(url, "missing"), 303);
+      return c.redirect(await dlqAction(c.get("log"), url, async () => dlqBack(url, (await deleteDeadLetter(c.get("deps"), id)).ok ? "deleted" : "missing")), 303);
     }),
   )
   .get(

@@ -53,8 +53,9 @@ const signed = new Hono<SignedEnv>()
   .post(routeOf(ORDER_WRITE_PATH), signedBody(BODY_LIMITS.legacyWrite, "upstash-signature"))
   .post(routeOf(ORDER_CLOSE_PATH), signedBody(BODY_LIMITS.close, "upstash-signature"))
   .use(verifyQstash)
-  .post(routeOf(ORDER_DRAIN_PATH), doc({ ...QSTASH, summary: "Write a shop's queued reservations to MySQL (the order writer)", description: SIGNED, body: DrainBody }, async (c) => {
-    const res = await drainShop(c.get("deps"), parse(DrainBody, c.get("rawBody")).shopId);
+  .post(routeOf(ORDER_DRAIN_PATH), doc({ ...QSTASH, summary: "Write a shop's queued reservations (of one seckill shard, when named) to MySQL (the order writer)", description: SIGNED, body: DrainBody }, async (c) => {
+    const body = parse(DrainBody, c.get("rawBody"));
+    const res = await drainShop(c.get("deps"), body.shopId, body.shard === undefined ? {} : { shard: body.shard });
     return c.json(ok(res));
   }))
   // Legacy: remove with LegacyWriteBody after LEGACY_ORDER_MESSAGES_UNTIL (queue/messages.ts).
@@ -66,7 +67,7 @@ const signed = new Hono<SignedEnv>()
     const deps = c.get("deps");
     const body = parse(CloseBody, c.get("rawBody"));
     const deadlineMs = deps.clock.now() - deps.config.ORDER_PAY_TIMEOUT_SECONDS * 1000 + CLOSE_EARLY_SLACK_MS;
-    const res = await closeOrders(deps, body.orderIds, { shopId: body.shopId, deadlineMs });
+    const res = await closeOrders(deps, body.orderIds, { shopId: body.shopId, shard: body.shard, deadlineMs });
     return c.json(ok({ cancelled: res.cancelled, cancelledBeforeWrite: res.cancelledBeforeWrite, released: res.released, outcomes: Object.fromEntries(res.outcomes) }));
   }));
 

@@ -1,4 +1,4 @@
-import { Hono } from "hono";
+import { type Context, Hono } from "hono";
 import { z } from "zod";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireOperator } from "../http/auth.ts";
@@ -7,14 +7,11 @@ import { idempotentOperator } from "../http/idempotency.ts";
 import { Id, JsonId, varchar } from "../http/validate.ts";
 import { doc, LISTING_LIMIT_NOTE, type RouteDoc, v } from "../openapi/describe.ts";
 import { NumericId, Voucher } from "../openapi/schemas.ts";
-import { insertVoucher, loadVouchersOfShop, shopExists } from "../services/shops.ts";
-import { CampaignRuleConflict, createSeckillVoucher } from "../services/seckill/config.ts";
-import { CampaignId, checkRules, PurchaseRulesInput } from "../services/seckill/rules.ts";
+import { CampaignId, PurchaseRulesInput } from "../services/seckill/rules.ts";
+import { createSeckill, createVoucher, type VoucherOutcome } from "../services/vouchers.ts";
 import type { AppEnv } from "../types.ts";
 import { servePrepared } from "../http/edge.ts";
 import { parseParams } from "../http/params.ts";
-import type { Deps } from "../deps.ts";
-import { parseDateTime } from "../util/time.ts";
 
 /** Amounts are integer cents (pay_value BIGINT UNSIGNED, actual_value BIGINT; bounded far below either). */
 const Cents = z.number({ error: "must be a number" }).int("must be whole cents").min(0).max(100_000_000);
@@ -48,32 +45,14 @@ const SeckillBody = z.object({
   campaign: CampaignId.nullable().default(null),
 }).refine(payNotAboveValue, PAY_ABOVE_VALUE);
 
-/**
- * What a sale window must be. Times are kept in whole seconds (MySQL DATETIME), so Redis and MySQL
- * agree on them; the window lasts at least a second (tb_seckill_voucher CHECK end_time > begin_time)
- * and at most a year, and begins within a year of now (either side: a sale may be back-dated).
- */
-const SALE_HORIZON_MS = 366 * 86_400_000;
-const SALE_MIN_MS = 1_000;
-
-export type SaleWindow = { ok: true; beginMs: number; endMs: number } | { ok: false; field: "beginTime" | "endTime"; message: string };
-
-/** Checks a sale window (API and console forms alike); `field` names the input a refusal is about. */
-export function saleWindow(begin: string | number, end: string | number, zone: string, now: number): SaleWindow {
-  const toMs = (t: string | number) => (typeof t === "number" ? t : parseDateTime(t, zone));
-  const b = toMs(begin);
-  const e = toMs(end);
-  const calendar = "beginTime/endTime must be real calendar times, YYYY-MM-DDTHH:mm:ss (or epoch ms)";
-  if (b === null) return { ok: false, field: "beginTime", message: calendar };
-  if (e === null) return { ok: false, field: "endTime", message: calendar };
-  if (Math.abs(b - now) > SALE_HORIZON_MS) return { ok: false, field: "beginTime", message: "beginTime must be within 366 days of now" };
-  // On the times as given: ≥ 1 s apart, they stay apart after truncation to whole seconds.
-  if (e - b < SALE_MIN_MS) return { ok: false, field: "endTime", message: "endTime must be at least 1 second after beginTime" };
-  if (e - b > SALE_HORIZON_MS) return { ok: false, field: "endTime", message: "a sale lasts at most 366 days" };
-  return { ok: true, beginMs: Math.floor(b / 1000) * 1000, endMs: Math.floor(e / 1000) * 1000 };
-}
-
 const ShopIdParam = z.object({ shopId: Id });
+
+/** The service's outcome as the API answers it: the id, an unknown shop (200, `success:false`), or a 400. */
+function answer(c: Context<AppEnv>, res: VoucherOutcome) {
+  if (res.ok) return c.json(ok(res.voucherId));
+  if (res.code === "NOT_FOUND") return c.json(fail("NOT_FOUND", res.message));
+  throw new AppError("INVALID_INPUT", res.message);
+}
 
 const CREATE_SECKILL: RouteDoc = {
   tag: "operator",
@@ -85,41 +64,7 @@ const CREATE_SECKILL: RouteDoc = {
   errors: ["INVALID_INPUT"],
 };
 
-/** A voucher write is visible at once: the shop's cached list is overwritten from MySQL. */
-export async function refreshVoucherList(deps: Deps, shopId: number): Promise<void> {
-  await deps.isolate.caches.vouchers.set(deps, shopId, await loadVouchersOfShop(deps, shopId));
-}
-
 export const voucher = new Hono<AppEnv>()
   .get("/list/:shopId", doc({ tag: "vouchers", summary: "Vouchers of a shop on sale; seckill ones with `stock`, `beginTime`, `endTime`. Amounts in cents", description: LISTING_LIMIT_NOTE, access: "public", params: ShopIdParam, data: z.array(Voucher), errors: ["RATE_LIMITED", "UNAVAILABLE"] }, (c) => servePrepared(c, c.get("deps").isolate.caches.vouchers, parseParams(ShopIdParam, c.req.param()).shopId)))
-  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a normal voucher", access: "operator", data: NumericId, outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", VoucherBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
-    const deps = c.get("deps");
-    const body = c.req.valid("json");
-    if (!(await shopExists(deps, body.shopId))) return c.json(fail("NOT_FOUND", "shop not found"));
-    const id = await insertVoucher(deps.db, body);
-    await refreshVoucherList(deps, body.shopId);
-    return c.json(ok(id));
-  })
-  .post("/seckill", requireOperator, jsonBody(BODY_LIMITS.operator), doc(CREATE_SECKILL, v("json", SeckillBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
-    const deps = c.get("deps");
-    const body = c.req.valid("json");
-    const window = saleWindow(body.beginTime, body.endTime, deps.config.SERVICE_TIME_ZONE, deps.clock.now());
-    if (!window.ok) throw new AppError("INVALID_INPUT", window.message);
-    const { beginMs, endMs } = window;
-    const rules = checkRules(body.purchaseRules, body.campaign, deps.config);
-    if (!rules.ok) throw new AppError("INVALID_INPUT", `${rules.field}: ${rules.message}`);
-    if (body.buckets > body.stock) throw new AppError("INVALID_INPUT", "more buckets than stock");
-    if (!(await shopExists(deps, body.shopId))) return c.json(fail("NOT_FOUND", "shop not found"));
-    let cfg: Awaited<ReturnType<typeof createSeckillVoucher>>;
-    try {
-      cfg = await createSeckillVoucher(deps, { ...body, beginMs, endMs, dailyLimit: body.shopDailyLimit, purchaseRules: rules.rules });
-    } catch (err) {
-      if (err instanceof CampaignRuleConflict) throw new AppError("INVALID_INPUT", `purchaseRules: ${err.message}`);
-      throw err;
-    }
-    // Over any "not found" a buyer's early probe of this id left in the cache: at once here, in
-    // L2, and in other isolates' L1 through the write log (cache/hot.ts).
-    await deps.isolate.caches.seckill.set(deps, cfg.voucherId, cfg);
-    await refreshVoucherList(deps, body.shopId);
-    return c.json(ok(cfg.voucherId));
-  });
+  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a normal voucher", access: "operator", data: NumericId, outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", VoucherBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => answer(c, await createVoucher(c.get("deps"), c.req.valid("json"))))
+  .post("/seckill", requireOperator, jsonBody(BODY_LIMITS.operator), doc(CREATE_SECKILL, v("json", SeckillBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => answer(c, await createSeckill(c.get("deps"), c.req.valid("json"))));

@@ -1,11 +1,12 @@
-import { beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { SESSION_COOKIE } from "../../src/console/session.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { findReservation, writeOrder } from "../../src/services/seckill/orders.ts";
+import { deadLetter, deadLettersOf, type FailingTarget, SECRET, startFailingTarget } from "../support/dlq.ts";
 import { call, loginAs } from "../support/http.ts";
 import { createShop, createShopType } from "../support/fixtures.ts";
 import { createSeckill, sessionsFor, userIds } from "../support/seckill.ts";
-import { createTestApp, serveTestApp, type TestApp } from "../support/stack.ts";
+import { createTestApp, eventually, serveTestApp, type TestApp } from "../support/stack.ts";
 
 const ORIGIN = "http://localhost";
 const FORM = { "content-type": "application/x-www-form-urlencoded", origin: ORIGIN };
@@ -518,5 +519,88 @@ describe("assets", () => {
     }
     expect((await t.app.request("/console/assets/../package.json")).status).toBe(404);
     expect((await t.app.request("/console/assets/uPlot.cjs.js")).status).toBe(404);
+  });
+});
+
+describe("dead letters", () => {
+  let target: FailingTarget;
+  beforeAll(() => {
+    target = startFailingTarget();
+  });
+  afterAll(async () => {
+    await target.stop();
+  });
+
+  const page = async (cookie: string, url: string) => await (await t.app.request(`/console/dlq?url=${encodeURIComponent(url)}`, { headers: { cookie } })).text();
+  /** The cells of the page's row for one entry. */
+  const cellsOf = (html: string, dlqId: string) => {
+    const row = new RegExp(`<tr data-dlq="${dlqId}">(.*?)</tr>`, "s").exec(html)?.[1];
+    return row ? [...row.matchAll(/<td[^>]*>(.*?)<\/td>/gs)].map((c) => c[1] ?? "") : null;
+  };
+
+  test("the page and its forms need a console session; its links, forms and files are all same-origin", async () => {
+    expect((await t.app.request("/console/dlq")).status).toBe(302);
+    for (const path of ["/console/dlq/x/retry", "/console/dlq/x/delete", "/console/dlq/retry-all", "/console/dlq/delete-all"]) {
+      expect([path, (await t.app.request(path, { method: "POST", headers: FORM, body: "" })).status]).toEqual([path, 401]);
+    }
+    const { cookie } = await signIn();
+    const url = target.url();
+    await deadLetter(t, url);
+    const html = await page(cookie, url);
+    // The destinations are shown as text (they are http URLs); every src, href and action is ours.
+    for (const m of html.matchAll(/\b(?:src|href|action)="([^"]*)"/g)) expect(m[1]?.startsWith("/") && !m[1].startsWith("//")).toBe(true);
+  });
+
+  test("the page lists a failed message with its status and scrubbed answer; its re-drive form (CSRF-checked) delivers it again and empties the list", async () => {
+    const { cookie, csrf } = await signIn();
+    const url = target.url();
+    await deadLetter(t, url);
+    const [entry] = await deadLettersOf(t, url);
+    const dlqId = entry?.dlqId ?? "";
+    const html = await page(cookie, url);
+    const cells = cellsOf(html, dlqId);
+    expect(cells?.[3]).toBe("500");
+    expect(cells?.[4]).toStartWith("upstream exploded; authorization: ***");
+    expect(cells?.[5]).toContain("orderId");
+    expect(html).not.toContain(SECRET);
+    expect(html).not.toContain("hunter2");
+    expect(html).toContain(`action="/console/dlq/${dlqId}/retry"`);
+    const retry = (body: Record<string, string>, headers: Record<string, string> = FORM) => t.app.request(`/console/dlq/${dlqId}/retry`, { method: "POST", headers: { ...headers, cookie }, body: form(body) });
+    // Without the session's token, or from another origin: refused, nothing re-driven.
+    expect((await retry({})).status).toBe(403);
+    expect((await retry({ _csrf: csrf }, { ...FORM, origin: "https://evil.example" })).status).toBe(403);
+    expect(await deadLettersOf(t, url)).toHaveLength(1);
+    target.heal(url);
+    const res = await retry({ _csrf: csrf, url });
+    expect(res.status).toBe(303);
+    const back = res.headers.get("location") ?? "";
+    expect(back).toBe(`/console/dlq?${new URLSearchParams({ url, done: "redriven" })}`);
+    await eventually("the re-driven message delivered", async () => target.delivered(url).length === 1);
+    const after = await (await t.app.request(back, { headers: { cookie } })).text();
+    expect(after).toContain("Re-driven: QStash delivers a fresh copy now.");
+    expect(after).toContain("No dead letters matching the filter.");
+    // The entry is gone: its form now says so.
+    const stale = await retry({ _csrf: csrf, url });
+    expect(stale.headers.get("location")).toContain("done=missing");
+  });
+
+  test("delete one, and delete all of a destination only with the box ticked", async () => {
+    const { cookie, csrf } = await signIn();
+    const url = target.url();
+    await deadLetter(t, url, 3);
+    const [first] = await deadLettersOf(t, url);
+    const post = (path: string, body: Record<string, string>) => t.app.request(path, { method: "POST", headers: { ...FORM, cookie }, body: form({ _csrf: csrf, ...body }) });
+    const del = await post(`/console/dlq/${first?.dlqId}/delete`, { url });
+    expect(del.headers.get("location")).toContain("done=deleted");
+    expect(await deadLettersOf(t, url)).toHaveLength(2);
+    const unconfirmed = await post("/console/dlq/delete-all", { url });
+    expect(unconfirmed.headers.get("location")).toContain("done=unconfirmed");
+    expect(await deadLettersOf(t, url)).toHaveLength(2);
+    const all = await post("/console/dlq/delete-all", { url, confirm: "yes" });
+    const back = all.headers.get("location") ?? "";
+    expect(back).toContain("done=deleted-all");
+    expect(await (await t.app.request(back, { headers: { cookie } })).text()).toContain("Deleted 2 dead letter(s).");
+    expect(await deadLettersOf(t, url)).toEqual([]);
+    expect(target.delivered(url)).toEqual([]);
   });
 });

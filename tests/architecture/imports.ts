@@ -54,12 +54,10 @@ export function importGraph(root: string): Edge[] {
   return edges;
 }
 
-/** Layer of a file: a smaller number is higher up. */
-export function layerOf(path: string): number {
-  const top = path.split("/")[0] ?? "";
-  const byFile: Record<string, number> = { "app.ts": 1, "deps.ts": 2, "isolate.ts": 2, "caches.ts": 2 };
-  if (path in byFile) return byFile[path] as number;
-  const byDir: Record<string, number> = {
+const byFile: Record<string, number> = { "app.ts": 1, "deps.ts": 2, "isolate.ts": 2, "caches.ts": 2 };
+/** The ground: files every layer may import. */
+const GROUND = ["env.ts", "errors.ts", "log.ts", "resilience.ts", "runtime.ts", "types.ts"];
+const byDir: Record<string, number> = {
     entry: 0,
     routes: 3,
     openapi: 6,
@@ -77,9 +75,20 @@ export function layerOf(path: string): number {
     ports: 9,
     util: 10,
     types: 10,
-  };
-  if (top in byDir) return byDir[top] as number;
-  return 10; // env.ts, log.ts, errors.ts, runtime.ts, resilience.ts, types.ts: the ground
+};
+
+/** Whether `path` (a file of src/) sits in a folder or file this map places (a new one must be placed here). */
+export function placed(path: string): boolean {
+  const top = path.split("/")[0] ?? "";
+  return path in byFile || GROUND.includes(path) || (path.includes("/") && top in byDir);
+}
+
+/** Layer of a file: a smaller number is higher up. */
+export function layerOf(path: string): number {
+  const top = path.split("/")[0] ?? "";
+  if (path in byFile) return byFile[path] as number;
+  if (path.includes("/") && top in byDir) return byDir[top] as number;
+  return 10; // the ground
 }
 
 /** Value imports that run up a layer. */

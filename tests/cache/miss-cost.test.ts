@@ -124,7 +124,9 @@ test("a probe whose reply is lost after it took the rebuild lock: the reader is 
     expect(proxy.held).toBeGreaterThanOrEqual(1);
     proxy.set({ kind: "pass" });
     // The lock the lost probe took lives at most lockTtlMs; a reader meanwhile waits ≤ waitMs for it, then loads itself.
+    // Still held, with a TTL: an upper bound alone would also pass PTTL -2 (gone) and -1 (held forever).
     const pttl = await seeder.deps.redis.pttl(keys.cacheLock("shop", id));
+    expect(pttl).toBeGreaterThan(0);
     expect(pttl).toBeLessThanOrEqual(shops.policy.lockTtlMs);
     const other = await createTestApp(env);
     expect((await call<{ id: number }>(other.app, "GET", `/api/shop/${id}`)).body.data?.id).toBe(id);

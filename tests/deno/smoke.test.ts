@@ -8,6 +8,7 @@ import type { Subprocess } from "bun";
 import { join } from "node:path";
 import { freePort } from "../../scripts/stack/engines.ts";
 import { repoRoot } from "../support/build-worker.ts";
+import { within } from "../support/child.ts";
 import { getStack } from "../support/stack.ts";
 
 const deno = join(repoRoot, "node_modules/.bin/deno");
@@ -72,7 +73,10 @@ beforeAll(async () => {
 afterAll(async () => {
   if (!proc) return;
   proc.kill("SIGTERM");
-  const exited = await Promise.race([proc.exited.then(() => true), Bun.sleep(3000).then(() => false)]);
+  const exited = await within(3000, "deno to exit on SIGTERM", proc.exited).then(
+    () => true,
+    () => false,
+  );
   if (!exited) {
     proc.kill("SIGKILL");
     await proc.exited;

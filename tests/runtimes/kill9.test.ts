@@ -48,8 +48,8 @@ const WAVE_EVERY_MS = 40;
  */
 const KILL_AFTER_UNITS = 25;
 const KILL_IN_FLIGHT = 3;
-/** A client's pause before trying again after no answer. */
-const RETRY_AFTER_MS = 100;
+/** A client's pause before trying again after no answer (≤ 50 ms: tests/support/no-long-sleeps.test.ts). */
+const RETRY_AFTER_MS = 50;
 const REQUEST_TIMEOUT_MS = 5_000;
 const SALE_TIMEOUT_MS = 60_000;
 const SETTLE_TIMEOUT_MS = 60_000;

@@ -236,7 +236,7 @@ describe("at-least-once delivery", () => {
       expect(await t.deps.redis.scard(keys.seckill.released(shopId, voucherId))).toBe(stock);
       expect(await t.deps.redis.scard(keys.seckill.buyers(shopId, voucherId))).toBe(0);
       expect(await t.deps.redis.hlen(keys.seckill.outbox(shopId))).toBe(0);
-      expect(t.deps.orderGroups.lockConflicts.exhausted).toBe(0);
+      expect(t.deps.isolate.orderGroups.lockConflicts.exhausted).toBe(0);
     } finally {
       await t.settle();
     }

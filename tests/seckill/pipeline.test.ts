@@ -54,7 +54,7 @@ describe("batched order pipeline", () => {
   test("a burst of reservations costs one drain announcement per shop and window, and one batched index write", async () => {
     const { t, messages } = await tappedApp();
     const { shopId, voucherId } = await createSeckill(t, { stock: 200 });
-    const before = t.deps.orderGroups.stats.redisCommands;
+    const before = t.deps.isolate.orderGroups.stats.redisCommands;
     await reserveMany(t, voucherId, 200);
     const drains = messages().filter((m) => m.url.endsWith(ORDER_DRAIN_PATH));
     // 200 concurrent reservations land in one or two one-second windows.
@@ -68,7 +68,7 @@ describe("batched order pipeline", () => {
       expect((d.notBefore as number) * 1000).toBeGreaterThanOrEqual((window + 1) * 1000);
     }
     // The index writes are batched: far fewer commands than reservations.
-    expect(t.deps.orderGroups.stats.redisCommands - before).toBeLessThanOrEqual(10);
+    expect(t.deps.isolate.orderGroups.stats.redisCommands - before).toBeLessThanOrEqual(10);
     expect((await outbox(t, shopId)).length).toBe(200);
   });
 
@@ -119,7 +119,7 @@ describe("batched order pipeline", () => {
     expect(Number(rows.d)).toBe(stock);
     expect(await mysqlCounts(t, voucherId)).toEqual({ orders: stock, active: stock, stock: 0 });
     // Lock conflicts may have happened; none outlasted the retries.
-    expect(t.deps.orderGroups.lockConflicts.exhausted).toBe(0);
+    expect(t.deps.isolate.orderGroups.lockConflicts.exhausted).toBe(0);
     // A replay of the whole outbox content as one more group writes nothing.
     expect(await writeGroup(t.deps, all)).toMatchObject({ created: 0, existed: stock });
   });
@@ -191,8 +191,8 @@ describe("batched order pipeline", () => {
       const res = await call(t.app, "POST", ORDER_DRAIN_PATH, { body, headers: { "content-type": "application/json", "upstash-signature": signature } });
       expect(res.status).toBe(200);
       await eventually("orders written", async () => (await mysqlCounts(t, voucherId)).orders === 4);
-      expect(t.deps.orderGroups.lockConflicts.retried).toBe(3);
-      expect(t.deps.orderGroups.lockConflicts.exhausted).toBe(0);
+      expect(t.deps.isolate.orderGroups.lockConflicts.retried).toBe(3);
+      expect(t.deps.isolate.orderGroups.lockConflicts.exhausted).toBe(0);
       expect(lines.filter((l) => l.includes("unhandled error"))).toEqual([]);
     } finally {
       await t.settle();

@@ -83,7 +83,7 @@ test("explicit pipeline().exec() is one POST /pipeline with results in order", a
   standin.resetStats();
   const res = await redis.pipeline().set(k, "v1").incr(`${k}:n`).get(k).incr(`${k}:n`).exec();
   expect(res).toEqual(["OK", 1, "v1", 2]);
-  expect(standin.stats()).toEqual({ requests: 1, commands: 4, byPath: { "/pipeline": 1 } });
+  expect(standin.stats()).toMatchObject({ requests: 1, commands: 4, byPath: { "/pipeline": 1 }, throttledRequests: 0 });
 });
 
 test("500 concurrent INCRs with auto-pipelining count exactly and are batched", async () => {
@@ -106,7 +106,15 @@ test("the stats endpoint reports requests and commands and can be reset over HTT
   await sdk({ enableAutoPipelining: false }).pipeline().ping().ping().exec();
   const res = await fetch(`${standin.url}/__standin/stats`, { headers: auth });
   expect(res.status).toBe(200);
-  expect(await res.json()).toEqual({ requests: 1, commands: 2, byPath: { "/pipeline": 1 } });
+  expect(await res.json()).toEqual({
+    requests: 1,
+    commands: 2,
+    byPath: { "/pipeline": 1 },
+    throttledRequests: 0,
+    throttledCommands: 0,
+    maxPerSecond: 2,
+    maxOfferedPerSecond: 2,
+  });
   expect((await fetch(`${standin.url}/__standin/stats`)).status).toBe(401);
 });
 

@@ -2,6 +2,8 @@
  * Test preload (bunfig.toml): one private stack per `bun test` process — real redis-server and
  * MariaDB on free ports with throw-away data, behind the stand-ins — migrated once. Test files
  * get it through `getStack()` (tests/support/stack.ts); they never touch the developer's .local data.
+ * Seckill shard databases are not part of it: a test that needs them asks getShardStack(n)
+ * (tests/support/shards.ts), and the afterAll below stops whatever was started.
  */
 import { afterAll } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -10,6 +12,7 @@ import { join } from "node:path";
 import { runMigrations } from "../../scripts/migrate.ts";
 import { startStack, type Stack } from "../../scripts/stack/index.ts";
 import { freePort } from "../../scripts/stack/engines.ts";
+import { stopShardStacks } from "./shards.ts";
 
 declare global {
   // eslint-disable-next-line no-var
@@ -38,6 +41,7 @@ if (!globalThis.__cityhubStack) {
     return stack;
   })();
   afterAll(async () => {
+    await stopShardStacks();
     const stack = await globalThis.__cityhubStack?.catch(() => undefined);
     await stack?.stop();
     rmSync(dir, { recursive: true, force: true });

@@ -52,7 +52,7 @@
  *                         1,000 units sold
  *   QStash msgs/1k orders messages published for the round (drains, follow-up drains, closes) plus
  *                         failed delivery attempts (retries), per 1,000 units sold
- *   lock conflicts        MySQL lock conflicts the app met and retried (deps.orderGroups.lockConflicts)
+ *   lock conflicts        MySQL lock conflicts the app met and retried (deps.isolate.orderGroups.lockConflicts)
  *   InnoDB deadlocks      MariaDB Innodb_deadlocks delta over the round
  *   unhandled errors      "unhandled error" lines of the app's log (must be 0)
  *

@@ -38,7 +38,7 @@
  * app-side count), "QStash msgs/1k orders" (messages published for the round — the announcement,
  * follow-up drains, closes — plus failed delivery attempts, i.e. retries, per 1,000 orders),
  * "notBefore wait ms" (announcement → first delivery), "lock conflicts" (the app's
- * deps.orderGroups.lockConflicts, retried + exhausted), "InnoDB deadlocks" (MariaDB
+ * deps.isolate.orderGroups.lockConflicts, retried + exhausted), "InnoDB deadlocks" (MariaDB
  * Innodb_deadlocks delta) and "unhandled errors" (the app's "unhandled error" log lines).
  */
 import type { Config } from "../../../src/env.ts";

@@ -26,7 +26,7 @@
  *   - it counts every Redis command the app's client sends, by command and (for EVALSHA) by
  *     script, background work included, and the requests it serves other than QStash deliveries
  *     ("served"): the "Redis cmds/attempt" columns of the seckill and session rows;
- *   - deps.orderGroups.stats and .lockConflicts (the pipeline's own counters) are read over IPC.
+ *   - deps.isolate.orderGroups.stats and .lockConflicts (the pipeline's own counters) are read over IPC.
  *
  * The same process also hosts the two in-process baselines, so that their client runs in a
  * process of its own (in the runner it would share one JS thread with the stand-ins it calls),
@@ -338,8 +338,8 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
         firstDrainAt: Number.isNaN(firstDrainAt) ? null : firstDrainAt,
         lastDrainEndAt: Number.isNaN(lastDrainEndAt) ? null : lastDrainEndAt,
         writerRedis: { ...writerRedis },
-        orderGroups: { ...deps.orderGroups.stats },
-        lockConflicts: { ...deps.orderGroups.lockConflicts },
+        orderGroups: { ...deps.isolate.orderGroups.stats },
+        lockConflicts: { ...deps.isolate.orderGroups.lockConflicts },
         log: Object.fromEntries(logLines),
         lastErrors: [...lastErrors],
         io: Object.fromEntries([...io].map(([k, v]) => [k, { n: v.n, ms: Math.round(v.ms) }])),

@@ -104,7 +104,8 @@ const MESSAGES = {
  */
 export class SeckillAdmission {
   readonly limits: AdmissionLimits | null;
-  readonly gates = new LRUCache<number, Gate>({ max: 1_000 });
+  /** Gates by "voucherId" (unsharded) or "voucherId:shard" (each shard database its own budget, issue 18). */
+  readonly gates = new LRUCache<string, Gate>({ max: 1_000 });
   readonly blocks = new LRUCache<string, number>({ max: 100_000 });
   /** Leases sent, tokens granted, attempts refused from memory (admission, rate-limit blocks). */
   readonly stats = { leases: 0, granted: 0, refused: 0, blockedFromMemory: 0 };
@@ -122,21 +123,22 @@ export class SeckillAdmission {
   snapshot(now: number, top = 20): AdmissionSnapshot {
     const second = Math.floor(now / 1000);
     const gates: AdmissionSnapshot["gates"] = [];
-    for (const [voucherId, g] of this.gates.entries()) {
+    for (const [key, g] of this.gates.entries()) {
       if (gates.length >= top) break;
       const current = g.second === second;
-      gates.push({ voucherId, tokens: current ? g.tokens : 0, spent: current && g.spent, seen: current ? g.seen : 0, leasing: g.lease !== undefined });
+      const [voucherId, shard] = key.split(":").map(Number) as [number, number | undefined];
+      gates.push({ voucherId, ...(shard === undefined ? {} : { shard }), tokens: current ? g.tokens : 0, spent: current && g.spent, seen: current ? g.seen : 0, leasing: g.lease !== undefined });
     }
     let blocksActive = 0;
     for (const until of this.blocks.values()) if (until > now) blocksActive++;
     return { limits: this.limits, stats: { ...this.stats }, vouchers: this.gates.size, gates, blocks: this.blocks.size, blocksActive };
   }
 
-  private gateOf(voucherId: number, second: number): Gate {
-    let g = this.gates.get(voucherId);
+  private gateOf(key: string, second: number): Gate {
+    let g = this.gates.get(key);
     if (!g) {
       g = { second, tokens: 0, spent: false, lease: undefined, waiting: 0, seen: 0, seenBefore: 0 };
-      this.gates.set(voucherId, g);
+      this.gates.set(key, g);
     } else if (g.second !== second) {
       // A new second: the old one's tokens and verdict are void (a clock step back also lands here).
       g.seenBefore = second === g.second + 1 ? g.seen : 0;
@@ -163,7 +165,8 @@ export class SeckillAdmission {
         if (addr !== undefined) return this.refuse(MESSAGES.ip, addr - now, true);
       }
     }
-    const g = this.gates.peek(voucherId);
+    // (A sharded voucher's gates are per shard; admit() refuses from them without I/O as well.)
+    const g = this.gates.peek(String(voucherId));
     const second = Math.floor(now / 1000);
     if (g !== undefined && g.spent && g.tokens === 0 && g.second === second) return this.refuse(MESSAGES.admission, (second + 1) * 1000 - now, false);
     return undefined;
@@ -194,14 +197,14 @@ export class SeckillAdmission {
    * has no token and the second's budget is not known to be spent. A failed lease rejects like the
    * reserve command would (Redis is down for both).
    */
-  async admit(deps: Pick<Deps, "redis" | "clock" | "runtime">, voucherId: number): Promise<MemoryAnswer | undefined> {
+  async admit(deps: Pick<Deps, "redis" | "clock" | "runtime">, voucherId: number, shard?: number): Promise<MemoryAnswer | undefined> {
     const lim = this.limits;
     if (!lim) return undefined;
     let counted = false;
     for (;;) {
       const now = deps.clock.now();
       const second = Math.floor(now / 1000);
-      const g = this.gateOf(voucherId, second);
+      const g = this.gateOf(shard === undefined ? String(voucherId) : `${voucherId}:${shard}`, second);
       if (!counted) {
         g.seen++;
         counted = true;

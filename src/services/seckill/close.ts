@@ -10,17 +10,24 @@
  * ignored; a reservation in a message body is never used (a made-up one cannot raise stock).
  * `deadlineMs` (when given) spares orders created at or after it: a close arriving early, or
  * naming a fresh order, closes nothing.
+ *
+ * Sharded vouchers (issue 18, shards.ts): an order's unit goes back to its buyer's home shard,
+ * recomputed from the order's user (homeShard), which is where it was reserved: the orders of a
+ * voucher are grouped by home shard, one release-stock-many per shard (commands per shard, never
+ * per order). Reservations closed before they reached MySQL are read from the outbox of their
+ * shard. Unsharded vouchers: one release per voucher in the main database, as before shards.
  */
 import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { invocationCap, type LimitSource, metered, SubrequestBudget, SubrequestBudgetExceeded } from "../../ports/subrequests.ts";
 import { parseSqlUtc, serviceDay, toSqlUtc } from "../../util/time.ts";
-import { homeBucket } from "./config.ts";
+import { homeBucket, type SeckillConfig } from "./config.ts";
 import { ruleKeys } from "./rules.ts";
 import { withLockRetry } from "./mysql-retry.ts";
-import { findReservation, outboxEntries, parseReservation } from "./outbox.ts";
-import { registeredSeckills, shopsOf } from "./registry.ts";
+import { findReservation, outboxEntries, outboxesOf, outboxRedis, parseReservation, reachableOutboxes } from "./outbox.ts";
+import { registeredSeckills } from "./registry.ts";
+import { homeShard, ShardUnavailable, shardCountOf, shardRedis } from "./shards.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 
 type Row = Record<string, string | number | null>;
@@ -31,7 +38,9 @@ type Row = Record<string, string | number | null>;
  * and the before-write transaction (BEGIN, INSERT, SELECT, COMMIT); per voucher the CAS
  * transaction (BEGIN, SELECT … FOR UPDATE, two UPDATEs, COMMIT), the voucher's configuration on an
  * L1 miss (GET, SELECT, SET) and the release script. The number of orders does not matter (IN
- * lists). Measured in tests/jobs/subrequests.test.ts.
+ * lists). Measured in tests/jobs/subrequests.test.ts. A sharded voucher's release is one script
+ * per home shard among the orders: planners count each (voucher, shard) as a voucher (over by the
+ * CAS and configuration it does not repeat), and the writer's closes are of one shard only.
  */
 export const CLOSE_BASE_COST = 6;
 export const CLOSE_VOUCHER_COST = 9;
@@ -63,38 +72,69 @@ export interface CloseSummary {
   released: number;
 }
 
-/** Gives the units of cancelled orders back to Redis: one command per voucher, once per order. */
+/** `list` grouped by `keyOf`, in first-seen order. */
+function groupBy<T, K>(list: readonly T[], keyOf: (t: T) => K): Map<K, T[]> {
+  const m = new Map<K, T[]>();
+  for (const t of list) {
+    const k = keyOf(t);
+    let g = m.get(k);
+    if (!g) m.set(k, (g = []));
+    g.push(t);
+  }
+  return m;
+}
+
+/**
+ * Gives the units of cancelled orders back to Redis, once per order: one command per voucher (per
+ * voucher and home shard for a sharded voucher, in that shard's database).
+ *
+ * A voucher whose shard this deployment does not configure (SECKILL_SHARD_URLS lost a shard a
+ * live voucher uses) cannot be released: the others are, then ShardUnavailable is thrown — the
+ * close route fails and its redelivery releases once the shard is back (the release is once per
+ * order); close-expired logs it and goes on (closeOrSkip).
+ */
 export async function releaseManyInRedis(deps: Deps, orders: readonly OrderRef[]): Promise<number> {
   let released = 0;
-  const groups = new Map<number, OrderRef[]>();
-  for (const o of orders) {
-    let list = groups.get(o.voucherId);
-    if (!list) groups.set(o.voucherId, (list = []));
-    list.push(o);
-  }
-  for (const [voucherId, list] of groups) {
+  let unavailable: ShardUnavailable | undefined;
+  for (const [voucherId, list] of groupBy(orders, (o) => o.voucherId)) {
     const cfg = await deps.isolate.caches.seckill.get(deps, voucherId);
     if (!cfg) throw new Error(`seckill voucher ${voucherId} has no configuration`);
-    const k: string[] = [keys.seckill.released(cfg.shopId, voucherId), keys.seckill.buyers(cfg.shopId, voucherId), keys.seckill.outbox(cfg.shopId), keys.seckill.outboxDue(cfg.shopId)];
-    const a: string[] = [];
-    for (const o of list) {
-      // The rule logs come from the voucher's (immutable) rules, so a release finds the keys its
-      // reservation wrote whether or not the voucher was reloaded in between (a reload restores
-      // meta, not the logs, which are per shop/campaign and user). release-stock-many.lua infers
-      // the per-order block size from the key count.
-      k.push(
-        keys.seckill.daily(cfg.shopId, o.userId, serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE)),
-        keys.seckill.stock(cfg.shopId, voucherId, homeBucket(o.userId, cfg.buckets)),
-        ...ruleKeys(cfg, o.userId),
-      );
-      a.push(o.orderId, String(o.userId));
+    const n = shardCountOf(cfg);
+    for (const [shard, inShard] of groupBy(list, (o) => homeShard(o.userId, n))) {
+      try {
+        released += await releaseInShard(deps, cfg, shardRedis(deps, cfg, shard), inShard);
+      } catch (err) {
+        if (!(err instanceof ShardUnavailable)) throw err;
+        unavailable ??= err;
+        deps.log.error("cancelled orders' units not released: their seckill shard is not configured", { voucherId, shard, orderIds: inShard.map((o) => o.orderId).slice(0, 20), err });
+      }
     }
-    released += await scriptsFor(deps.redis).releaseStockMany.exec(k, a);
     // This isolate no longer remembers these buyers as holders (other isolates' memos end within
     // SeckillMemory.holderMemoMs, which is at most half the payment timeout, i.e. before any deadline close).
     for (const o of list) deps.isolate.seckill.forgetHolder(voucherId, o.userId);
   }
+  if (unavailable) throw unavailable;
   return released;
+}
+
+/** One release-stock-many of one voucher's orders in one database (the buyers' home shard, or the main one). */
+async function releaseInShard(deps: Pick<Deps, "config">, cfg: SeckillConfig, redis: Deps["redis"], list: readonly OrderRef[]): Promise<number> {
+  const { shopId, voucherId } = cfg;
+  const k: string[] = [keys.seckill.released(shopId, voucherId), keys.seckill.buyers(shopId, voucherId), keys.seckill.outbox(shopId), keys.seckill.outboxDue(shopId)];
+  const a: string[] = [];
+  for (const o of list) {
+    // The rule logs come from the voucher's (immutable) rules, so a release finds the keys its
+    // reservation wrote whether or not the voucher was reloaded in between (a reload restores
+    // meta, not the logs, which are per shop/campaign and user). release-stock-many.lua infers
+    // the per-order block size from the key count.
+    k.push(
+      keys.seckill.daily(shopId, o.userId, serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE)),
+      keys.seckill.stock(shopId, voucherId, homeBucket(o.userId, cfg.buckets)),
+      ...ruleKeys(cfg, o.userId),
+    );
+    a.push(o.orderId, String(o.userId));
+  }
+  return await scriptsFor(redis).releaseStockMany.exec(k, a);
 }
 
 /** Gives one cancelled order's unit back to Redis, once per order. */
@@ -120,7 +160,7 @@ async function readRows(deps: Deps, ids: readonly string[]): Promise<Map<string,
  * Returns the orders this call cancelled.
  */
 async function cancelUnpaid(deps: Deps, voucherId: number, ids: readonly string[], deadlineMs: number | undefined): Promise<OrderRef[]> {
-  return await withLockRetry(deps, deps.orderGroups.lockConflicts, "close orders", () =>
+  return await withLockRetry(deps, deps.isolate.orderGroups.lockConflicts, "close orders", () =>
     deps.db.transaction(async (tx) => {
       const args: unknown[] = [...ids.map((id) => BigInt(id)), voucherId, OrderStatus.unpaid];
       let sql = `SELECT id, user_id, voucher_id, status, create_time FROM tb_voucher_order WHERE id IN (${IN(ids.length)}) AND voucher_id = ? AND status = ?`;
@@ -150,7 +190,7 @@ async function cancelUnpaid(deps: Deps, voucherId: number, ids: readonly string[
  */
 async function cancelBeforeWrite(deps: Deps, rs: readonly Reservation[]): Promise<{ cancelled: Reservation[]; written: Reservation[] }> {
   if (rs.length === 0) return { cancelled: [], written: [] };
-  const rows = await withLockRetry(deps, deps.orderGroups.lockConflicts, "close reservations", () =>
+  const rows = await withLockRetry(deps, deps.isolate.orderGroups.lockConflicts, "close reservations", () =>
     deps.db.transaction(async (tx) => {
       await tx.execute(
         `INSERT IGNORE INTO tb_voucher_order (id, user_id, voucher_id, status, create_time) VALUES ${rs.map(() => "(?, ?, ?, ?, ?)").join(", ")}`,
@@ -168,9 +208,10 @@ async function cancelBeforeWrite(deps: Deps, rs: readonly Reservation[]): Promis
 
 /**
  * Closes a group of orders. `shopId` (when known) names the outbox to look in for ids not in
- * MySQL; without it each such id is looked up through the order index.
+ * MySQL — the shop's in seckill shard `shard` when given, else in the main database; without
+ * `shopId` each such id is looked up through the order index (which names its shard).
  */
-export async function closeOrders(deps: Deps, orderIds: readonly string[], opts: { shopId?: number; deadlineMs?: number } = {}): Promise<CloseSummary> {
+export async function closeOrders(deps: Deps, orderIds: readonly string[], opts: { shopId?: number; shard?: number; deadlineMs?: number } = {}): Promise<CloseSummary> {
   const ids = [...new Set(orderIds)];
   const summary: CloseSummary = { outcomes: new Map(), cancelled: 0, cancelledBeforeWrite: 0, released: 0 };
   const toRelease: OrderRef[] = [];
@@ -180,7 +221,7 @@ export async function closeOrders(deps: Deps, orderIds: readonly string[], opts:
   const missing = ids.filter((id) => !rows.has(id));
   let pending: Reservation[] = [];
   if (missing.length > 0) {
-    if (opts.shopId !== undefined) pending = [...(await outboxEntries(deps, opts.shopId, missing)).values()];
+    if (opts.shopId !== undefined) pending = [...(await outboxEntries({ redis: outboxRedis(deps, opts.shard) }, opts.shopId, missing)).values()];
     else for (const id of missing) {
       const r = await findReservation(deps, id);
       if (r) pending.push(r);
@@ -246,12 +287,15 @@ export interface CloseExpiredResult {
   continued?: boolean;
 }
 
-/** `ids` grouped by voucher, in order, cut into runs of at most `vouchers` vouchers and CLOSE_BATCH ids. */
-function voucherChunks(items: readonly { id: string; voucherId: number }[], vouchers: number): { ids: string[]; vouchers: number }[] {
-  const byVoucher = new Map<number, string[]>();
+/**
+ * `ids` grouped by voucher (by voucher and home shard, `unit`, for a sharded voucher's: each its
+ * own release), in order, cut into runs of at most `vouchers` such units and CLOSE_BATCH ids.
+ */
+function voucherChunks(items: readonly { id: string; unit: number | string }[], vouchers: number): { ids: string[]; vouchers: number }[] {
+  const byVoucher = new Map<number | string, string[]>();
   for (const it of items) {
-    let list = byVoucher.get(it.voucherId);
-    if (!list) byVoucher.set(it.voucherId, (list = []));
+    let list = byVoucher.get(it.unit);
+    if (!list) byVoucher.set(it.unit, (list = []));
     list.push(it.id);
   }
   const out: { ids: string[]; vouchers: number }[] = [];
@@ -271,6 +315,19 @@ function voucherChunks(items: readonly { id: string; voucherId: number }[], vouc
   return out;
 }
 
+/**
+ * One close of close-expired; a release that met an unconfigured shard (logged by
+ * releaseManyInRedis; its MySQL part is done) does not stop the pass: undefined.
+ */
+async function closeOrSkip(deps: Pick<Deps, "log">, close: () => Promise<CloseSummary>): Promise<CloseSummary | undefined> {
+  try {
+    return await close();
+  } catch (err) {
+    if (!(err instanceof ShardUnavailable)) throw err;
+    return undefined;
+  }
+}
+
 /** The most vouchers (≤ `max`) one closeOrders call may span with what `budget` has left beside `reserve`, or 0. */
 function vouchersThatFit(budget: SubrequestBudget, reserve: number, outbox: boolean, max: number): number {
   let v = 0;
@@ -283,34 +340,46 @@ function vouchersThatFit(budget: SubrequestBudget, reserve: number, outbox: bool
  * within it — the fallback when a delayed close message is lost — in groups. Runs on metered
  * ports within its share of the cron invocation's subrequests (src/ports/subrequests.ts).
  *
- * Subrequests: per page one SELECT and closeOrders calls of a few vouchers each (closeCost: per
- * voucher, not per order); per shop one HGETALL and its closes. Past the budget the pass stops;
- * the next run scans from the start again and finds only what is still unpaid.
+ * Subrequests: the registry read; per page one SELECT and closeOrders calls of a few vouchers
+ * each (closeCost: per voucher — and home shard — not per order); per outbox (a shop's, in the
+ * main database and in each seckill shard its vouchers use: outbox.ts outboxesOf) one HGETALL
+ * and its closes. Past the budget the pass stops; the next run scans from the start again and
+ * finds only what is still unpaid.
  */
 export async function closeExpired(deps: Deps, now: number, budget: SubrequestBudget = SubrequestBudget.forInvocation(deps)): Promise<CloseExpiredResult> {
   const d = metered(deps, budget);
   const deadlineMs = now - deps.config.ORDER_PAY_TIMEOUT_SECONDS * 1000;
   let closed = 0;
   let closedBeforeWrite = 0;
+  // The registry, read once (its read is held in every budget check before it): the outboxes of
+  // the second pass, and — only where sharded vouchers can exist — the vouchers' shards.
+  let cfgs: SeckillConfig[] | undefined;
+  const registry = async () => (cfgs ??= await registeredSeckills(d, now));
   try {
+    const shardsOf = deps.seckillShards.length === 0 ? new Map<number, number>() : new Map((await registry()).map((c) => [c.voucherId, shardCountOf(c)]));
     // MySQL rows still unpaid after the deadline (served by idx_status_create), a group per page.
     let after = "0";
     for (;;) {
       // A page read, at least one voucher's close, and the registry read of the outbox pass below.
       if (!budget.fits(1 + closeCost(1, { outbox: false }) + 1)) return { closed, closedBeforeWrite, continued: true };
-      const rows = (await d.db.execute("SELECT id, voucher_id FROM tb_voucher_order WHERE status = ? AND create_time < ? AND id > ? ORDER BY id LIMIT ?", [
+      const rows = (await d.db.execute("SELECT id, voucher_id, user_id FROM tb_voucher_order WHERE status = ? AND create_time < ? AND id > ? ORDER BY id LIMIT ?", [
         OrderStatus.unpaid,
         toSqlUtc(deadlineMs),
         BigInt(after),
         CLOSE_BATCH,
-      ])).rows as { id: string; voucher_id: number | string }[];
+      ])).rows as { id: string; voucher_id: number | string; user_id: number | string }[];
       if (rows.length === 0) break;
-      const items = rows.map((r) => ({ id: String(r.id), voucherId: Number(r.voucher_id) }));
+      // A sharded voucher's orders release per home shard: each (voucher, shard) counts as a voucher.
+      const items = rows.map((r) => {
+        const voucherId = Number(r.voucher_id);
+        const n = shardsOf.get(voucherId) ?? 0;
+        return { id: String(r.id), unit: n === 0 ? voucherId : `${voucherId}:${homeShard(Number(r.user_id), n)}` };
+      });
       // Every id is in MySQL: closeOrders reads no outbox for them.
       for (const chunk of voucherChunks(items, Math.max(1, vouchersThatFit(budget, 1, false, CLOSE_BATCH)))) {
         if (!budget.fits(closeCost(chunk.vouchers, { outbox: false }) + 1)) return { closed, closedBeforeWrite, continued: true };
-        const res = await closeOrders(d, chunk.ids, { deadlineMs });
-        closed += res.cancelled;
+        const res = await closeOrSkip(deps, () => closeOrders(d, chunk.ids, { deadlineMs }));
+        closed += res?.cancelled ?? 0;
       }
       // Keyset paging: an order paid meanwhile stays unpaid-looking to nobody, and one that cannot
       // be closed now is not fetched again in this pass.
@@ -319,20 +388,22 @@ export async function closeExpired(deps: Deps, now: number, budget: SubrequestBu
     }
     // Reservations that never reached MySQL within the deadline. The due score moves with every
     // claim, so candidates are chosen by the reservation time inside each entry. The outbox only
-    // holds unacknowledged reservations (seconds' worth in a healthy sale).
-    for (const shopId of shopsOf(await registeredSeckills(d, now))) {
+    // holds unacknowledged reservations (seconds' worth in a healthy sale). Per outbox: the
+    // shop's in the main database, and in each shard (whose entries are all homed there: one
+    // release per voucher).
+    for (const { shopId, shard } of reachableOutboxes(deps, outboxesOf(await registry()))) {
       if (!budget.fits(1 + closeCost(1))) return { closed, closedBeforeWrite, continued: true };
-      const raw = (await d.redis.hgetall<Record<string, unknown>>(keys.seckill.outbox(shopId))) ?? {};
+      const raw = (await outboxRedis(d, shard).hgetall<Record<string, unknown>>(keys.seckill.outbox(shopId))) ?? {};
       const expired: Reservation[] = Object.values(raw)
         .filter((v) => v !== null && v !== undefined)
         .map(parseReservation)
         .filter((r) => r.reservedAt < deadlineMs);
-      const items = expired.map((r) => ({ id: r.orderId, voucherId: r.voucherId }));
+      const items = expired.map((r) => ({ id: r.orderId, unit: r.voucherId }));
       for (const chunk of voucherChunks(items, Math.max(1, vouchersThatFit(budget, 0, true, CLOSE_BATCH)))) {
         if (!budget.fits(closeCost(chunk.vouchers))) return { closed, closedBeforeWrite, continued: true };
-        const res = await closeOrders(d, chunk.ids, { shopId, deadlineMs });
-        closed += res.cancelled;
-        closedBeforeWrite += res.cancelledBeforeWrite;
+        const res = await closeOrSkip(deps, () => closeOrders(d, chunk.ids, { shopId, shard, deadlineMs }));
+        closed += res?.cancelled ?? 0;
+        closedBeforeWrite += res?.cancelledBeforeWrite ?? 0;
       }
     }
   } catch (err) {

@@ -8,6 +8,7 @@ import { scriptsFor } from "../../redis/scripts.ts";
 import { parseSqlUtc, toSqlUtc } from "../../util/time.ts";
 import { forgetCeiling, insertVoucher, type VoucherInput } from "../shops.ts";
 import { encodeRules, parseRulesColumn, type PurchaseRule } from "./rules.ts";
+import { shardsOf, shareOf } from "./shards.ts";
 
 export interface SeckillConfig {
   voucherId: number;
@@ -27,6 +28,12 @@ export interface SeckillConfig {
   purchaseRules?: readonly PurchaseRule[];
   /** The campaign (per shop) named by a campaign rule; null/absent = none. */
   campaign?: string | null;
+  /**
+   * Seckill shard databases holding the voucher (shards.ts): 0 = the main database (every voucher
+   * created without SECKILL_SHARD_URLS). Fixed at creation. Absent in configs cached before
+   * shards existed: 0.
+   */
+  shards?: number;
 }
 
 type Row = Record<string, string | number | null>;
@@ -36,7 +43,7 @@ type Row = Record<string, string | number | null>;
  * tb_voucher v: every query that builds a SeckillConfig selects exactly these.
  */
 export const SECKILL_CONFIG_COLUMNS =
-  "c.voucher_id, c.shop_id, c.initial_stock, c.buckets, c.shop_daily_limit, c.campaign, c.purchase_rules, s.begin_time, s.end_time, v.pay_value";
+  "c.voucher_id, c.shop_id, c.initial_stock, c.buckets, c.shop_daily_limit, c.campaign, c.purchase_rules, c.shards, s.begin_time, s.end_time, v.pay_value";
 
 export async function loadSeckillConfig(deps: Deps, voucherId: number): Promise<SeckillConfig | null> {
   const row = (
@@ -71,12 +78,14 @@ export function seckillConfigFromRow(row: Row): SeckillConfig {
     payValue: Number(row.pay_value),
     purchaseRules: parseRulesColumn(row.purchase_rules, Number(row.voucher_id)),
     campaign: row.campaign === null || row.campaign === undefined ? null : String(row.campaign),
+    // Only when sharded: an unsharded voucher's config is exactly what it was before shards.
+    ...(Number(row.shards ?? 0) > 0 ? { shards: Number(row.shards) } : {}),
   };
 }
 
 /** reload-seckill.lua's ARGV[1..7] for a config (sale window, stock, daily limit, rules, campaign, buckets). */
-export function reloadArgs(cfg: SeckillConfig): string[] {
-  return [String(cfg.beginMs), String(cfg.endMs), String(cfg.initialStock), String(cfg.dailyLimit), encodeRules(cfg.purchaseRules ?? []), cfg.campaign ?? "", String(cfg.buckets)];
+export function reloadArgs(cfg: SeckillConfig, initial = cfg.initialStock): string[] {
+  return [String(cfg.beginMs), String(cfg.endMs), String(initial), String(cfg.dailyLimit), encodeRules(cfg.purchaseRules ?? []), cfg.campaign ?? "", String(cfg.buckets)];
 }
 
 /** The buyer's home bucket (0-based). Users spread evenly; a buyer always starts at the same one. */
@@ -96,16 +105,23 @@ export function bucketKeysFor(cfg: SeckillConfig, userId: number): string[] {
  * exists). So a creation-time load that lands after the reconcile job already loaded the voucher —
  * and buyers already reserved — cannot reset its stock to the initial value.
  */
-export async function loadSeckillIntoRedis(deps: Pick<Deps, "redis">, cfg: SeckillConfig): Promise<boolean> {
+export async function loadSeckillIntoRedis(deps: Pick<Deps, "redis" | "seckillShards">, cfg: SeckillConfig): Promise<boolean> {
   const { shopId, voucherId } = cfg;
   const bucketKeys = Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(shopId, voucherId, i));
-  const [loaded] = await scriptsFor(deps.redis).reloadSeckill.exec(
-    [keys.seckill.meta(shopId, voucherId), keys.seckill.released(shopId, voucherId), keys.seckill.buyers(shopId, voucherId), keys.seckill.outbox(shopId), keys.seckill.outboxDue(shopId), ...bucketKeys],
-    [...reloadArgs(cfg), "0"],
+  // Each shard its share (shards.ts); every shard is loaded, or the call fails and reconcile loads the rest.
+  const shards = shardsOf(deps, cfg);
+  const loaded = await Promise.all(
+    shards.map(async ({ shard, redis }) => {
+      const [done] = await scriptsFor(redis).reloadSeckill.exec(
+        [keys.seckill.meta(shopId, voucherId), keys.seckill.released(shopId, voucherId), keys.seckill.buyers(shopId, voucherId), keys.seckill.outbox(shopId), keys.seckill.outboxDue(shopId), ...bucketKeys],
+        [...reloadArgs(cfg, shareOf(cfg.initialStock, shards.length, shard)), "0"],
+      );
+      return done === 1;
+    }),
   );
   // The legacy registry set (the jobs read MySQL now; kept for tools that list it).
   await deps.redis.sadd(keys.seckill.active(), `${shopId}:${voucherId}`);
-  return loaded === 1;
+  return loaded.every(Boolean);
 }
 
 export interface NewSeckill extends VoucherInput {
@@ -134,9 +150,12 @@ export class CampaignRuleConflict extends Error {
   }
 }
 
-export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis">, v: NewSeckill): Promise<SeckillConfig> {
+export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis" | "seckillShards">, v: NewSeckill): Promise<SeckillConfig> {
   const rules = [...(v.purchaseRules ?? [])];
   const campaignRule = rules.find((r) => r.scope === "campaign");
+  // The shards configured now, for the voucher's life (shards.ts); a sale smaller than the shards
+  // would leave some of them empty from the start, so it takes at most one shard per unit.
+  const shards = Math.min(deps.seckillShards.length, v.stock);
   const voucherId = await deps.db.transaction(async (tx) => {
     if (campaignRule && v.campaign) {
       // The first voucher registers the campaign's rule; a concurrent creation waits on this row's
@@ -150,7 +169,7 @@ export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis">, v: 
     }
     const id = await insertVoucher(tx, v, 1);
     await tx.execute("INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (?, ?, ?, ?)", [id, v.stock, toSqlUtc(v.beginMs), toSqlUtc(v.endMs)]);
-    await tx.execute("INSERT INTO tb_seckill_config (voucher_id, shop_id, initial_stock, buckets, shop_daily_limit, campaign, purchase_rules) VALUES (?, ?, ?, ?, ?, ?, ?)", [
+    await tx.execute("INSERT INTO tb_seckill_config (voucher_id, shop_id, initial_stock, buckets, shop_daily_limit, campaign, purchase_rules, shards) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
       id,
       v.shopId,
       v.stock,
@@ -158,6 +177,7 @@ export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis">, v: 
       v.dailyLimit,
       v.campaign ?? null,
       rules.length > 0 ? JSON.stringify(rules) : null,
+      shards,
     ]);
     return id;
   });
@@ -173,6 +193,7 @@ export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis">, v: 
     payValue: v.payValue,
     purchaseRules: rules,
     campaign: v.campaign ?? null,
+    ...(shards > 0 ? { shards } : {}),
   };
   await loadSeckillIntoRedis(deps, cfg);
   return cfg;

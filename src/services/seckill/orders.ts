@@ -10,7 +10,7 @@
 import type { Deps } from "../../deps.ts";
 import { parseSqlUtc } from "../../util/time.ts";
 import { withLockRetry } from "./mysql-retry.ts";
-import { ackGroup } from "./outbox.ts";
+import { ackGroup, outboxRedis } from "./outbox.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 import { writeVoucherRowsTx } from "./writer.ts";
 
@@ -58,13 +58,13 @@ export type WriteOutcome = "created" | "exists";
 
 /**
  * Writes one reservation the caller read from the outbox (a group of one: the same transaction
- * shape as the drain) and acknowledges it.
+ * shape as the drain) and acknowledges it in the outbox it is in (its shard's, when sharded).
  */
 export async function writeOrder(deps: Deps, r: Reservation): Promise<WriteOutcome> {
-  const created = await withLockRetry(deps, deps.orderGroups.lockConflicts, "write order", () =>
+  const created = await withLockRetry(deps, deps.isolate.orderGroups.lockConflicts, "write order", () =>
     deps.db.transaction((tx) => writeVoucherRowsTx(tx, r.voucherId, [r], OrderStatus.unpaid, null)),
   );
-  await ackGroup(deps, r.shopId, [r.orderId]);
+  await ackGroup({ redis: outboxRedis(deps, r.shard) }, r.shopId, [r.orderId]);
   return created === 1 ? "created" : "exists";
 }
 

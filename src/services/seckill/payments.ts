@@ -5,7 +5,9 @@
  * - payment wins: the order is paid; a later close finds it not unpaid and does nothing;
  * - close wins: the money arrived for a cancelled order → the order becomes `refunding`, a refund
  *   row is recorded (one per payment) and requested from the provider, `refunded` on its webhook;
- * - the order row does not exist yet (writer behind): it is created from the reservation as paid.
+ * - the order row does not exist yet (writer behind): it is created from the reservation as paid
+ *   (found through the order index, in its shard's outbox for a sharded voucher, and acknowledged
+ *   there).
  *
  * Invariants:
  * - At most one pending payment per order, across isolates: the unique key on the generated
@@ -132,7 +134,7 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
   const refundId = (await deps.isolate.ids.next(deps)).toString();
   // Pay races close on the order row and the writer on its insert: a lock conflict redoes the
   // whole transaction (nothing in it has effects outside MySQL).
-  const outcome = await withLockRetry(deps, deps.orderGroups.lockConflicts, "settle payment", () => deps.db.transaction(async (tx) => {
+  const outcome = await withLockRetry(deps, deps.isolate.orderGroups.lockConflicts, "settle payment", () => deps.db.transaction(async (tx) => {
     // Pending or failed → succeeded, once. Accepting `failed` is what keeps a success that follows
     // a failure (forged, out of order, or our own "refused" after a lost reply) from being dropped.
     const claimed = await tx.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status IN (?, ?)", [
@@ -168,6 +170,7 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
   if (outcome.kind === "duplicate") return "duplicate";
   if (outcome.kind === "paid") return "paid";
   if (outcome.kind === "paid-from-reservation") {
+    // Out of the outbox it was in: its home shard's for a sharded voucher (Reservation.shard).
     await ackReservation(deps, outcome.reservation as Reservation);
     return "paid-from-reservation";
   }

@@ -10,14 +10,21 @@
  * and leaves nothing to lose with an isolate: the outbox entry exists before the buyer has an
  * answer, and a lost drain message is replaced by the next window's or by the sweep.
  *
- * What this isolate remembers (`deps.orderGroups`, built once per isolate):
- * - the last drain window published per shop (so a crowd costs one publish per shop per second);
+ * What this isolate remembers (`deps.isolate.orderGroups`, built once per isolate):
+ * - the last drain window published per outbox (so a crowd costs one publish per shop — and per
+ *   seckill shard, for a sharded voucher — per second);
  * - the order-id → shop index entries not yet written (flushed every INDEX_FLUSH_MS as one HSET
  *   per hour key, so that GET /api/voucher-order/{id} finds a queued order in two commands);
  * - counters for operators.
  *
+ * Sharded vouchers (issue 18, shards.ts): a reservation sits in its buyer's home shard's outbox, so
+ * drains are announced per (shop, shard) — keyed "shop:shard", the message carrying `shard` — and
+ * the index value is "shopId:shard" (outbox.ts indexValueOf). The index itself stays in the main
+ * database: one place to look an order id up. Unsharded reservations are keyed, indexed and
+ * announced exactly as before shards.
+ *
  * The sweep (sweepOutbox, a cron job: jobs/index.ts) is this pipeline's repair path: it re-sends
- * a drain for every shop whose outbox holds overdue entries.
+ * a drain for every outbox (shop, and shard) holding overdue entries.
  */
 import type { Deps } from "../../deps.ts";
 import { type Runtime, runtimes } from "../../runtime.ts";
@@ -25,8 +32,8 @@ import { keys } from "../../redis/keys.ts";
 import { DRAIN_WINDOW_MS, drainMessage, drainNowMessage, type QueueMessage } from "../../queue/messages.ts";
 import { metered, SubrequestBudget } from "../../ports/subrequests.ts";
 import type { LockConflictStats } from "./mysql-retry.ts";
-import { indexHourOf } from "./outbox.ts";
-import { registeredSeckills, shopsOf } from "./registry.ts";
+import { indexHourOf, indexValueOf, type OutboxRef, outboxesOf, outboxRedis, parseIndexValue, reachableOutboxes } from "./outbox.ts";
+import { registeredSeckills } from "./registry.ts";
 import type { Reservation } from "./types.ts";
 
 /** How long reservations gather before one index write and drain publish, ms. */
@@ -46,13 +53,17 @@ export interface OrderGroupStats {
   drained: number;
 }
 
+/** Key of an outbox in this isolate's maps: the shop id (unsharded, as before shards), or "shop:shard". */
+type DrainKey = number | string;
+const drainKeyOf = (r: OutboxRef): DrainKey => (r.shard === undefined ? r.shopId : `${r.shopId}:${r.shard}`);
+
 export class OrderGroups {
-  /** shopId → last drain window published from this isolate. */
-  readonly drainedWindow = new Map<number, number>();
-  /** Index entries waiting for the next flush: hour → (orderId → shopId). */
-  private pendingIndex = new Map<number, Map<string, number>>();
-  /** Shops with reservations since the last flush → the windows to announce (one or two, ascending by insertion). */
-  private pendingDrains = new Map<number, number[]>();
+  /** Outbox (drainKeyOf: shopId, or "shopId:shard") → last drain window published from this isolate. */
+  readonly drainedWindow = new Map<DrainKey, number>();
+  /** Index entries waiting for the next flush: hour → (orderId → index value: shopId, or "shopId:shard"). */
+  private pendingIndex = new Map<number, Map<string, number | string>>();
+  /** Outboxes with reservations since the last flush → the outbox and the windows to announce (one or two, ascending by insertion). */
+  private pendingDrains = new Map<DrainKey, { outbox: OutboxRef; windows: number[] }>();
   /** Index keys whose TTL this isolate has set already. */
   private readonly expirySet = new Set<number>();
   private flush: Promise<void> | undefined;
@@ -63,9 +74,9 @@ export class OrderGroups {
   /** `runtime.sharesIo` false (workerd): only the request that starts a flush waits for it. */
   constructor(private readonly runtime: Runtime = runtimes.bun) {}
 
-  /** Shop of a reservation made by this isolate whose index entry is not written yet. */
-  pendingShopOf(orderId: string): number | undefined {
-    return this.pendingIndex.get(indexHourOf(orderId))?.get(orderId);
+  /** Outbox (shop, and shard when sharded) of a reservation made by this isolate whose index entry is not written yet. */
+  pendingShopOf(orderId: string): OutboxRef | undefined {
+    return parseIndexValue(this.pendingIndex.get(indexHourOf(orderId))?.get(orderId)) ?? undefined;
   }
 
   /**
@@ -84,7 +95,7 @@ export class OrderGroups {
     const hour = indexHourOf(r.orderId);
     let entries = this.pendingIndex.get(hour);
     if (!entries) this.pendingIndex.set(hour, (entries = new Map()));
-    entries.set(r.orderId, r.shopId);
+    entries.set(r.orderId, indexValueOf(r));
     // The window of when the entry *landed* (now: the script has returned), not of `reservedAt`,
     // which was read before the config load, the admission lease and the id draw: a reservation
     // whose awaits crossed a window boundary was announced for a window already drained.
@@ -93,11 +104,14 @@ export class OrderGroups {
     // In the window's last ORDER_WINDOW_GRACE_MS, the next window too (see env.ts): its drain is
     // delivered a whole window after this entry exists, whatever happened to this window's id.
     const late = Math.floor((landed + deps.config.ORDER_WINDOW_GRACE_MS) / DRAIN_WINDOW_MS);
+    // Per outbox: the shop's in the main database, or in the buyer's home shard.
+    const outbox: OutboxRef = r.shard === undefined ? { shopId: r.shopId } : { shopId: r.shopId, shard: r.shard };
+    const key = drainKeyOf(outbox);
     for (const w of late > window ? [window, late] : [window]) {
-      if ((this.drainedWindow.get(r.shopId) ?? -1) >= w) continue;
-      const pending = this.pendingDrains.get(r.shopId);
-      if (!pending) this.pendingDrains.set(r.shopId, [w]);
-      else if (!pending.includes(w)) pending.push(w);
+      if ((this.drainedWindow.get(key) ?? -1) >= w) continue;
+      const pending = this.pendingDrains.get(key);
+      if (!pending) this.pendingDrains.set(key, { outbox, windows: [w] });
+      else if (!pending.windows.includes(w)) pending.windows.push(w);
     }
     if (this.flush) return this.runtime.sharesIo ? this.flush : Promise.resolve();
     this.flush = new Promise<void>((resolve) => setTimeout(resolve, INDEX_FLUSH_MS)).then(() => this.runFlush(deps));
@@ -131,19 +145,19 @@ export class OrderGroups {
         ),
       );
     }
-    const messages: [number, number][] = [];
-    for (const [shop, windows] of drains) {
+    const messages: { key: DrainKey; outbox: OutboxRef; w: number }[] = [];
+    for (const [key, { outbox, windows }] of drains) {
       // Ascending, and only windows not announced yet (another flush may have run meanwhile).
-      for (const w of windows.sort((a, b) => a - b)) if ((this.drainedWindow.get(shop) ?? -1) < w) messages.push([shop, w]);
+      for (const w of windows.sort((a, b) => a - b)) if ((this.drainedWindow.get(key) ?? -1) < w) messages.push({ key, outbox, w });
     }
     if (messages.length > 0) {
-      for (const [shop, w] of messages) this.drainedWindow.set(shop, Math.max(w, this.drainedWindow.get(shop) ?? -1));
+      for (const { key, w } of messages) this.drainedWindow.set(key, Math.max(w, this.drainedWindow.get(key) ?? -1));
       this.stats.drainPublishes += messages.length;
       work.push(
-        deps.queue.batchJSON(messages.map(([shop, w]) => drainMessage(deps, shop, w))).catch((err: unknown) => {
+        deps.queue.batchJSON(messages.map(({ outbox, w }) => drainMessage(deps, outbox.shopId, w, outbox.shard))).catch((err: unknown) => {
           this.stats.publishFailures++;
           // Forget the windows so the next reservation tries again; the sweep covers the rest.
-          for (const [shop, w] of messages) if (this.drainedWindow.get(shop) === w) this.drainedWindow.delete(shop);
+          for (const { key, w } of messages) if (this.drainedWindow.get(key) === w) this.drainedWindow.delete(key);
           deps.log.warn("drain publish failed; the next window or the outbox sweep will drain", { err });
         }),
       );
@@ -155,58 +169,71 @@ export class OrderGroups {
 // ---------------------------------------------------------------------------------------------
 // The outbox sweep (cron, every minute, under its lock — jobs/index.ts)
 
-/** Shops per sweep pipeline (one subrequest: a ZCOUNT each) and drain messages per publish batch. */
+/** Outboxes per sweep pass step (one pipeline per database among them: a ZCOUNT each) and drain messages per publish batch. */
 const SWEEP_SHOPS_PER_PIPELINE = 500;
 const SWEEP_MESSAGES_PER_BATCH = 100;
 
 export interface SweepResult {
-  /** Overdue outbox entries seen, over all shops. */
+  /** Overdue outbox entries seen, over all outboxes. */
   overdue: number;
-  /** Drain messages published (one per shop with overdue entries). */
+  /** Drain messages published (one per outbox — shop, and shard — with overdue entries). */
   drains: number;
-  /** True when the subrequest budget ended the pass before every shop was looked at. */
+  /** True when the subrequest budget ended the pass before every outbox was looked at. */
   continued?: boolean;
 }
 
 /**
- * For each shop whose outbox holds entries overdue by OUTBOX_REPUBLISH_AFTER_SECONDS (drain
- * message lost, writer down, a claimed group whose writer died), publishes ONE drain message,
- * deduplicated per shop and minute. The writer then claims the overdue entries in groups. The
- * cost is one pipelined ZCOUNT per shop and at most one QStash message per shop per minute
- * (batched), however large the backlog and however slow QStash is: a sweep never multiplies what
- * it re-sends. Runs on metered ports within its share of the cron invocation's subrequests
+ * For each outbox holding entries overdue by OUTBOX_REPUBLISH_AFTER_SECONDS (drain message lost,
+ * writer down, a claimed group whose writer died), publishes ONE drain message, deduplicated per
+ * outbox and minute. The writer then claims the overdue entries in groups. The cost is one
+ * pipelined ZCOUNT per outbox and at most one QStash message per outbox per minute (batched),
+ * however large the backlog and however slow QStash is: a sweep never multiplies what it
+ * re-sends. Runs on metered ports within its share of the cron invocation's subrequests
  * (src/ports/subrequests.ts) and stops at it, leaving the rest for the next run.
  *
- * Subrequests: the registry read, one pipeline per SWEEP_SHOPS_PER_PIPELINE shops, one publish per
- * SWEEP_MESSAGES_PER_BATCH drains — a handful whatever the number of shops or the backlog.
+ * Outboxes (outbox.ts outboxesOf): a shop's in the main database when it has unsharded vouchers
+ * (every shop, before shards), and its outbox in each seckill shard its sharded vouchers use; a
+ * drain found there carries the shard.
+ *
+ * Subrequests: the registry read, per SWEEP_SHOPS_PER_PIPELINE outboxes one pipeline per database
+ * among them, one publish per SWEEP_MESSAGES_PER_BATCH drains — a handful whatever the number of
+ * shops or the backlog.
  */
 export async function sweepOutbox(deps: Deps, now: number, budget: SubrequestBudget = SubrequestBudget.forInvocation(deps)): Promise<SweepResult> {
   const d = metered(deps, budget);
   // Never ahead of the clock the writer claims by: a drain for entries still under a claim lease
   // would find nothing, and its deduplication id would hold back the next sweep's for a minute.
   const cutoff = Math.min(now - deps.config.OUTBOX_REPUBLISH_AFTER_SECONDS * 1000, deps.clock.now());
-  const shops = shopsOf(await registeredSeckills(d, now));
+  const outboxes = reachableOutboxes(deps, outboxesOf(await registeredSeckills(d, now)));
   let overdue = 0;
   const messages: QueueMessage[] = [];
   let continued = false;
-  for (let i = 0; i < shops.length; i += SWEEP_SHOPS_PER_PIPELINE) {
-    const chunk = shops.slice(i, i + SWEEP_SHOPS_PER_PIPELINE);
-    // This pipeline and the publishes of what it may find must fit.
-    if (!budget.fits(1 + Math.ceil((messages.length + chunk.length) / SWEEP_MESSAGES_PER_BATCH))) {
-      continued = true;
-      break;
+  for (let i = 0; i < outboxes.length && !continued; i += SWEEP_SHOPS_PER_PIPELINE) {
+    // One pipeline per database among this step's outboxes (main first, then shards ascending).
+    const byDb = new Map<number | undefined, OutboxRef[]>();
+    for (const o of outboxes.slice(i, i + SWEEP_SHOPS_PER_PIPELINE)) {
+      let list = byDb.get(o.shard);
+      if (!list) byDb.set(o.shard, (list = []));
+      list.push(o);
     }
-    const p = d.redis.pipeline();
-    for (const shopId of chunk) p.zcount(keys.seckill.outboxDue(shopId), "-inf", cutoff);
-    const counts = (await p.exec()) as number[];
-    chunk.forEach((shopId, j) => {
-      const n = Number(counts[j] ?? 0);
-      if (n === 0) return;
-      overdue += n;
-      // No delay: these entries are due already. The id names the minute, so overlapping sweeps
-      // (two isolates, a retried cron) publish one drain between them.
-      messages.push(drainNowMessage(deps, shopId, `sweep-${Math.floor(now / 60_000)}`));
-    });
+    for (const [shard, list] of byDb) {
+      // This pipeline and the publishes of what it may find must fit.
+      if (!budget.fits(1 + Math.ceil((messages.length + list.length) / SWEEP_MESSAGES_PER_BATCH))) {
+        continued = true;
+        break;
+      }
+      const p = outboxRedis(d, shard).pipeline();
+      for (const o of list) p.zcount(keys.seckill.outboxDue(o.shopId), "-inf", cutoff);
+      const counts = (await p.exec()) as number[];
+      list.forEach((o, j) => {
+        const n = Number(counts[j] ?? 0);
+        if (n === 0) return;
+        overdue += n;
+        // No delay: these entries are due already. The id names the minute (and the shard), so
+        // overlapping sweeps (two isolates, a retried cron) publish one drain between them.
+        messages.push(drainNowMessage(deps, o.shopId, `sweep-${Math.floor(now / 60_000)}`, o.shard));
+      });
+    }
   }
   for (let i = 0; i < messages.length; i += SWEEP_MESSAGES_PER_BATCH) await d.queue.batchJSON(messages.slice(i, i + SWEEP_MESSAGES_PER_BATCH));
   return continued ? { overdue, drains: messages.length, continued } : { overdue, drains: messages.length };

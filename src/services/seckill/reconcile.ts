@@ -33,6 +33,8 @@ import { parseSqlUtc, serviceDay } from "../../util/time.ts";
 import { withLockRetry } from "./mysql-retry.ts";
 import { releaseInRedis } from "./orders.ts";
 import { reloadArgs, type SeckillConfig } from "./config.ts";
+import { clearMovesTo, finishMoves, MOVES_IN_TTL_SECONDS } from "./moves.ts";
+import { homeShard, ShardUnavailable, shardCountOf, shardsOf, shareOf } from "./shards.ts";
 import { registeredSeckills } from "./registry.ts";
 import { ruleKeys } from "./rules.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
@@ -49,6 +51,22 @@ export interface VoucherReport {
   pending: number;
   mysqlStock: number;
   /** Orders holding a unit: unpaid, paid, used. */
+  activeOrders: number;
+  ok: boolean;
+  drift: string[];
+  repaired: string[];
+  /** A sharded voucher's shards, each checked on its own (absent when unsharded). */
+  shards?: ShardReport[];
+}
+
+/** One shard's part of a sharded voucher's report (`data.vouchers[].shards` of POST /admin/reconcile). */
+export interface ShardReport {
+  shard: number;
+  /** The shard's share: its meta `initial` (moved with the stock). */
+  initial: number;
+  redisStock: number;
+  buyers: number;
+  pending: number;
   activeOrders: number;
   ok: boolean;
   drift: string[];
@@ -96,7 +114,7 @@ const isActive = (o: OrderFact) => ACTIVE.includes(o.status);
  * deadlock with inserting writers. No Redis call happens inside the transaction.
  */
 async function repairMysqlStock(deps: Deps, voucherId: number, initial: number): Promise<{ stock: number; active: number; before: number | null }> {
-  return await withLockRetry(deps, deps.orderGroups.lockConflicts, "reconcile MySQL stock", () =>
+  return await withLockRetry(deps, deps.isolate.orderGroups.lockConflicts, "reconcile MySQL stock", () =>
     deps.db.transaction(async (tx) => {
       const locked = (await tx.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE", [voucherId])).rows[0] as { stock: number | string } | undefined;
       const stock = Number(locked?.stock ?? 0);
@@ -113,8 +131,151 @@ async function repairMysqlStock(deps: Deps, voucherId: number, initial: number):
   );
 }
 
+/**
+ * One database's part of a voucher: the whole voucher when unsharded (`initial` = its stock, every
+ * order), or one shard (`initial` = the shard's share, the orders of users homed there; MySQL's
+ * stock is checked once per voucher, by the first shard's pass).
+ */
+interface View {
+  redis: Deps["redis"];
+  shard?: number;
+  initial: number;
+  mine: (userId: string) => boolean;
+  checkMysql: boolean;
+}
+
 async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<VoucherReport> {
-  const { shopId, voucherId, initialStock: initial } = cfg;
+  if (shardCountOf(cfg) === 0) return await reconcileView(deps, cfg, { redis: deps.redis, initial: cfg.initialStock, mine: () => true, checkMysql: true });
+  return await reconcileSharded(deps, cfg);
+}
+
+/**
+ * A sharded voucher (shards.ts, moves.ts): first the moves a dead process left half-done are
+ * finished; then each shard is reconciled like an unsharded voucher against its own share, its own
+ * buyers' orders and its outbox; a shard whose keys are gone is reloaded with the share the others
+ * leave of MySQL's stock (the moves toward it are cleared: that share accounts for them). Last, the
+ * shares must add up to MySQL's initial stock — the source of truth: a deficit (a unit lost for
+ * good in Redis) is given back to shard 0, a surplus is reported.
+ */
+async function reconcileSharded(deps: Deps, cfg: SeckillConfig): Promise<VoucherReport> {
+  const { voucherId, shopId } = cfg;
+  const n = shardCountOf(cfg);
+  const drift: string[] = [];
+  const repaired: string[] = [];
+  const moves = await finishMoves(deps, cfg);
+  if (moves.applied > 0) {
+    drift.push(`${moves.applied} stock move(s) left half-done (${moves.units} unit(s) out of their shard, not in the next)`);
+    repaired.push(`finished ${moves.applied} move(s)`);
+  }
+  // What the shares leave of MySQL's stock, from two identical snapshots (moves in flight change
+  // a snapshot: see sharesLeft), or null when they differ (the next pass decides).
+  const [a, b] = [await sharesSnapshot(deps, cfg), await sharesSnapshot(deps, cfg)];
+  const stable = JSON.stringify(a) === JSON.stringify(b);
+  const left = stable ? sharesLeft(cfg, b) : null;
+  const missing = b.known.map((v, i) => (v === null ? i : -1)).filter((i) => i >= 0);
+  const reports: ShardReport[] = [];
+  for (const { shard, redis } of shardsOf(deps, cfg)) {
+    let initial = b.known[shard] ?? null;
+    if (initial === null) {
+      if (left === null) {
+        drift.push(`shard ${shard}: voucher missing; not reloaded while stock moves between shards (next pass)`);
+        continue;
+      }
+      // Reloaded with what the others leave, split among the missing ones; the moves logged
+      // toward it are part of that and are cleared.
+      await clearMovesTo(deps, cfg, shard);
+      initial = Math.max(0, shareOf(left, missing.length, missing.indexOf(shard)));
+    }
+    const r = await reconcileView(deps, cfg, { redis, shard, initial, mine: (userId) => homeShard(userId, n) === shard, checkMysql: shard === 0 });
+    reports.push({ shard, initial: r.initial, redisStock: r.redisStock, buyers: r.buyers, pending: r.pending, activeOrders: r.activeOrders, ok: r.ok, drift: r.drift, repaired: r.repaired });
+  }
+  if (left !== null && missing.length === 0 && left !== 0) {
+    drift.push(`shard shares (with moves in flight) add up to ${cfg.initialStock - left} ≠ MySQL initial ${cfg.initialStock}`);
+    // A deficit is units lost for good in Redis (MySQL is the truth): back into shard 0. A surplus
+    // is not taken away (which units?): reported.
+    if (left > 0 && (await creditShard0(deps, cfg, left))) repaired.push(`gave ${left} lost unit(s) back to shard 0`);
+  }
+  const all = (f: (r: ShardReport) => number) => reports.reduce((x, r) => x + f(r), 0);
+  const mysqlRow = (await deps.db.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?", [voucherId])).rows[0] as { stock: number | string } | undefined;
+  return {
+    voucherId,
+    shopId,
+    initial: cfg.initialStock,
+    redisStock: all((r) => r.redisStock),
+    buyers: all((r) => r.buyers),
+    pending: all((r) => r.pending),
+    mysqlStock: Number(mysqlRow?.stock ?? 0),
+    activeOrders: all((r) => r.activeOrders),
+    ok: drift.length === 0 && reports.every((r) => r.ok),
+    drift: [...drift, ...reports.flatMap((r) => r.drift.map((d) => `shard ${r.shard}: ${d}`))],
+    repaired: [...repaired, ...reports.flatMap((r) => r.repaired.map((d) => `shard ${r.shard}: ${d}`))],
+    shards: reports,
+  };
+}
+
+interface SharesSnapshot {
+  /** Each shard's meta `initial` (null: not loaded). */
+  known: (number | null)[];
+  /** Moves logged by each shard: [id, to, units], sorted. */
+  logs: [string, number, number][][];
+  /** Move ids each shard applied, sorted. */
+  applied: string[][];
+}
+
+/** Per shard, one atomic read of its share, its move log and its applied moves. */
+async function sharesSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SharesSnapshot> {
+  const { shopId, voucherId } = cfg;
+  const per = await Promise.all(
+    shardsOf(deps, cfg).map(async ({ redis }) => {
+      const m = redis.multi();
+      m.hget(keys.seckill.meta(shopId, voucherId), "initial");
+      m.hgetall(keys.seckill.movesOut(shopId, voucherId));
+      m.smembers(keys.seckill.movesIn(shopId, voucherId));
+      const [initial, log, applied] = await m.exec<[number | string | null, Record<string, string> | null, unknown[]]>();
+      const entries = Object.entries(log ?? {}).map(([id, v]): [string, number, number] => {
+        const [to, units] = String(v).split(":").map(Number) as [number, number];
+        return [id, to, units];
+      });
+      return { initial: initial === null || initial === undefined ? null : Number(initial), log: entries.sort(), applied: (applied ?? []).map(String).sort() };
+    }),
+  );
+  return { known: per.map((p) => p.initial), logs: per.map((p) => p.log), applied: per.map((p) => p.applied) };
+}
+
+/**
+ * MySQL's stock minus what the shards hold: the loaded shares plus the units of logged moves not
+ * yet applied by a loaded recipient (out of the donor's share, not yet in the recipient's). Moves
+ * toward a shard that is not loaded are left out (its reload takes what is left). Across shards
+ * the reads are not one atomic step; a move that completes between them changes one of the two
+ * snapshots, so only two identical snapshots are used (reconcileSharded).
+ */
+function sharesLeft(cfg: SeckillConfig, s: SharesSnapshot): number {
+  let held = 0;
+  for (const v of s.known) held += v ?? 0;
+  s.logs.forEach((log) => {
+    for (const [id, to, units] of log) if (s.known[to] !== null && s.known[to] !== undefined && !s.applied[to]?.includes(id)) held += units;
+  });
+  return cfg.initialStock - held;
+}
+
+/** A deficit of the shares (units lost for good in Redis) back into shard 0: one idempotent move-in per pass and amount. */
+async function creditShard0(deps: Deps, cfg: SeckillConfig, units: number): Promise<boolean> {
+  const redis = shardsOf(deps, cfg)[0]?.redis;
+  if (!redis) return false;
+  const id = `repair:${deps.clock.now()}:${units}`;
+  const applied = await scriptsFor(redis).seckillMoveIn.exec(
+    [keys.seckill.meta(cfg.shopId, cfg.voucherId), keys.seckill.movesIn(cfg.shopId, cfg.voucherId), keys.seckill.stock(cfg.shopId, cfg.voucherId, 0)],
+    [id, String(units), String(MOVES_IN_TTL_SECONDS)],
+  );
+  return applied === 1;
+}
+
+async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promise<VoucherReport> {
+  const { shopId, voucherId } = cfg;
+  const initial = view.initial;
+  const redis = view.redis;
+  // The view's database, for the helpers below (release, mark) that take deps.
+  const vdeps: Deps = view.shard === undefined ? deps : { ...deps, redis };
   const drift: string[] = [];
   const repaired: string[] = [];
   const metaKey = keys.seckill.meta(shopId, voucherId);
@@ -122,12 +283,12 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
   const releasedKey = keys.seckill.released(shopId, voucherId);
   const outboxKey = keys.seckill.outbox(shopId);
   const bucketKeys = Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(shopId, voucherId, i));
-  const scripts = scriptsFor(deps.redis);
+  const scripts = scriptsFor(redis);
 
   // S1 — one atomic Redis snapshot: does the voucher exist, who are the buyers, what is pending.
   // Taken BEFORE the MySQL read on purpose: an entry absent here was acknowledged, so its row was
   // committed before S1 and the MySQL read below sees it.
-  const s1 = deps.redis.multi();
+  const s1 = redis.multi();
   s1.exists(metaKey);
   s1.smembers(buyersKey);
   s1.hgetall(outboxKey);
@@ -135,7 +296,7 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
   const buyersAtS1 = new Set((buyerMembers ?? []).map(String));
   const outboxAtS1 = Object.values(outboxRaw ?? {})
     .map(parseReservation)
-    .filter((r) => r.voucherId === voucherId);
+    .filter((r) => r.voucherId === voucherId && view.mine(String(r.userId)));
 
   // T2 — one MySQL statement, hence one read view: the stock and every order of the voucher.
   const rows = (
@@ -148,20 +309,26 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
   ).rows as { stock: number | string; id: string | null; user_id: string | number | null; status: number | string | null; create_time: string | null; settled: number | string | null }[];
   let mysqlStock = Number(rows[0]?.stock ?? 0);
   const orders: OrderFact[] = rows
-    .filter((r) => r.id !== null && r.id !== undefined)
+    .filter((r) => r.id !== null && r.id !== undefined && view.mine(String(r.user_id)))
     .map((r) => ({ id: String(r.id), userId: String(r.user_id), status: Number(r.status), settled: Number(r.settled) === 1, reservedAt: parseSqlUtc(String(r.create_time)) }));
   const byId = new Map(orders.map((o) => [o.id, o]));
   let activeOrders = orders.filter(isActive).length;
 
   // MySQL: stock and active orders come from one read view, so a mismatch is real drift (a manual
   // edit, a bug), never a writer caught half-way.
-  if (activeOrders > initial) drift.push(`oversold in MySQL: ${activeOrders} active orders for ${initial} units`);
-  if (mysqlStock + activeOrders !== initial) {
-    drift.push(`MySQL stock ${mysqlStock} + active orders ${activeOrders} ≠ initial ${initial}`);
-    const fixed = await repairMysqlStock(deps, voucherId, initial);
-    if (fixed.before !== null) repaired.push(`MySQL stock set to ${fixed.stock}`);
-    mysqlStock = fixed.stock;
-    activeOrders = fixed.active;
+  if (view.checkMysql) {
+    // MySQL holds the whole voucher: its stock is checked against every active order (for a
+    // shard's view, `activeOrders` counts only that shard's buyers).
+    const allActive = rows.filter((r) => r.id !== null && r.id !== undefined && ACTIVE.includes(Number(r.status))).length;
+    const total = cfg.initialStock;
+    if (allActive > total) drift.push(`oversold in MySQL: ${allActive} active orders for ${total} units`);
+    if (mysqlStock + allActive !== total) {
+      drift.push(`MySQL stock ${mysqlStock} + active orders ${allActive} ≠ initial ${total}`);
+      const fixed = await repairMysqlStock(deps, voucherId, total);
+      if (fixed.before !== null) repaired.push(`MySQL stock set to ${fixed.stock}`);
+      mysqlStock = fixed.stock;
+      if (view.shard === undefined) activeOrders = fixed.active;
+    }
   }
 
   // Pending: reservations in the outbox at S1 whose row was not in MySQL at T2 (informational;
@@ -202,7 +369,7 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
       for (const o of settledOrders) stale.push([keys.seckill.daily(shopId, Number(o.userId), serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE)), o.id, "srem"]);
     }
     for (let i = 0; i < stale.length; i += 500) {
-      const p = deps.redis.pipeline();
+      const p = redis.pipeline();
       for (const [key, id, op] of stale.slice(i, i + 500)) {
         if (op === "zrem") p.zrem(key, id);
         else p.srem(key, id);
@@ -212,7 +379,7 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
     // Each holder's purchase-rule logs follow the buckets (none without rules).
     const [loaded, stock, buyers] = await scripts.reloadSeckill.exec(
       [metaKey, releasedKey, buyersKey, outboxKey, keys.seckill.outboxDue(shopId), ...bucketKeys, ...timedHolders.flatMap(([, userId]) => ruleKeys(cfg, Number(userId)))],
-      [...reloadArgs(cfg), String(settledIds.length), ...settledIds, ...timedHolders.flatMap(([orderId, userId, at]) => [orderId, userId, String(at)])],
+      [...reloadArgs(cfg, initial), String(settledIds.length), ...settledIds, ...timedHolders.flatMap(([orderId, userId, at]) => [orderId, userId, String(at)])],
     );
     if (loaded === 1) {
       // The legacy registry set is not under the shop's hash tag, so it cannot be in the script.
@@ -230,7 +397,7 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
   // seen as released and skipped.
   const cancelled = orders.filter((o) => !isActive(o) && o.settled);
   if (cancelled.length > 0) {
-    const flags = await deps.redis.smismember(releasedKey, cancelled.map((o) => o.id));
+    const flags = await redis.smismember(releasedKey, cancelled.map((o) => o.id));
     const unreleased = cancelled.filter((_, i) => flags[i] !== 1);
     let released = 0;
     let marked = 0;
@@ -244,7 +411,7 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
       // drift and is repaired atomically below.
       const other = orders.some((x) => x.userId === o.userId && x.id !== o.id && isActive(x)) || outboxAtS1.some((r) => String(r.userId) === o.userId && r.orderId !== o.id);
       if (buyersAtS1.has(o.userId) && !other) {
-        if (await releaseInRedis(deps, { orderId: o.id, userId: Number(o.userId), voucherId, reservedAt: o.reservedAt })) released++;
+        if (await releaseInRedis(vdeps, { orderId: o.id, userId: Number(o.userId), voucherId, reservedAt: o.reservedAt })) released++;
       } else {
         // The order is cancelled either way, so it gives back its quotas — its purchase-rule log
         // entries and its daily shop counter (issue 16: the counter was kept) — in the same atomic,
@@ -282,14 +449,22 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
   // so a mismatch is real drift (a lost or edited key). reset-stock.lua recomputes stock from
   // |buyers| in one step; the drift cannot change between the check and the reset, since every
   // step in between keeps the sum.
-  if (redisStock + buyers !== initial) {
+  if (view.shard !== undefined) {
+    // A shard's share moves with its stock (moves.ts), so it is read with the check, in the script.
+    const [before, after, changed] = await scripts.resetStock.exec([buyersKey, ...bucketKeys, metaKey], ["0", "meta"]);
+    if (changed === 1) {
+      drift.push(`Redis stock ${before} + buyers ${buyers} ≠ the shard's share`);
+      repaired.push(`Redis stock set to ${after}`);
+      redisStock = after;
+    }
+  } else if (redisStock + buyers !== initial) {
     drift.push(`Redis stock ${redisStock} + buyers ${buyers} ≠ initial ${initial}`);
     const [, after] = await scripts.resetStock.exec([buyersKey, ...bucketKeys], [String(initial)]);
     repaired.push(`Redis stock set to ${after}`);
     redisStock = after;
   }
 
-  const orphans = await buyersWithoutUnit(deps, cfg, buyersAtS1, outboxAtS1, orders);
+  const orphans = await buyersWithoutUnit(vdeps, cfg, buyersAtS1, outboxAtS1, orders);
   if (orphans.length > 0) {
     // Not repaired automatically: which unit to give back is an operator's call (a manual SADD,
     // or a buyer whose order was lost). Reported with the user ids.
@@ -352,7 +527,17 @@ async function buyersWithoutUnit(deps: Deps, cfg: SeckillConfig, buyersAtS1: Set
 
 export async function reconcile(deps: Deps, now: number): Promise<ReconcileReport> {
   const vouchers: VoucherReport[] = [];
-  for (const cfg of await registeredSeckills(deps, now)) vouchers.push(await reconcileVoucher(deps, cfg));
+  for (const cfg of await registeredSeckills(deps, now)) {
+    try {
+      vouchers.push(await reconcileVoucher(deps, cfg));
+    } catch (err) {
+      // One voucher that cannot be reconciled (its shards are not configured here, a database is
+      // down) is reported; the others are still reconciled.
+      if (!(err instanceof ShardUnavailable)) throw err;
+      const { voucherId, shopId, initialStock: initial } = cfg;
+      vouchers.push({ voucherId, shopId, initial, redisStock: 0, buyers: 0, pending: 0, mysqlStock: 0, activeOrders: 0, ok: false, drift: [`not reconciled: ${err.message}`], repaired: [] });
+    }
+  }
   const report: ReconcileReport = { at: now, vouchers };
   await deps.redis.set(keys.seckill.reconcileReport(), JSON.stringify(report));
   return report;

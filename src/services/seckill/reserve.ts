@@ -10,6 +10,8 @@ import { keys } from "../../redis/keys.ts";
 import { serviceDay } from "../../util/time.ts";
 import { bucketKeysFor, type SeckillConfig } from "./config.ts";
 import { DAY_MS, encodeRules, ruleKeys, ruleMessage, type RuleSubject } from "./rules.ts";
+import { refillHome } from "./moves.ts";
+import { homeOf, ShardUnavailable, shardCountOf } from "./shards.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { DependencyUnavailableError, isRedisFailure } from "../../resilience.ts";
@@ -125,22 +127,60 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   if (now < cfg.beginMs) return { ok: false, reason: "NOT_STARTED", message: messages.NOT_STARTED };
   if (now >= cfg.endMs) return { ok: false, reason: "ENDED", message: messages.ENDED };
 
-  // The global admission limit (admission.ts): at most R attempts per second reach Redis.
-  const notAdmitted = await deps.isolate.seckillAdmission.admit(deps, cfg.voucherId);
+  // The buyer's home database (shards.ts): the main one for an unsharded voucher, else the shard
+  // every attempt, limit and release of this buyer for this voucher goes to.
+  const sharded = shardCountOf(cfg) > 0;
+  let home: { shard: number; redis: Deps["redis"] };
+  try {
+    home = homeOf(deps, cfg, input.userId);
+  } catch (err) {
+    if (err instanceof ShardUnavailable) throw new DependencyUnavailableError("redis", "open", 1000, err);
+    throw err;
+  }
+
+  // The global admission limit (admission.ts): at most R attempts per second reach Redis — per
+  // shard database for a sharded voucher (each database has its own command budget).
+  const notAdmitted = sharded
+    ? await deps.isolate.seckillAdmission.admit({ redis: home.redis, clock: deps.clock, runtime: deps.runtime }, cfg.voucherId, home.shard)
+    : await deps.isolate.seckillAdmission.admit(deps, cfg.voucherId);
   if (notAdmitted) return notAdmitted;
 
   const orderId = (await deps.isolate.ids.next(deps)).toString();
-  const reservation: Reservation = { orderId, userId: input.userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue };
+  const reservation: Reservation = { orderId, userId: input.userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue, ...(sharded ? { shard: home.shard } : {}) };
   const c = deps.config;
   const day = serviceDay(now, c.SERVICE_TIME_ZONE);
+  const rKeys = reserveKeys(cfg, input.userId, input.ip, day, orderId);
+  const rArgs = reserveArgs(c, reservation, cfg);
   // One EVALSHA, sharing its round trip with the other reservations of this event-loop turn
   // (where the runtime allows it: redis/script-batch.ts).
-  let reply: [number, number, number];
-  try {
-    reply = await deps.isolate.reserveBatch.exec(deps.redis, reserveKeys(cfg, input.userId, input.ip, day, orderId), reserveArgs(c, reservation, cfg));
-  } catch (err) {
-    if (!mayHaveRun(err)) throw err;
-    return await settleLostReply(deps, cfg, reservation, remember, err);
+  const attempt = async (): Promise<[number, number, number] | ReserveResult> => {
+    try {
+      return await deps.isolate.reserveBatch.exec(home.redis, rKeys, rArgs);
+    } catch (err) {
+      if (!mayHaveRun(err)) throw err;
+      return await settleLostReply(deps, cfg, reservation, home.redis, remember, err);
+    }
+  };
+  let reply = await attempt();
+  if (!Array.isArray(reply)) return reply;
+  // The home shard is dry: bring stock from the others (moves.ts) and try there again, until a
+  // refill finds every other shard empty. Dry buyers of one isolate share each refill (where the
+  // runtime allows it) and only as many of them retry as it brought units ("tickets"): a crowd at
+  // sell-out costs one refill, not a retry per buyer per round. A buyer retries after a refill
+  // that brought nothing only if units arrived since its own SOLD_OUT (the gate's epoch moved).
+  if (sharded && reply[0] === 4) {
+    const gate = refillGate(deps, `${cfg.voucherId}:${home.shard}`);
+    let seen = gate.epoch;
+    for (let round = 0; round < MAX_REFILLS; round++) {
+      await sharedRefill(deps, cfg, home.shard, gate);
+      if (gate.epoch === seen) break; // nothing arrived at home since this buyer was told SOLD_OUT
+      seen = gate.epoch;
+      if (gate.tickets <= 0) continue; // the units are the earlier waiters': wait for the next refill
+      gate.tickets--;
+      reply = await attempt();
+      if (!Array.isArray(reply)) return reply;
+      if (reply[0] !== 4) break;
+    }
   }
   const [code, a, b] = reply;
   switch (code) {
@@ -155,6 +195,7 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
     case 3:
       return { ok: false, reason: "ENDED", message: messages.ENDED };
     case 4:
+      // Unsharded: the voucher is sold out. Sharded: every shard was empty when asked.
       memory.markSoldOut(input.voucherId, now);
       return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
     case 5: {
@@ -179,12 +220,54 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   }
 }
 
+/** Refills one attempt may wait for: each halves what the other shards hold, so ~log2(stock) rounds drain them. */
+const MAX_REFILLS = 32;
+
+/** A home shard's refills in this isolate (isolate.seckillRefills). */
+export interface RefillGate {
+  /** Units refills brought to the shard from this isolate, ever: a dry buyer compares it with what it saw. */
+  epoch: number;
+  /** Units of the last refills no waiting buyer has tried for yet. */
+  tickets: number;
+  running: Promise<number> | undefined;
+}
+
+function refillGate(deps: Deps, key: string): RefillGate {
+  let g = deps.isolate.seckillRefills.get(key);
+  if (!g) {
+    g = { epoch: 0, tickets: 0, running: undefined };
+    deps.isolate.seckillRefills.set(key, g);
+  }
+  return g;
+}
+
+/**
+ * One refill of `home` at a time per isolate and voucher where requests may share I/O (Bun,
+ * Deno): concurrent dry buyers join it. On workerd each request refills for itself (src/runtime.ts).
+ */
+async function sharedRefill(deps: Deps, cfg: SeckillConfig, home: number, gate: RefillGate): Promise<void> {
+  const run = async () => {
+    const moved = await refillHome(deps, cfg, home, deps.isolate.seckillMoves);
+    gate.epoch += moved;
+    gate.tickets += moved;
+    return moved;
+  };
+  if (!deps.runtime.sharesIo) {
+    await run();
+    return;
+  }
+  gate.running ??= run().finally(() => {
+    gate.running = undefined;
+  });
+  await gate.running;
+}
+
 /**
  * The outbox entry is written; what remains (index entry, the shop's drain for this window) is
  * batched across this isolate's buyers and never fails the reservation.
  */
 function announce(deps: Deps, r: Reservation): void {
-  deps.waitUntil(deps.orderGroups.add(deps, r));
+  deps.waitUntil(deps.isolate.orderGroups.add(deps, r));
 }
 
 /**
@@ -211,11 +294,11 @@ function mayHaveRun(err: unknown): boolean {
  * announced anyway, so that if the script did run, its order is drained and indexed within a
  * window (an announcement for nothing costs one empty drain).
  */
-async function settleLostReply(deps: Deps, cfg: SeckillConfig, r: Reservation, remember: (id: string) => void, cause: unknown): Promise<ReserveResult> {
+async function settleLostReply(deps: Deps, cfg: SeckillConfig, r: Reservation, redis: Deps["redis"], remember: (id: string) => void, cause: unknown): Promise<ReserveResult> {
   const { shopId, voucherId } = cfg;
   let settled: number;
   try {
-    settled = await scriptsFor(deps.redis).reserveFence.exec(
+    settled = await scriptsFor(redis).reserveFence.exec(
       [keys.seckill.outbox(shopId), keys.seckill.buyers(shopId, voucherId), keys.seckill.fence(shopId, r.orderId)],
       [r.orderId, String(r.userId), String(FENCE_TTL_MS)],
     );

@@ -11,6 +11,8 @@ export interface Reservation {
   reservedAt: number;
   /** Price, cents. */
   amount: number;
+  /** Seckill shard holding it (services/seckill/shards.ts); absent for an unsharded voucher. */
+  shard?: number;
 }
 
 /** tb_voucher_order.status. */

@@ -14,15 +14,20 @@
  * subrequest budget or ORDER_DRAIN_BUDGET_MS and hands the rest on (drainShop).
  * No MySQL transaction is open while Redis or QStash is called. A crash anywhere leaves the
  * entries in the outbox, claimable again after the lease: at most a repeated (idempotent) write.
+ *
+ * Sharded vouchers (issue 18, shards.ts): a drain names one outbox — the shop's in the main
+ * database, or in seckill shard `shard` (DrainBody.shard). It claims, hands back and acknowledges
+ * in that database only, and every message it publishes (the close of its groups, the
+ * continuation, the next window's drain) names the same shard. MySQL is written as for any group.
  */
-import type { Deps } from "../../deps.ts";
+import type { Deps, RedisPort } from "../../deps.ts";
 import { closeMessage, DRAIN_WINDOW_MS, drainMessage, drainNowMessage, type QueueMessage } from "../../queue/messages.ts";
 import { keys } from "../../redis/keys.ts";
 import { metered, SubrequestBudget, SubrequestBudgetExceeded } from "../../ports/subrequests.ts";
 import { toSqlUtc } from "../../util/time.ts";
 import { closeVouchersPerInvocation } from "./close.ts";
 import { withLockRetry } from "./mysql-retry.ts";
-import { ackGroup, claimGroup } from "./outbox.ts";
+import { ackGroup, claimGroup, outboxRedis } from "./outbox.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 
 export class OversellError extends Error {
@@ -80,7 +85,7 @@ export async function writeGroup(deps: Deps, rs: readonly Reservation[]): Promis
   const out: GroupWrite = { created: 0, existed: 0, written: [], refused: [] };
   for (const [voucherId, list] of byVoucher(rs)) {
     try {
-      const created = await withLockRetry(deps, deps.orderGroups.lockConflicts, "write orders", () =>
+      const created = await withLockRetry(deps, deps.isolate.orderGroups.lockConflicts, "write orders", () =>
         deps.db.transaction((tx) => writeVoucherRowsTx(tx, voucherId, list, OrderStatus.unpaid, null)),
       );
       out.created += created;
@@ -116,11 +121,10 @@ async function foreignRows(deps: Deps, rs: readonly Reservation[]): Promise<Set<
   return out;
 }
 
-/** Makes claimed entries claimable again now (one command). */
-async function releaseClaim(deps: Deps, shopId: number, group: readonly Reservation[]): Promise<void> {
-  const now = deps.clock.now();
+/** Makes claimed entries of the outbox in `redis` claimable again now (one command). */
+async function releaseClaim(redis: RedisPort, now: number, shopId: number, group: readonly Reservation[]): Promise<void> {
   const [first, ...rest] = group.map((r) => ({ score: now, member: r.orderId }));
-  if (first) await deps.redis.zadd(keys.seckill.outboxDue(shopId), { xx: true }, first, ...rest);
+  if (first) await redis.zadd(keys.seckill.outboxDue(shopId), { xx: true }, first, ...rest);
 }
 
 /**
@@ -142,11 +146,11 @@ const TAIL_COST = 1;
  * that each close delivery fits one invocation's subrequests (close costs per voucher, not per
  * order: close.ts closeCost). Almost always one message; all go out in one batch.
  */
-function closeMessagesOf(deps: Deps, shopId: number, written: readonly Reservation[]): QueueMessage[] {
+function closeMessagesOf(deps: Deps, shopId: number, written: readonly Reservation[], shard: number | undefined): QueueMessage[] {
   const per = closeVouchersPerInvocation(deps);
   const lists = [...byVoucher(written).values()];
   const out: QueueMessage[] = [];
-  for (let i = 0; i < lists.length; i += per) out.push(closeMessage(deps, shopId, lists.slice(i, i + per).flat().map((r) => r.orderId)));
+  for (let i = 0; i < lists.length; i += per) out.push(closeMessage(deps, shopId, lists.slice(i, i + per).flat().map((r) => r.orderId), shard));
   return out;
 }
 
@@ -202,13 +206,22 @@ export const DRAIN_LANES = 2;
  * handed back (claimable at once) for the continuation. So one delivery makes at most
  * `invocationCap` metered subrequests whatever the backlog (a lock-conflict retry past the cap is
  * refused, its group handed back).
+ *
+ * `shard` names the outbox: the shop's in that seckill shard (a sharded voucher's buyers homed
+ * there), or without it the shop's in the main database, as before shards. A shard this
+ * deployment does not configure throws ShardNotConfigured before any call (the delivery fails and
+ * QStash retries it, then dead-letters it for an operator: shards are never removed under live vouchers).
  */
-export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: number; subrequests?: SubrequestBudget } = {}): Promise<DrainResult> {
+export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: number; subrequests?: SubrequestBudget; shard?: number } = {}): Promise<DrainResult> {
   const c = deps.config;
+  const { shard } = opts;
+  // Unmetered (hand-backs are forced from the headroom) and metered clients of the outbox's database.
+  const outbox = outboxRedis(deps, shard);
   const started = deps.clock.now();
   const budget = opts.budgetMs ?? c.ORDER_DRAIN_BUDGET_MS;
   const calls = opts.subrequests ?? SubrequestBudget.forInvocation(deps);
   const d = metered(deps, calls);
+  const dOutbox = { redis: outboxRedis(d, shard) };
   const res: DrainResult = { groups: 0, created: 0, existed: 0, refused: 0, continued: false, subrequests: 0 };
   /** Set when a lane saw the outbox run dry (a short or empty claim), spent a budget, or failed. */
   let done = false;
@@ -224,7 +237,7 @@ export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: n
   /** Hands claimed entries back outside the meter (one command from the headroom): a failure path. */
   const handBack = async (group: readonly Reservation[]) => {
     calls.force(1);
-    await releaseClaim(deps, shopId, group).catch((e: unknown) => deps.log.warn("could not hand back a claimed group; its lease will run out", { shopId, err: e }));
+    await releaseClaim(outbox, deps.clock.now(), shopId, group).catch((e: unknown) => deps.log.warn("could not hand back a claimed group; its lease will run out", { shopId, shard, err: e }));
   };
   const lane = async (): Promise<void> => {
     try {
@@ -243,7 +256,7 @@ export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: n
       }
       let group: Reservation[];
       try {
-        group = await claimGroup(d, shopId, deps.clock.now(), c.ORDER_GROUP_MAX, c.ORDER_CLAIM_LEASE_MS);
+        group = await claimGroup(dOutbox, shopId, deps.clock.now(), c.ORDER_GROUP_MAX, c.ORDER_CLAIM_LEASE_MS);
       } catch (err) {
         calls.unhold(planned);
         if (err instanceof SubrequestBudgetExceeded) {
@@ -275,7 +288,7 @@ export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: n
       try {
         if (k < lists.length) {
           // More vouchers than this delivery can still write: the others go back for the continuation.
-          await releaseClaim(d, shopId, lists.slice(k).flat());
+          await releaseClaim(dOutbox.redis, deps.clock.now(), shopId, lists.slice(k).flat());
           stop("subrequests");
         }
         try {
@@ -297,17 +310,17 @@ export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: n
         res.created += w.created;
         res.existed += w.existed;
         res.refused += w.refused.length;
-        await ackGroup(d, shopId, w.written);
+        await ackGroup(dOutbox, shopId, w.written);
         // Best effort: if this publish is lost, the close-expired job closes these orders at their
         // deadline from MySQL. Acknowledged first, so a crash here costs no second write.
         if (w.written.length > 0) {
           const ids = new Set(w.written);
           try {
-            await d.queue.batchJSON(closeMessagesOf(deps, shopId, now.filter((r) => ids.has(r.orderId))));
-            deps.orderGroups.stats.closePublishes++;
+            await d.queue.batchJSON(closeMessagesOf(deps, shopId, now.filter((r) => ids.has(r.orderId)), shard));
+            deps.isolate.orderGroups.stats.closePublishes++;
           } catch (err) {
             if (err instanceof SubrequestBudgetExceeded) stop("subrequests");
-            deps.log.warn("close publish failed; close-expired will close the group at its deadline", { shopId, orders: w.written.length, err });
+            deps.log.warn("close publish failed; close-expired will close the group at its deadline", { shopId, shard, orders: w.written.length, err });
           }
         }
       } catch (err) {
@@ -331,22 +344,22 @@ export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: n
   calls.unhold(TAIL_COST);
   if (stoppedBy !== undefined) {
     // More is due than one delivery should take: hand the rest to a fresh delivery.
-    await d.queue.batchJSON([drainNowMessage(deps, shopId, `cont-${deps.clock.now()}`)]);
-    deps.orderGroups.stats.drainPublishes++;
+    await d.queue.batchJSON([drainNowMessage(deps, shopId, `cont-${deps.clock.now()}`, shard)]);
+    deps.isolate.orderGroups.stats.drainPublishes++;
     res.continued = true;
     res.stoppedBy = stoppedBy;
   }
-  deps.orderGroups.stats.drained += res.created;
+  deps.isolate.orderGroups.stats.drained += res.created;
   if (res.groups > 0 && !res.continued) {
     // Found work: announce the next window (same deduplication id the isolates use for it, so a
     // busy sale still gets one drain per window). Catches reservations an isolate with a skewed
     // clock filed under a window that was drained already; a quiet window ends the chain.
     const next = Math.floor(deps.clock.now() / DRAIN_WINDOW_MS) + 1;
     try {
-      await d.queue.batchJSON([drainMessage(deps, shopId, next)]);
-      deps.orderGroups.stats.drainPublishes++;
+      await d.queue.batchJSON([drainMessage(deps, shopId, next, shard)]);
+      deps.isolate.orderGroups.stats.drainPublishes++;
     } catch (err) {
-      deps.log.warn("follow-up drain publish failed; the sweep covers stragglers", { shopId, err });
+      deps.log.warn("follow-up drain publish failed; the sweep covers stragglers", { shopId, shard, err });
     }
   }
   res.subrequests = calls.spent;
