@@ -6,7 +6,7 @@
  */
 import { hotKeyRuleOf } from "./cache/hot.ts";
 import { createCaches, type Caches } from "./caches.ts";
-import { SaleCounters } from "./console/counters.ts";
+import { SaleCounters } from "./services/sale-counters.ts";
 import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
 import { ListingLimiter } from "./http/listing-limit.ts";
@@ -104,7 +104,7 @@ export interface Isolate {
   uv: UvBatcher;
   /**
    * Seckill attempts by voucher and outcome seen by this isolate (routed handler and fast lane), for the
-   * console's live view (console/counters.ts): counts and what Redis last confirmed of them, at
+   * console's live view (services/sale-counters.ts): counts and what Redis last confirmed of them, at
    * most 1,000 vouchers; added to a Redis hash per voucher at most every 5 s (one command), so the
    * console reads them summed across isolates.
    */

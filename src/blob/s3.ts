@@ -8,6 +8,7 @@
  * makes the store reject a body altered in transit.
  */
 import { assertSafeKey, type BlobMeta, type BlobObject, type BlobStore, BlobStoreError } from "./store.ts";
+import { hex, hmacSha256, sha256Hex } from "../util/crypto.ts";
 
 export interface S3Options {
   /** `https://<account>.r2.cloudflarestorage.com`, `https://s3.eu-west-1.amazonaws.com`, … */
@@ -26,21 +27,8 @@ export interface S3Options {
 
 const enc = new TextEncoder();
 
-function hex(buf: ArrayBuffer): string {
-  let out = "";
-  for (const b of new Uint8Array(buf)) out += b.toString(16).padStart(2, "0");
-  return out;
-}
-
-export async function sha256Hex(data: Uint8Array | string): Promise<string> {
-  const bytes = typeof data === "string" ? enc.encode(data) : data;
-  return hex(await crypto.subtle.digest("SHA-256", bytes as Uint8Array<ArrayBuffer>));
-}
-
-async function hmac(key: ArrayBuffer | Uint8Array, data: string): Promise<ArrayBuffer> {
-  const k = await crypto.subtle.importKey("raw", key as Uint8Array<ArrayBuffer>, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  return await crypto.subtle.sign("HMAC", k, enc.encode(data));
-}
+export { sha256Hex };
+const hmac = hmacSha256;
 
 /** RFC 3986 encoding as SigV4 wants it: everything but `A-Za-z0-9-_.~` (and `/` in paths). */
 export function uriEncode(s: string, keepSlash: boolean): string {

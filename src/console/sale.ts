@@ -1,13 +1,14 @@
 /**
  * One seckill sale as the console's live view shows it (views.tsx SalePage and its event stream):
- * the sale's Redis and MySQL numbers (services/ops.ts saleNumbers: one pipeline and one MySQL
- * statement) with the attempt counters summed across isolates (counters.ts `saleOutcomes`: one
- * HGETALL), read in parallel — about 2 round trips per tick, whatever the crowd.
+ * the sale's Redis and MySQL numbers (services/ops.ts saleNumbers: one MULTI per database the
+ * voucher lives in — its shards, summed — and one MySQL statement) with the attempt counters
+ * summed across isolates (services/sale-counters.ts `saleOutcomes`: one HGETALL), read in
+ * parallel — about 2 round trips per tick, whatever the crowd.
  */
 import type { Deps } from "../deps.ts";
 import { type SaleNumbers, saleNumbers } from "../services/ops.ts";
 import type { SeckillConfig } from "../services/seckill/config.ts";
-import { type OutcomeCounts, saleOutcomes } from "./counters.ts";
+import { type OutcomeCounts, saleOutcomes } from "../services/sale-counters.ts";
 
 /** The voucher's seckill configuration (cached), as the sale routes look it up. */
 export { saleConfig } from "../services/ops.ts";

@@ -8,7 +8,7 @@
  * request. The per-session CSRF token is a second HMAC over the session's mac, so it is bound to
  * one session, changes at each login, and cannot be derived without ADMIN_TOKEN.
  */
-import { timingSafeEqual } from "../util/compare.ts";
+import { hmacSha256Hex, randomHex, timingSafeEqual } from "../util/crypto.ts";
 
 export const SESSION_COOKIE = "cityhub_console";
 /** Lifetime of a console session, ms (one working day; the browser keeps the cookie as long). */
@@ -26,20 +26,7 @@ export interface ConsoleSession {
 
 const enc = new TextEncoder();
 
-async function hmacHex(secret: string, msg: string): Promise<string> {
-  const key = await crypto.subtle.importKey("raw", enc.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  const sig = new Uint8Array(await crypto.subtle.sign("HMAC", key, enc.encode(msg)));
-  let out = "";
-  for (const b of sig) out += b.toString(16).padStart(2, "0");
-  return out;
-}
-
-function randomHex(bytes: number): string {
-  const a = crypto.getRandomValues(new Uint8Array(bytes));
-  let out = "";
-  for (const b of a) out += b.toString(16).padStart(2, "0");
-  return out;
-}
+const hmacHex = hmacSha256Hex;
 
 const csrfFor = (secret: string, mac: string) => hmacHex(secret, `console:csrf:${mac}`);
 

@@ -13,7 +13,7 @@ import type { SeckillConfig } from "../services/seckill/config.ts";
 import type { VoucherRow } from "../services/vouchers.ts";
 import { formatInZone } from "../util/time.ts";
 import { ASSET_PREFIX } from "./assets.ts";
-import { OUTCOMES } from "./counters.ts";
+import { OUTCOMES } from "../services/sale-counters.ts";
 import type { FieldErrors, FormValues } from "./forms.ts";
 import { type SaleSnapshot, saleLimits } from "./sale.ts";
 
@@ -215,6 +215,7 @@ export function SalesPage(props: { csrf: string; rows: SaleRow[]; zone: string }
             <th>stock left / initial (Redis)</th>
             <th>window</th>
             <th>state</th>
+            <th>shards</th>
           </tr>
         </thead>
         <tbody>
@@ -231,6 +232,7 @@ export function SalesPage(props: { csrf: string; rows: SaleRow[]; zone: string }
                 {at(r.beginMs, props.zone)} → {at(r.endMs, props.zone)}
               </td>
               <td>{r.state}</td>
+              <td class="n">{r.shards === 0 ? "main" : r.unreadShards > 0 ? `${r.shards} (${r.unreadShards} not configured here: not counted)` : r.shards}</td>
             </tr>
           ))}
         </tbody>
@@ -250,6 +252,46 @@ function Stat(props: { k: string; label: string; value: string | number }) {
       <span>{props.label}</span>
       <b data-k={props.k}>{props.value}</b>
     </div>
+  );
+}
+
+/** A sharded sale's shards (services/seckill/shards.ts), updated live by sale.js through their data-k keys. */
+function ShardTable(props: { s: SaleSnapshot }) {
+  const { s } = props;
+  return (
+    <>
+      <h2>Shards</h2>
+      <p class="note">
+        The stock lives in {s.shardCount} seckill shard databases. Each buyer buys from one (their home shard); a shard that runs dry takes stock from the
+        others. In each shard stock + buyers = its share.
+      </p>
+      <table id="shards">
+        <thead>
+          <tr>
+            <th>shard</th>
+            <th>stock</th>
+            <th>buyers</th>
+            <th>share</th>
+          </tr>
+        </thead>
+        <tbody>
+          {s.shards.map((x) => (
+            <tr>
+              <td class="n">{x.shard}</td>
+              <td class="n" data-k={`shard-${x.shard}-stock`}>
+                {x.stock}
+              </td>
+              <td class="n" data-k={`shard-${x.shard}-buyers`}>
+                {x.buyers}
+              </td>
+              <td class="n" data-k={`shard-${x.shard}-share`}>
+                {x.share ?? "not loaded"}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </>
   );
 }
 
@@ -273,7 +315,7 @@ export function SalePage(props: { csrf: string; s: SaleSnapshot; cfg: Pick<Secki
           Campaign: {props.cfg.campaign ?? "none"}. Purchase limits besides one order per buyer: {limits.length === 0 ? "none" : limits.join("; ")}.
         </p>
         <div class="grid">
-          <Stat k="stockLeft" label="stock left (Redis)" value={s.stockLeft} />
+          <Stat k="stockLeft" label={s.shardCount > 0 ? "stock left (Redis, all shards)" : "stock left (Redis)"} value={s.stockLeft} />
           <Stat k="reservations" label="reservations taken" value={s.reservations} />
           <Stat k="ordersInMysql" label="orders in MySQL" value={s.ordersInMysql} />
           <Stat k="mysqlStock" label="stock in MySQL" value={s.mysqlStock} />
@@ -282,8 +324,9 @@ export function SalePage(props: { csrf: string; s: SaleSnapshot; cfg: Pick<Secki
           <Stat k="rate" label="attempts/s" value="0" />
         </div>
         <p class="note">
-          Buckets: <span data-k="buckets">{s.buckets.join(" · ")}</span>
+          Buckets{s.shardCount > 0 ? " (summed over the shards)" : ""}: <span data-k="buckets">{s.buckets.join(" · ")}</span>
         </p>
+        {s.shardCount > 0 && <ShardTable s={s} />}
         <div class="chart" id="chart-counts" />
         <div class="chart" id="chart-rate" />
         <h2>Attempts by outcome ({s.outcomesAcrossIsolates ? "all isolates" : "this isolate only: Redis did not answer"})</h2>

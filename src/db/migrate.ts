@@ -8,6 +8,7 @@
  * (write a new migration instead of editing an applied one).
  */
 import type { DbPort } from "../deps.ts";
+import { sha256Hex } from "../util/crypto.ts";
 
 export interface Migration {
   /** File name, e.g. `001_classic_schema.sql`; order of application is the order of names. */
@@ -26,10 +27,7 @@ const LEDGER = `CREATE TABLE IF NOT EXISTS schema_migrations (
   applied_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`;
 
-export async function sha256Hex(text: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
-}
+export { sha256Hex };
 
 /**
  * Splits a file into statements on `;` at the end of a line, dropping `--` comment lines.

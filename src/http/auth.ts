@@ -18,7 +18,7 @@ import type { Logger } from "../log.ts";
 import type { Reissued } from "../services/session-cache.ts";
 import type { SessionUser } from "../services/session.ts";
 import type { AppEnv } from "../types.ts";
-import { timingSafeEqual } from "../util/compare.ts";
+import { timingSafeEqual } from "../util/crypto.ts";
 import { limitAddress } from "./client-ip.ts";
 
 export type UserEnv = AppEnv & { Variables: { user: SessionUser; token: string } };

@@ -40,6 +40,7 @@ import type { AppEnv } from "../types.ts";
 import type { UserEnv } from "./auth.ts";
 import { bearer } from "./auth.ts";
 import { readCapped } from "./body.ts";
+import { sha256Hex } from "../util/crypto.ts";
 
 export const IDEMPOTENCY_HEADER = "idempotency-key";
 export const REPLAYED_HEADER = "idempotent-replayed";
@@ -73,12 +74,6 @@ export function parseIdempotencyKey(header: string): string | null {
   return out.length >= 1 && out.length <= MAX_KEY_CHARS ? out : null;
 }
 
-async function sha256Hex(data: Uint8Array): Promise<string> {
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", data as Uint8Array<ArrayBuffer>));
-  let hex = "";
-  for (const b of digest) hex += b.toString(16).padStart(2, "0");
-  return hex;
-}
 
 function concat(head: Uint8Array, body: Uint8Array): Uint8Array {
   const out = new Uint8Array(head.byteLength + body.byteLength);

@@ -22,6 +22,8 @@ export function Page(props: { title: string; children?: Child; head?: Child } & 
           <meta charset="utf-8" />
           <meta name="viewport" content="width=device-width, initial-scale=1" />
           <title>{props.title}</title>
+          {/* No icon to fetch: without one, browsers ask for /favicon.ico (a 404). */}
+          <link rel="icon" href="data:," />
           {props.head}
           {(props.styles ?? []).map((href) => (
             <link rel="stylesheet" href={href} />

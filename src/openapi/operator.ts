@@ -9,7 +9,15 @@ import { z } from "zod";
 import type { HotReport as HotReportType } from "../cache/hot.ts";
 import { DEPENDENCIES, type DependencyName, type GuardSnapshot } from "../resilience.ts";
 import type { BulkOutcome as BulkOutcomeType, DeadLetterPage as DeadLetterPageType } from "../services/dlq.ts";
-import type { CacheReport as CacheReportType, OpsSnapshot as OpsSnapshotType, OrderView as OrderViewType, PipelineBacklog as PipelineBacklogType, SaleRow as SaleRowType } from "../services/ops.ts";
+import {
+  type CacheReport as CacheReportType,
+  OUTBOX_COUNT_MAX,
+  type OpsSnapshot as OpsSnapshotType,
+  type OrderView as OrderViewType,
+  type PipelineBacklog as PipelineBacklogType,
+  type SaleRow as SaleRowType,
+  type SeckillView as SeckillViewType,
+} from "../services/ops.ts";
 import type { ReconcileReport as ReconcileReportType } from "../services/seckill/reconcile.ts";
 import { OrderStatus } from "../services/seckill/types.ts";
 import type { VoucherRow as VoucherRowType } from "../services/vouchers.ts";
@@ -72,9 +80,18 @@ export const WriterStats = z.object({
   drained: int().describe("orders written to MySQL by this isolate's writer"),
   lockConflicts: z.object({ retried: int(), exhausted: int() }).describe("MySQL lock conflicts met by the writer and closer"),
 });
+const OutboxBacklog = { pending: int().describe("reservations waiting for MySQL"), lagMs: int().describe("how late the oldest claimable one is") };
 export const PipelineBacklog = z.object({
   at: EpochMs,
-  shops: z.array(z.object({ shopId: int(), pending: int().describe("reservations waiting for MySQL"), lagMs: int().describe("how late the oldest claimable one is") })),
+  shops: z.array(
+    z.object({
+      shopId: int(),
+      ...OutboxBacklog,
+      shards: z
+        .array(z.object({ shard: int(), ...OutboxBacklog }))
+        .describe("the shop's outboxes in seckill shards that hold entries (empty when none); `pending` minus their sum is the main database's"),
+    }),
+  ).describe("shops with reservations waiting, summed over their outboxes (the main database's and one per seckill shard)"),
   isolate: WriterStats.describe("this isolate's writer counters"),
 });
 
@@ -164,7 +181,49 @@ export const OpsSnapshot = z.object({
 // Sales, vouchers, orders
 
 const SaleState = z.enum(["upcoming", "on sale", "sold out", "ended"]);
-export const SaleRow = z.object({ voucherId: int(), shopId: int(), initial: int(), stockLeft: int().describe("Redis, all buckets"), beginMs: EpochMs, endMs: EpochMs, state: SaleState });
+export const SaleRow = z.object({
+  voucherId: int(),
+  shopId: int(),
+  initial: int(),
+  stockLeft: int().describe("Redis, all buckets of every shard read"),
+  beginMs: EpochMs,
+  endMs: EpochMs,
+  state: SaleState,
+  shards: int().describe("seckill shard databases holding the voucher; 0 = the main database"),
+  unreadShards: int().describe("of `shards`, those this deployment does not have (not configured): left out of `stockLeft`"),
+});
+
+const SeckillShard = z.object({
+  shard: int(),
+  stock: int().describe("units left in the shard"),
+  buckets: z.array(int()).describe("units left per bucket"),
+  buyers: int().describe("buyers homed in the shard holding a unit: what it sold"),
+  share: int().nullable().describe("the shard's share of the stock (its initial, moved with the stock: stock + buyers = share); null = not loaded"),
+  outbox: z.object({
+    pending: int().nullable().describe(`this voucher's reservations waiting for MySQL in the shard; null when the shop's outbox there is too big to count (over ${OUTBOX_COUNT_MAX} entries)`),
+    shopPending: int().describe("entries of the shop's outbox in the shard (every voucher of the shop)"),
+    lagMs: int().describe("how late the oldest claimable entry of that outbox is"),
+  }),
+});
+export const SeckillView = z.object({
+  at: EpochMs,
+  voucherId: int(),
+  shopId: int(),
+  beginMs: EpochMs,
+  endMs: EpochMs,
+  state: SaleState,
+  initialStock: int(),
+  buckets: int().describe("stock buckets per shard"),
+  shardCount: int().describe("seckill shard databases holding the voucher; 0 = the main database (`shards` is then one entry, shard 0)"),
+  stock: int().describe("units left in Redis, all shards"),
+  buyers: int().describe("buyers holding a unit, all shards"),
+  sold: int().describe("initialStock − stock"),
+  unaccounted: int().describe("sold − buyers: units in a move between shards or in a shard not loaded; 0 at rest"),
+  mysqlStock: int().describe("tb_seckill_voucher.stock"),
+  ordersInMysql: int().describe("the voucher's rows in tb_voucher_order, any status"),
+  outboxPending: int().nullable().describe("the voucher's reservations waiting for MySQL, all shards; null when a shard's could not be counted"),
+  shards: z.array(SeckillShard),
+});
 export const VoucherRow = z.object({
   id: int(),
   shopId: int(),
@@ -219,6 +278,7 @@ type _ = [
   Assert<Describes<typeof ReconcileReport, ReconcileReportType>>,
   Assert<Describes<typeof OpsSnapshot, OpsSnapshotType>>,
   Assert<Describes<typeof SaleRow, SaleRowType>>,
+  Assert<Describes<typeof SeckillView, SeckillViewType>>,
   Assert<Describes<typeof VoucherRow, VoucherRowType>>,
   Assert<Describes<typeof OrderView, OrderViewType>>,
   Assert<Describes<typeof DeadLetterPage, DeadLetterPageType>>,

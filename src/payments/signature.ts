@@ -3,13 +3,9 @@
  * (the Stripe scheme). The timestamp is signed too, so an old webhook cannot be replayed after
  * the tolerance window.
  */
-import { timingSafeEqual } from "../util/compare.ts";
+import { hmacSha256Hex, timingSafeEqual } from "../util/crypto.ts";
 
-async function hmacHex(secret: string, message: string): Promise<string> {
-  const key = await crypto.subtle.importKey("raw", new TextEncoder().encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  const sig = await crypto.subtle.sign("HMAC", key, new TextEncoder().encode(message));
-  return [...new Uint8Array(sig)].map((b) => b.toString(16).padStart(2, "0")).join("");
-}
+const hmacHex = hmacSha256Hex;
 
 export async function signWebhook(secret: string, body: string, nowMs: number): Promise<string> {
   const t = Math.floor(nowMs / 1000);

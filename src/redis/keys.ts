@@ -106,7 +106,7 @@ export const keys = {
     admission: (voucherId: number, second: number) => `seckill:{adm}:v${voucherId}:${second}`,
     admissionTotal: (second: number) => `seckill:{adm}:all:${second}`,
     /**
-     * Seckill attempts of one voucher by outcome, summed over isolates (src/console/counters.ts;
+     * Seckill attempts of one voucher by outcome, summed over isolates (src/services/sale-counters.ts;
      * lua/sale-counts.lua adds each isolate's deltas): HASH outcome → attempts, TTL renewed by every
      * flush. One `{counts}` tag: a flush touches every voucher it counted in one script.
      */

@@ -23,6 +23,7 @@
  * Redis command count per attempt (what Upstash bills and limits) is one either way.
  */
 import type { Redis } from "@upstash/redis";
+import { sha1Hex } from "../util/crypto.ts";
 
 interface Pending<T> {
   keys: string[];
@@ -98,9 +99,4 @@ export class ScriptBatcher<T> {
       else b.reject(new Error(r.error));
     });
   }
-}
-
-async function sha1Hex(text: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-1", new TextEncoder().encode(text));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
 }

@@ -23,12 +23,13 @@ import {
   Redriven,
   RefundOut,
   SaleRow,
+  SeckillView,
   VoucherRow,
 } from "../openapi/operator.ts";
 import { resilienceSnapshot } from "../resilience.ts";
 import { revokeAllConsoleSessions } from "../services/console-sessions.ts";
 import { deleteAll, deleteDeadLetter, DLQ_PAGE_MAX, DlqId, listDeadLetters, redriveAll, redriveDeadLetter } from "../services/dlq.ts";
-import { lastReconcileReport, opsSnapshot, orderById, ordersOfUser, pipelineBacklog, salesOverview } from "../services/ops.ts";
+import { lastReconcileReport, opsSnapshot, orderById, ordersOfUser, pipelineBacklog, salesOverview, seckillView } from "../services/ops.ts";
 import { listRefunds, type RefundView } from "../services/seckill/payments.ts";
 import { latestVouchers } from "../services/vouchers.ts";
 import type { AppEnv } from "../types.ts";
@@ -45,6 +46,7 @@ const OrdersQuery = z
   .refine((q) => (q.id === undefined) !== (q.userId === undefined), { message: "give exactly one of id and userId" });
 
 const DlqParam = z.object({ id: DlqId });
+const VoucherParam = z.object({ voucherId: Id });
 const DestinationUrl = z.url({ protocol: /^https?$/, error: "must be an http(s) URL" }).max(2048).describe("exact destination URL of the messages");
 const DlqListQuery = z.object({
   cursor: z.string().max(200).optional().describe("from the previous page's `cursor`"),
@@ -107,6 +109,26 @@ export const admin = new Hono<AppEnv>()
     doc(operator("Seckill sales of the jobs' registry (not ended more than 7 days ago), newest first, with their Redis stock and state (the console's sales page)", { data: z.array(SaleRow) }), async (c) =>
       c.json(ok(await salesOverview(c.get("deps")))),
     ),
+  )
+  .get(
+    "/seckill/:voucherId",
+    doc(
+      operator("One seckill sale now: its window and stock, its stock and buyers per shard, sold, MySQL's side, and its reservations waiting in each shard's outbox", {
+        description:
+          "`shards` has one entry per seckill shard database the voucher lives in (one, shard 0, when it is in the main database: `shardCount` 0). Each shard is read atomically; the shards at about the same moment, so a move of stock between shards in flight shows in `unaccounted` for one round trip. A voucher living in shards this deployment does not have (SECKILL_SHARD_URLS) is a 503.",
+        data: SeckillView,
+        outcomes: ["NOT_FOUND"],
+        errors: ["UNAVAILABLE"],
+      }),
+      v("param", VoucherParam),
+    ),
+    async (c) => {
+      const res = await seckillView(c.get("deps"), c.req.valid("param").voucherId);
+      if (res.ok) return c.json(ok(res.view));
+      if (res.reason === "NOT_FOUND") return c.json(fail("NOT_FOUND", "no such seckill voucher"));
+      c.header("Retry-After", "60");
+      return c.json(fail("UNAVAILABLE", res.message, c.get("requestId")), 503);
+    },
   )
   .get(
     "/vouchers",

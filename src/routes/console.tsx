@@ -26,9 +26,10 @@ import { doc, type RouteDoc } from "../openapi/describe.ts";
 import { consoleSessionAlive, revokeConsoleSession } from "../services/console-sessions.ts";
 import { type BulkOutcome, deleteAll, deleteDeadLetter, DlqId, listDeadLetters, redriveAll, redriveDeadLetter } from "../services/dlq.ts";
 import { opsSnapshot, orderById, ordersOfUser, saleConfig, salesOverview } from "../services/ops.ts";
+import { ShardUnavailable } from "../services/seckill/shards.ts";
 import { latestVouchers } from "../services/vouchers.ts";
 import type { AppEnv } from "../types.ts";
-import { timingSafeEqual } from "../util/compare.ts";
+import { timingSafeEqual } from "../util/crypto.ts";
 import { isOrderId } from "../util/ids.ts";
 import { scrubbedMessage } from "../util/scrub.ts";
 
@@ -259,7 +260,12 @@ export const consolePages = new Hono<ConsoleEnv>()
       const id = c.req.param("voucherId") ?? "";
       const cfg = isDecimalId(id) ? await saleConfig(deps, Number(id)) : null;
       if (!cfg) return c.html(<MessagePage title="No such sale" message={`Voucher ${id} is not a seckill voucher.`} csrf={csrf} />, 404);
-      return c.html(<SalePage csrf={csrf} s={await saleSnapshot(deps, cfg)} cfg={cfg} zone={deps.config.SERVICE_TIME_ZONE} />);
+      try {
+        return c.html(<SalePage csrf={csrf} s={await saleSnapshot(deps, cfg)} cfg={cfg} zone={deps.config.SERVICE_TIME_ZONE} />);
+      } catch (err) {
+        if (!(err instanceof ShardUnavailable)) throw err;
+        return c.html(<MessagePage title="Sale not readable here" message={err.message} csrf={csrf} />, 503);
+      }
     }),
   )
   .get(

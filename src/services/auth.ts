@@ -14,7 +14,7 @@ import { Ratelimit } from "@upstash/ratelimit";
 import type { Deps, RedisPort } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
-import { timingSafeEqual } from "../util/compare.ts";
+import { timingSafeEqual } from "../util/crypto.ts";
 import { createSession, type SessionUser } from "./session.ts";
 
 export const PHONE_RE = /^1[3-9]\d{9}$/;

@@ -4,18 +4,27 @@
  * neither runs a query of its own. Times are epoch ms; the renderings format them.
  *
  * - salesOverview: the seckill sales of the jobs' registry with their Redis stock (one statement,
- *   one pipeline).
- * - saleNumbers: one sale's Redis and MySQL numbers (one pipeline, one statement per tick of the
- *   console's live view; console/sale.ts adds the attempt counters).
- * - pipelineBacklog: reservations waiting for MySQL per shop and how late the oldest is.
+ *   one pipeline per database: the main one and each seckill shard, sent at once).
+ * - saleNumbers: one sale's Redis and MySQL numbers (one MULTI per database the voucher lives in,
+ *   one statement, per tick of the console's live view; console/sale.ts adds the attempt counters).
+ * - seckillView: GET /admin/seckill/{voucherId}, one sale in full — its configuration, its stock
+ *   and buyers per shard, sold, MySQL's side, and its reservations waiting in each shard's outbox.
+ * - pipelineBacklog: reservations waiting for MySQL per shop (and per shard) and how late the
+ *   oldest is.
  * - opsSnapshot: the operations page. Breakers and limiters are this isolate's memory and always
  *   answer; every Redis- or MySQL-backed section falls back on its own (named in `unavailable`,
  *   with the scrubbed error), so the snapshot still renders while a dependency is down — which is
  *   when an operator opens it.
  * - orderById / ordersOfUser: the order lookup, queued reservations (outbox, not yet in MySQL)
  *   included.
+ *
+ * Sharded vouchers (issue 18, services/seckill/shards.ts): their keys are in their shard databases
+ * only, under the usual names, and each shop has an outbox in every database its vouchers' buyers
+ * reserve in; every number here is summed over those databases. A shard this deployment does not
+ * have (SECKILL_SHARD_URLS lost one a live voucher uses) is left out of the overviews and named
+ * (`unreadShards`, the log), and makes the one-sale views answer ShardUnavailable.
  */
-import type { Deps } from "../deps.ts";
+import type { Deps, RedisPort } from "../deps.ts";
 import type { HotReport } from "../cache/hot.ts";
 import { keys } from "../redis/keys.ts";
 import { type DependencyName, type GuardSnapshot, resilienceSnapshot } from "../resilience.ts";
@@ -23,10 +32,13 @@ import { scrubbedMessage } from "../util/scrub.ts";
 import type { AdmissionSnapshot } from "./seckill/admission.ts";
 import type { SeckillConfig } from "./seckill/config.ts";
 import { findReservation, getOrderRow, listOrdersOfUser, type OrderRow } from "./seckill/orders.ts";
+import { outboxesOf, outboxRedis, parseReservation, reachableOutboxes } from "./seckill/outbox.ts";
 import { listRefunds, type RefundView } from "./seckill/payments.ts";
 import type { OrderGroupStats } from "./seckill/pipeline.ts";
 import type { ReconcileReport } from "./seckill/reconcile.ts";
-import { registeredSeckills, shopsOf } from "./seckill/registry.ts";
+import { registeredSeckills } from "./seckill/registry.ts";
+import { ShardUnavailable, shardCountOf, shardRedis } from "./seckill/shards.ts";
+import { type SeckillState, type ShardState, seckillState } from "./seckill/state.ts";
 import { type OrderStatusName, statusName } from "./seckill/types.ts";
 import { isoDay, type UvReport, uvReport } from "./uv.ts";
 import { type SaleState, saleState } from "./vouchers.ts";
@@ -45,7 +57,47 @@ function queueOutbox(p: Pipeline, shopId: number): void {
 function outboxOf(raw: unknown[], at: number, now: number): { pending: number; lagMs: number } {
   const oldest = raw[at + 1] as (string | number)[] | undefined;
   const dueMs = oldest && oldest.length >= 2 ? Number(oldest[1]) : null;
-  return { pending: Number(raw[at] ?? 0), lagMs: dueMs === null ? 0 : Math.max(0, now - dueMs) };
+  return { pending: Number(raw[at] ?? 0), lagMs: lagOf(dueMs, now) };
+}
+
+const lagOf = (dueMs: number | null, now: number) => (dueMs === null ? 0 : Math.max(0, now - dueMs));
+
+/**
+ * Reads queued on several databases: one pipeline per database, all sent at once by `run` — so an
+ * overview costs one round trip whatever the number of shards. `queue` returns the getter of its
+ * `n` replies (valid once `run` resolved); `add` must queue exactly `n` commands.
+ */
+function batchedReads() {
+  const pipes = new Map<RedisPort, { p: Pipeline; count: number; raw: unknown[] }>();
+  return {
+    queue(redis: RedisPort, n: number, add: (p: Pipeline) => void): () => unknown[] {
+      let e = pipes.get(redis);
+      if (!e) {
+        e = { p: redis.pipeline(), count: 0, raw: [] };
+        pipes.set(redis, e);
+      }
+      const from = e.count;
+      add(e.p);
+      e.count += n;
+      const entry = e;
+      return () => entry.raw.slice(from, from + n);
+    },
+    async run(): Promise<void> {
+      await Promise.all(
+        [...pipes.values()].map(async (e) => {
+          if (e.count > 0) e.raw = (await e.p.exec()) as unknown[];
+        }),
+      );
+    },
+  };
+}
+
+/** The databases holding a voucher's keys this deployment has: the main one when unsharded, else each configured shard; and how many shards it lacks. */
+function readableShards(deps: Pick<Deps, "redis" | "seckillShards">, cfg: Pick<SeckillConfig, "shards">): { dbs: RedisPort[]; unread: number } {
+  const n = shardCountOf(cfg);
+  if (n === 0) return { dbs: [deps.redis], unread: 0 };
+  const dbs = deps.seckillShards.slice(0, n);
+  return { dbs, unread: n - dbs.length };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -55,31 +107,68 @@ export interface SaleRow {
   voucherId: number;
   shopId: number;
   initial: number;
-  /** Stock left in Redis, all buckets. */
+  /** Stock left in Redis, all buckets of every shard read. */
   stockLeft: number;
   beginMs: number;
   endMs: number;
   state: SaleState;
+  /** Seckill shard databases holding the voucher; 0 = the main database. */
+  shards: number;
+  /** Of `shards`: those this deployment does not have (not configured), left out of `stockLeft`. */
+  unreadShards: number;
 }
 
 /** The newest `limit` sales of the jobs' registry (not ended more than 7 days ago), newest first. */
 export async function salesOverview(deps: Deps, limit = 100): Promise<SaleRow[]> {
   const now = deps.clock.now();
   const cfgs = (await registeredSeckills(deps, now)).slice(-limit).reverse();
-  const p = deps.redis.pipeline();
-  for (const cfg of cfgs) for (let i = 0; i < cfg.buckets; i++) p.get(keys.seckill.stock(cfg.shopId, cfg.voucherId, i));
-  const raw = cfgs.length > 0 ? ((await p.exec()) as unknown[]) : [];
-  let at = 0;
-  return cfgs.map((cfg) => {
+  const reads = batchedReads();
+  const plan = cfgs.map((cfg) => {
+    const { dbs, unread } = readableShards(deps, cfg);
+    const stocks = dbs.map((db) =>
+      reads.queue(db, cfg.buckets, (p) => {
+        for (let i = 0; i < cfg.buckets; i++) p.get(keys.seckill.stock(cfg.shopId, cfg.voucherId, i));
+      }),
+    );
+    return { cfg, stocks, unread };
+  });
+  await reads.run();
+  const unread = plan.filter((x) => x.unread > 0);
+  if (unread.length > 0) {
+    deps.log.error("seckill sales in shards that are not configured are shown without them (SECKILL_SHARD_URLS lost shards a live voucher uses)", {
+      configured: deps.seckillShards.length,
+      vouchers: unread.slice(0, 20).map((x) => x.cfg.voucherId),
+    });
+  }
+  return plan.map(({ cfg, stocks, unread }) => {
     let left = 0;
-    for (let i = 0; i < cfg.buckets; i++) left += Number(raw[at++] ?? 0);
-    return { voucherId: cfg.voucherId, shopId: cfg.shopId, initial: cfg.initialStock, stockLeft: left, beginMs: cfg.beginMs, endMs: cfg.endMs, state: saleState(cfg, left, now) };
+    for (const replies of stocks) for (const v of replies()) left += Number(v ?? 0);
+    return {
+      voucherId: cfg.voucherId,
+      shopId: cfg.shopId,
+      initial: cfg.initialStock,
+      stockLeft: left,
+      beginMs: cfg.beginMs,
+      endMs: cfg.endMs,
+      state: saleState(cfg, left, now),
+      shards: shardCountOf(cfg),
+      unreadShards: unread,
+    };
   });
 }
 
 /** The voucher's seckill configuration (cached: immutable after creation), or null. */
 export function saleConfig(deps: Deps, voucherId: number): Promise<SeckillConfig | null> {
   return deps.isolate.caches.seckill.get(deps, voucherId);
+}
+
+/** One shard of a sale, as the console's sale view lists them. */
+export interface SaleShard {
+  shard: number;
+  stock: number;
+  buyers: number;
+  /** The shard's share of the stock (moves with it); null = not loaded. */
+  share: number | null;
 }
 
 /** One sale's numbers in Redis and MySQL at `at`. */
@@ -91,51 +180,155 @@ export interface SaleNumbers {
   beginMs: number;
   endMs: number;
   state: SaleState;
-  /** Redis stock per bucket (index = bucket). */
+  /** Redis stock per bucket (index = bucket), summed over the shards. */
   buckets: number[];
   stockLeft: number;
-  /** Buyers holding a reservation or an order (the buyers set). */
+  /** Buyers holding a reservation or an order (the buyers sets of every shard). */
   reservations: number;
   /** Rows in tb_voucher_order for the voucher, any status. */
   ordersInMysql: number;
   /** tb_seckill_voucher.stock. */
   mysqlStock: number;
-  /** Reservations of the voucher's shop waiting in the outbox, and how late the oldest is, ms. */
+  /** Reservations of the voucher's shop waiting in its outboxes (every database the voucher lives in), and how late the oldest is, ms. */
   outboxPending: number;
   writerLagMs: number;
+  /** Seckill shard databases holding the voucher; 0 = the main database (`shards` is then its one entry, shard 0). */
+  shardCount: number;
+  shards: SaleShard[];
 }
 
-/** One Redis pipeline and one MySQL statement, in parallel: about two round trips, whatever the crowd. */
-export async function saleNumbers(deps: Deps, cfg: SeckillConfig): Promise<SaleNumbers> {
-  const { shopId, voucherId } = cfg;
-  const p = deps.redis.pipeline();
-  for (let i = 0; i < cfg.buckets; i++) p.get(keys.seckill.stock(shopId, voucherId, i));
-  p.scard(keys.seckill.buyers(shopId, voucherId));
-  queueOutbox(p, shopId);
-  const [raw, mysql] = await Promise.all([
-    p.exec() as Promise<unknown[]>,
-    deps.db.execute("SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) AS orders, (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock", [voucherId, voucherId]),
+/** The MySQL side of a sale: one statement. */
+async function mysqlSide(deps: Pick<Deps, "db">, voucherId: number): Promise<{ orders: number; stock: number }> {
+  const res = await deps.db.execute("SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) AS orders, (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock", [
+    voucherId,
+    voucherId,
   ]);
+  const row = (res.rows[0] ?? {}) as { orders?: string | number; stock?: string | number | null };
+  return { orders: Number(row.orders ?? 0), stock: Number(row.stock ?? 0) };
+}
+
+/**
+ * One MULTI per database the voucher lives in (services/seckill/state.ts) and one MySQL statement,
+ * all in parallel: about two round trips, whatever the crowd or the number of shards. Rejects with
+ * ShardUnavailable when the voucher lives in shards this deployment does not have.
+ */
+export async function saleNumbers(deps: Deps, cfg: SeckillConfig): Promise<SaleNumbers> {
+  const [st, mysql] = await Promise.all([seckillState(deps, cfg), mysqlSide(deps, cfg.voucherId)]);
   const now = deps.clock.now();
-  const buckets = Array.from({ length: cfg.buckets }, (_, i) => Number(raw[i] ?? 0));
-  const stockLeft = buckets.reduce((a, b) => a + b, 0);
-  const outbox = outboxOf(raw, cfg.buckets + 1, now);
-  const row = (mysql.rows[0] ?? {}) as { orders?: string | number; stock?: string | number | null };
+  const buckets = Array.from({ length: cfg.buckets }, (_, i) => st.shards.reduce((a, s) => a + (s.buckets[i] ?? 0), 0));
   return {
     at: now,
-    voucherId,
-    shopId,
+    voucherId: cfg.voucherId,
+    shopId: cfg.shopId,
     initial: cfg.initialStock,
     beginMs: cfg.beginMs,
     endMs: cfg.endMs,
-    state: saleState(cfg, stockLeft, now),
+    state: saleState(cfg, st.stock, now),
     buckets,
-    stockLeft,
-    reservations: Number(raw[cfg.buckets] ?? 0),
-    ordersInMysql: Number(row.orders ?? 0),
-    mysqlStock: Number(row.stock ?? 0),
-    outboxPending: outbox.pending,
-    writerLagMs: outbox.lagMs,
+    stockLeft: st.stock,
+    reservations: st.buyers,
+    ordersInMysql: mysql.orders,
+    mysqlStock: mysql.stock,
+    outboxPending: st.shards.reduce((a, s) => a + s.shopOutbox.entries, 0),
+    writerLagMs: Math.max(0, ...st.shards.map((s) => lagOf(s.shopOutbox.oldestDueMs, now))),
+    shardCount: st.shardCount,
+    shards: st.shards.map(({ shard, stock, buyers, share }) => ({ shard, stock, buyers, share })),
+  };
+}
+
+/**
+ * A shard's outbox holding more entries than this is not read entry by entry for the voucher's
+ * own count (`SeckillShardView.outbox.pending` is then null): one HVALS of it would move megabytes
+ * through the REST API during a MySQL outage, when the backlog is largest.
+ */
+export const OUTBOX_COUNT_MAX = 2_000;
+
+/** One shard of GET /admin/seckill/{voucherId}. */
+export interface SeckillShardView extends Omit<ShardState, "shopOutbox"> {
+  outbox: {
+    /** This voucher's reservations waiting for MySQL in the shard; null when the shop's outbox there holds more than OUTBOX_COUNT_MAX (not counted). */
+    pending: number | null;
+    /** Entries of the shop's outbox in the shard (every voucher of the shop homed here). */
+    shopPending: number;
+    /** How late the oldest claimable entry of the shop's outbox there is, ms. */
+    lagMs: number;
+  };
+}
+
+/** GET /admin/seckill/{voucherId}: one seckill sale now. */
+export interface SeckillView extends Omit<SeckillState, "shards"> {
+  at: number;
+  /** Sale window (epoch ms) and state. */
+  beginMs: number;
+  endMs: number;
+  state: SaleState;
+  buckets: number;
+  /** initialStock − stock: units taken out of Redis's stock. */
+  sold: number;
+  /**
+   * sold − buyers: units neither in a shard's stock nor held by a buyer — a move between shards in
+   * flight (one round trip) or a shard whose keys are gone until reconcile reloads it; 0 at rest.
+   */
+  unaccounted: number;
+  /** tb_seckill_voucher.stock, and the voucher's rows in tb_voucher_order (any status). */
+  mysqlStock: number;
+  ordersInMysql: number;
+  /** The voucher's reservations waiting for MySQL, all shards; null when one shard's could not be counted (see OUTBOX_COUNT_MAX). */
+  outboxPending: number | null;
+  /** One entry per shard (one, shard 0, when unsharded: `shardCount` 0). */
+  shards: SeckillShardView[];
+}
+
+export type SeckillViewResult = { ok: true; view: SeckillView } | { ok: false; reason: "NOT_FOUND" } | { ok: false; reason: "SHARDS_MISSING"; message: string };
+
+/**
+ * The voucher's reservations in one shard's outbox, from the entries themselves (reservation
+ * JSON names its voucher); null past OUTBOX_COUNT_MAX. One HVALS, only for a non-empty outbox.
+ */
+async function voucherPending(redis: RedisPort, cfg: SeckillConfig, entries: number): Promise<number | null> {
+  if (entries === 0) return 0;
+  if (entries > OUTBOX_COUNT_MAX) return null;
+  const raw: unknown[] = (await redis.hvals(keys.seckill.outbox(cfg.shopId))) ?? [];
+  return raw.map(parseReservation).filter((r) => r.voucherId === cfg.voucherId).length;
+}
+
+/**
+ * GET /admin/seckill/{voucherId}: the sale's configuration, its state in every database it lives
+ * in (seckillState: one MULTI per shard), MySQL's side (one statement), then the voucher's own
+ * entries in each shard's outbox (one HVALS per non-empty outbox). The outbox counts are read right
+ * after the state, not with it.
+ */
+export async function seckillView(deps: Deps, voucherId: number): Promise<SeckillViewResult> {
+  const cfg = await saleConfig(deps, voucherId);
+  if (!cfg) return { ok: false, reason: "NOT_FOUND" };
+  let st: SeckillState;
+  let mysql: { orders: number; stock: number };
+  try {
+    [st, mysql] = await Promise.all([seckillState(deps, cfg), mysqlSide(deps, voucherId)]);
+  } catch (err) {
+    if (err instanceof ShardUnavailable) return { ok: false, reason: "SHARDS_MISSING", message: err.message };
+    throw err;
+  }
+  const pending = await Promise.all(st.shards.map((s) => voucherPending(shardRedis(deps, cfg, s.shard), cfg, s.shopOutbox.entries)));
+  const now = deps.clock.now();
+  const { shards, ...totals } = st;
+  const sold = cfg.initialStock - st.stock;
+  return {
+    ok: true,
+    view: {
+      ...totals,
+      at: now,
+      beginMs: cfg.beginMs,
+      endMs: cfg.endMs,
+      state: saleState(cfg, st.stock, now),
+      buckets: cfg.buckets,
+      sold,
+      unaccounted: sold - st.buyers,
+      mysqlStock: mysql.stock,
+      ordersInMysql: mysql.orders,
+      outboxPending: pending.some((p) => p === null) ? null : pending.reduce<number>((a, p) => a + (p ?? 0), 0),
+      shards: shards.map(({ shopOutbox, ...s }, i) => ({ ...s, outbox: { pending: pending[i] ?? null, shopPending: shopOutbox.entries, lagMs: lagOf(shopOutbox.oldestDueMs, now) } })),
+    },
   };
 }
 
@@ -150,22 +343,44 @@ export function writerStats(deps: Deps): WriterStats {
   return { ...g.stats, lockConflicts: { ...g.lockConflicts } };
 }
 
+export interface ShopBacklog {
+  shopId: number;
+  /** Reservations waiting for MySQL, in all the shop's outboxes. */
+  pending: number;
+  /** How late the oldest claimable one is (the latest of its outboxes), ms. */
+  lagMs: number;
+  /** The shop's outboxes in seckill shards that hold entries (empty when none): `pending` minus their sum is the main database's. */
+  shards: { shard: number; pending: number; lagMs: number }[];
+}
+
 export interface PipelineBacklog {
   at: number;
   /** Shops with reservations waiting for MySQL (of those with seckill vouchers in the registry). */
-  shops: { shopId: number; pending: number; lagMs: number }[];
+  shops: ShopBacklog[];
   isolate: WriterStats;
 }
 
-/** The order queue as an operator sees it: one registry statement, one pipeline. */
+/**
+ * The order queue as an operator sees it: one registry statement, then every outbox the
+ * registry's vouchers may have entries in (services/seckill/outbox.ts outboxesOf: the main
+ * database's, and one per shard of a sharded voucher's shop), one pipeline per database, at once.
+ */
 export async function pipelineBacklog(deps: Deps): Promise<PipelineBacklog> {
   const now = deps.clock.now();
-  const shops = shopsOf(await registeredSeckills(deps, now));
-  const p = deps.redis.pipeline();
-  for (const shopId of shops) queueOutbox(p, shopId);
-  const raw = shops.length > 0 ? ((await p.exec()) as unknown[]) : [];
-  const backlog = shops.map((shopId, i) => ({ shopId, ...outboxOf(raw, 2 * i, now) }));
-  return { at: now, shops: backlog.filter((b) => b.pending > 0), isolate: writerStats(deps) };
+  const refs = reachableOutboxes(deps, outboxesOf(await registeredSeckills(deps, now)));
+  const reads = batchedReads();
+  const queued = refs.map((ref) => ({ ref, replies: reads.queue(outboxRedis(deps, ref.shard), 2, (p) => queueOutbox(p, ref.shopId)) }));
+  await reads.run();
+  const shops = new Map<number, ShopBacklog>();
+  for (const { ref, replies } of queued) {
+    const o = outboxOf(replies(), 0, now);
+    const b = shops.get(ref.shopId) ?? { shopId: ref.shopId, pending: 0, lagMs: 0, shards: [] };
+    b.pending += o.pending;
+    b.lagMs = Math.max(b.lagMs, o.lagMs);
+    if (ref.shard !== undefined && o.pending > 0) b.shards.push({ shard: ref.shard, ...o });
+    shops.set(ref.shopId, b);
+  }
+  return { at: now, shops: [...shops.values()].filter((b) => b.pending > 0), isolate: writerStats(deps) };
 }
 
 /** The last Redis ↔ MySQL reconcile report (written by every run), or null before the first. */

@@ -11,6 +11,7 @@ import { LRUCache } from "lru-cache";
 import type { Deps } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
 import { formatInZone } from "../util/time.ts";
+import { sha256Hex } from "../util/crypto.ts";
 
 /** How long a day's HLL is kept, seconds (a bit over a year, so year-on-year ranges work). */
 export const UV_RETENTION_SECONDS = 400 * 24 * 3600;
@@ -25,10 +26,6 @@ export function isoDay(ms: number, zone: string): string {
 /** `YYYY-MM-DD` → `yyyyMMdd` (the key format). */
 const compact = (isoDate: string) => isoDate.replaceAll("-", "");
 
-async function sha256Hex(text: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
-}
 
 export type Visitor = { userId: number } | { address: string };
 

@@ -3,13 +3,17 @@
  * services/vouchers.ts): the JSON answers what the pages show, and each answer is what the
  * reference documents (the zod schemas of src/openapi/operator.ts, parsed against real answers).
  */
-import { beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { z } from "zod";
 import { SESSION_COOKIE } from "../../src/console/session.ts";
 import * as S from "../../src/openapi/operator.ts";
 import { findReservation, writeOrder } from "../../src/services/seckill/orders.ts";
+import { RETIRE_AFTER_MS } from "../../src/services/seckill/registry.ts";
+import { homeShard } from "../../src/services/seckill/shards.ts";
+import { toSqlUtc } from "../../src/util/time.ts";
 import { call } from "../support/http.ts";
 import { createSeckill, sessionsFor, userIds } from "../support/seckill.ts";
+import { getShardStack } from "../support/shards.ts";
 import { createTestApp, type TestApp } from "../support/stack.ts";
 
 let t: TestApp;
@@ -94,5 +98,119 @@ describe("operator snapshots as JSON", () => {
     await snapshot(t, "/admin/dlq?count=5", S.DeadLetterPage);
     const run = await call(t.app, "POST", "/admin/reconcile", { token });
     if (run.status === 200) expect(S.ReconcileReport.safeParse(run.body.data).success).toBe(true);
+  });
+});
+
+/** Sends a seckill attempt for each token; every one must be answered with an order id. */
+async function reserveAs(app: TestApp, voucherId: number, tokens: readonly string[]): Promise<void> {
+  for (const token of tokens) {
+    const res = await call<string>(app.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token });
+    expect([res.status, res.body.success]).toEqual([200, true]);
+  }
+  await app.settle();
+}
+
+describe("GET /admin/seckill/{voucherId}", () => {
+  test("an unsharded sale: window and stock, one entry (shard 0) with its stock, buyers and share, sold, MySQL's side, and its own reservations waiting in the outbox", async () => {
+    const sale = await createSeckill(t, { stock: 5, buckets: 2 });
+    // Another sale of the same shop: its reservation is in the same outbox, but not this voucher's.
+    const other = await createSeckill(t, { stock: 3, shopId: sale.shopId });
+    const tokens = await sessionsFor(t, userIds(3));
+    await reserveAs(t, sale.voucherId, tokens.slice(0, 2));
+    await reserveAs(t, other.voucherId, tokens.slice(2));
+    const v = await snapshot(t, `/admin/seckill/${sale.voucherId}`, S.SeckillView);
+    expect(v).toMatchObject({ voucherId: sale.voucherId, shopId: sale.shopId, initialStock: 5, buckets: 2, shardCount: 0, state: "on sale", stock: 3, buyers: 2, sold: 2, unaccounted: 0, mysqlStock: 5, ordersInMysql: 0, outboxPending: 2 });
+    expect(v.endMs).toBeGreaterThan(v.beginMs);
+    expect(v.shards).toEqual([{ shard: 0, stock: 3, buckets: [expect.any(Number), expect.any(Number)], buyers: 2, share: 5, outbox: { pending: 2, shopPending: 3, lagMs: expect.any(Number) } }]);
+    expect((v.shards[0]?.buckets ?? []).reduce((a, b) => a + b, 0)).toBe(3);
+  });
+
+  test("an unknown voucher, or one that is not a seckill voucher, is NOT_FOUND in a 200 envelope; a malformed id is a 400; operators only", async () => {
+    const unknown = await call(t.app, "GET", "/admin/seckill/999999999", { token });
+    expect([unknown.status, unknown.body.success, unknown.body.code]).toEqual([200, false, "NOT_FOUND"]);
+    const normal = await call<number>(t.app, "POST", "/api/voucher", { token, json: { shopId: (await createSeckill(t, { stock: 1 })).shopId, title: "plain", payValue: 100, actualValue: 200 } });
+    expect(normal.body.success).toBe(true);
+    expect((await call(t.app, "GET", `/admin/seckill/${normal.body.data}`, { token })).body.code).toBe("NOT_FOUND");
+    for (const id of ["0", "01", "-1", "1e3", "x"]) expect([id, (await call(t.app, "GET", `/admin/seckill/${id}`, { token })).status]).toEqual([id, 400]);
+    const [user] = await sessionsFor(t, userIds(1));
+    expect((await call(t.app, "GET", "/admin/seckill/1", { token: user ?? "" })).status).toBe(401);
+    expect((await call(t.app, "GET", "/admin/seckill/1")).status).toBe(401);
+  });
+});
+
+describe("sharded sales in the operator views", () => {
+  const N = 4;
+  const created: number[] = [];
+  let sharded: TestApp;
+  beforeAll(async () => {
+    const shards = await getShardStack(N);
+    sharded = await createTestApp({ ...shards.env, SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", ORDER_PAY_TIMEOUT_SECONDS: "86400" });
+  });
+  // Later test files of this process run jobs on apps without these shards: the sales leave the registry.
+  afterAll(async () => {
+    if (created.length === 0) return;
+    const inList = created.map(() => "?").join(", ");
+    const end = Date.now() - RETIRE_AFTER_MS - 86_400_000;
+    await sharded.deps.db.execute(`UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`, [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created]);
+    await sharded.deps.db.execute(`UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`, created);
+  });
+
+  /** `count` fresh users homed in each of shards `homes`. */
+  function homedIn(homes: readonly number[], count: number): number[] {
+    const out: number[] = [];
+    for (const shard of homes) {
+      const mine: number[] = [];
+      while (mine.length < count) for (const u of userIds(20)) if (homeShard(u, N) === shard && mine.length < count) mine.push(u);
+      out.push(...mine);
+    }
+    return out;
+  }
+
+  test("GET /admin/seckill/{id}, /admin/sales and /admin/orders/pipeline read every shard: stock, buyers and share per shard, and the reservations waiting in each shard's outbox", async () => {
+    const sale = await createSeckill(sharded, { stock: 40 });
+    created.push(sale.voucherId);
+    await reserveAs(sharded, sale.voucherId, await sessionsFor(sharded, homedIn([0, 1, 2], 2)));
+
+    const v = await snapshot(sharded, `/admin/seckill/${sale.voucherId}`, S.SeckillView);
+    expect({ shardCount: v.shardCount, stock: v.stock, buyers: v.buyers, sold: v.sold, unaccounted: v.unaccounted, outboxPending: v.outboxPending }).toEqual({
+      shardCount: N,
+      stock: 34,
+      buyers: 6,
+      sold: 6,
+      unaccounted: 0,
+      outboxPending: 6,
+    });
+    expect(v.shards.map((x) => [x.shard, x.stock, x.buyers, x.share, x.outbox.pending, x.outbox.shopPending])).toEqual([
+      [0, 8, 2, 10, 2, 2],
+      [1, 8, 2, 10, 2, 2],
+      [2, 8, 2, 10, 2, 2],
+      [3, 10, 0, 10, 0, 0],
+    ]);
+
+    const rows = await snapshot(sharded, "/admin/sales", S.SaleRow.array());
+    expect(rows.find((r) => r.voucherId === sale.voucherId)).toMatchObject({ stockLeft: 34, shards: N, unreadShards: 0, state: "on sale" });
+    const backlog = await snapshot(sharded, "/admin/orders/pipeline", S.PipelineBacklog);
+    const shop = backlog.shops.find((b) => b.shopId === sale.shopId);
+    expect({ pending: shop?.pending, shards: shop?.shards.map((x) => [x.shard, x.pending]) }).toEqual({
+      pending: 6,
+      shards: [
+        [0, 2],
+        [1, 2],
+        [2, 2],
+      ],
+    });
+  });
+
+  test("an app without the voucher's shards says so: GET /admin/seckill/{id} is a 503 naming them, the sales list counts them unread, the backlog skips their outboxes", async () => {
+    const sale = await createSeckill(sharded, { stock: 8 });
+    created.push(sale.voucherId);
+    await reserveAs(sharded, sale.voucherId, await sessionsFor(sharded, homedIn([1], 1)));
+    const res = await call(t.app, "GET", `/admin/seckill/${sale.voucherId}`, { token });
+    expect([res.status, res.body.code]).toEqual([503, "UNAVAILABLE"]);
+    expect(res.body.errorMsg).toContain(`voucher ${sale.voucherId} lives in ${N} seckill shards, 0 configured`);
+    const rows = await snapshot(t, "/admin/sales", S.SaleRow.array());
+    expect(rows.find((r) => r.voucherId === sale.voucherId)).toMatchObject({ stockLeft: 0, shards: N, unreadShards: N });
+    const backlog = await snapshot(t, "/admin/orders/pipeline", S.PipelineBacklog);
+    expect(backlog.shops.find((b) => b.shopId === sale.shopId)).toBeUndefined();
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { attempts, FLUSH_EVERY_MS, MAX_FLUSH_VOUCHERS, OUTCOMES, SALE_COUNTS_TTL_MS, SaleCounters, saleOutcomes } from "../../src/console/counters.ts";
+import { attempts, FLUSH_EVERY_MS, MAX_FLUSH_VOUCHERS, OUTCOMES, SALE_COUNTS_TTL_MS, SaleCounters, saleOutcomes } from "../../src/services/sale-counters.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { Faults } from "../support/faults.ts";
 import { call } from "../support/http.ts";

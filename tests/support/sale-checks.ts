@@ -7,6 +7,10 @@
  *
  * They rely only on the public contract of the order pipeline (HTTP API, outbox hash, MySQL
  * tables, Redis stock and buyers keys, reconcile's report), not on how orders travel.
+ *
+ * Sharded vouchers (issue 18): a voucher's keys and its shop's outbox entries are in the main
+ * database or in the seckill shards (`deps.seckillShards`), under the same names, never both; the
+ * Redis reads below sum (or join) over all of them, so they hold for either kind of voucher.
  */
 import { expect } from "bun:test";
 import type { Deps } from "../../src/deps.ts";
@@ -105,14 +109,33 @@ export async function mysqlOrderCount(deps: Pick<Deps, "db">, voucherId: number)
   return Number(r.n);
 }
 
-/** Redis stock (bucket 0) and buyers of a voucher. */
-export async function redisSide(deps: Pick<Deps, "redis">, shopId: number, voucherId: number): Promise<{ stock: number; buyers: number }> {
-  const [stock, buyers] = await Promise.all([deps.redis.get<number | string>(keys.seckill.stock(shopId, voucherId, 0)), deps.redis.scard(keys.seckill.buyers(shopId, voucherId))]);
-  return { stock: Number(stock ?? 0), buyers };
+/** The Redis side of the app: its main database, and its seckill shards when it has any. */
+export type RedisSide = Pick<Deps, "redis"> & Partial<Pick<Deps, "seckillShards">>;
+
+/** Every database a voucher's keys or a shop's outbox may be in: the main one, then each seckill shard. */
+const databases = (deps: RedisSide) => [deps.redis, ...(deps.seckillShards ?? [])];
+
+/** Redis stock (bucket 0) and buyers of a voucher, summed over the main database and every shard. */
+export async function redisSide(deps: RedisSide, shopId: number, voucherId: number): Promise<{ stock: number; buyers: number }> {
+  const per = await Promise.all(
+    databases(deps).map(async (r) => {
+      const [stock, buyers] = await Promise.all([r.get<number | string>(keys.seckill.stock(shopId, voucherId, 0)), r.scard(keys.seckill.buyers(shopId, voucherId))]);
+      return { stock: Number(stock ?? 0), buyers };
+    }),
+  );
+  return { stock: per.reduce((a, p) => a + p.stock, 0), buyers: per.reduce((a, p) => a + p.buyers, 0) };
 }
 
-export async function outboxSize(deps: Pick<Deps, "redis">, shopId: number): Promise<number> {
-  return await deps.redis.hlen(keys.seckill.outbox(shopId));
+/** Entries of the shop's outboxes (the main database's and one per shard). */
+export async function outboxSize(deps: RedisSide, shopId: number): Promise<number> {
+  const sizes = await Promise.all(databases(deps).map((r) => r.hlen(keys.seckill.outbox(shopId))));
+  return sizes.reduce((a, n) => a + n, 0);
+}
+
+/** Buyers of a voucher: the members of its buyers set in every database. */
+async function buyerMembersOf(deps: RedisSide, shopId: number, voucherId: number): Promise<Set<string>> {
+  const sets = await Promise.all(databases(deps).map((r) => r.smembers<string[]>(keys.seckill.buyers(shopId, voucherId))));
+  return new Set(sets.flat().map(String));
 }
 
 /** One cron pass through the app's own code at `now` (runs every job; failures are reported). */
@@ -274,15 +297,15 @@ export interface StockFindings {
   buyerMembers: number;
 }
 
-/** Stock on both sides of a voucher with one bucket (see tests/chaos/sale.test.ts for the invariants). */
-export async function stockFindings(deps: Pick<Deps, "db" | "redis">, shopId: number, voucherId: number): Promise<StockFindings> {
+/** Stock on both sides of a voucher with one bucket, sharded or not (see tests/chaos/sale.test.ts for the invariants). */
+export async function stockFindings(deps: Pick<Deps, "db"> & RedisSide, shopId: number, voucherId: number): Promise<StockFindings> {
   const m = (await within(10_000, "reading MySQL stock", deps.db.execute(
     `SELECT (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock,
             (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)) AS active`,
     [voucherId, voucherId],
   ))).rows[0] as { stock: string; active: string };
   const redis = await within(5_000, "reading Redis stock", redisSide(deps, shopId, voucherId));
-  const members = new Set((await within(5_000, "Redis buyers", deps.redis.smembers<string[]>(keys.seckill.buyers(shopId, voucherId)))).map(String));
+  const members = await within(5_000, "Redis buyers", buyerMembersOf(deps, shopId, voucherId));
   const activeRows = await within(10_000, "active orders", deps.db.execute("SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)", [voucherId]));
   const activeUsers = (activeRows.rows as { user_id: string }[]).map((x) => String(x.user_id));
   return {

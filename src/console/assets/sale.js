@@ -15,6 +15,7 @@
    *   at: number; state: string; stockLeft: number; buckets: number[]; reservations: number;
    *   ordersInMysql: number; mysqlStock: number; outboxPending: number; writerLagMs: number;
    *   fastLaneSeckill: number; outcomes: Record<string, number>;
+   *   shardCount: number; shards: { shard: number; stock: number; buyers: number; share: number | null }[];
    * }} Stats
    */
   /** @typedef {{ label: string; stroke: string }} Series */
@@ -93,6 +94,11 @@
     set("writerLagMs", s.writerLagMs);
     set("fastLaneSeckill", s.fastLaneSeckill);
     for (const k in s.outcomes) set(`o-${k}`, s.outcomes[k] ?? 0);
+    for (const x of s.shards ?? []) {
+      set(`shard-${x.shard}-stock`, x.stock);
+      set(`shard-${x.shard}-buyers`, x.buyers);
+      set(`shard-${x.shard}-share`, x.share ?? "not loaded");
+    }
     const a = total(s.outcomes);
     let r = 0;
     let ro = 0;
