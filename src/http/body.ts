@@ -24,9 +24,9 @@
  * | POST, PUT /api/shop; POST /api/voucher, …/seckill   | application/json                  | 8 KiB (`operator`)                      | jsonBody          |
  * | POST /api/upload/blog                               | multipart/form-data               | UPLOAD_MAX_BYTES + 16 KiB, 8 parts      | multipartBody     |
  * | POST /console/login (public), /console/logout, /console/vouchers, /console/vouchers/seckill, /console/ops/reconcile | application/x-www-form-urlencoded | 16 KiB, 64 pairs (MAX_FORM_*) | formBody + boundedForm |
- * | POST /internal/orders/drain (QStash)                | application/json, raw until verified | 1 KiB (`drain`)                      | signedBody        |
- * | POST /internal/orders/write (QStash, legacy)        | application/json, raw until verified | 4 KiB (`legacyWrite`)                | signedBody        |
- * | POST /internal/orders/close (QStash)                | application/json, raw until verified | 128 KiB (`close`)                    | signedBody        |
+ * | POST ORDER_DRAIN_PATH (QStash)                      | application/json, raw until verified | 1 KiB (`drain`)                      | signedBody        |
+ * | POST ORDER_WRITE_PATH (QStash, legacy)              | application/json, raw until verified | 4 KiB (`legacyWrite`)                | signedBody        |
+ * | POST ORDER_CLOSE_PATH (QStash)                      | application/json, raw until verified | 128 KiB (`close`)                    | signedBody        |
  * | POST /internal/payments/webhook (provider)          | application/json, raw until verified | 8 KiB (`webhook`)                    | signedBody        |
  *
  * "(ignored)": the route takes no body; a small JSON one (`{}`, `null`) is tolerated, as clients

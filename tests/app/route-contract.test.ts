@@ -21,6 +21,7 @@ import type { Hono } from "hono";
 import type { AppEnv } from "../../src/types.ts";
 import { loginAs } from "../support/http.ts";
 import { createTestApp } from "../support/stack.ts";
+import { ORDER_CLOSE_PATH, ORDER_DRAIN_PATH } from "../../src/queue/messages.ts";
 
 type Schema = { type?: string; enum?: unknown[]; const?: unknown; pattern?: string; minimum?: number };
 type Parameter = { name: string; in: string; required?: boolean; schema?: Schema };
@@ -156,7 +157,7 @@ describe("route contract (generated from /openapi.json)", () => {
     const { byKind, doc } = await contract();
     expect(ids(byKind.user)).toEqual(expect.arrayContaining(["post /api/voucher-order/seckill/{voucherId}", "get /api/user/me", "post /api/upload/blog"]));
     expect(ids(byKind.operator)).toEqual(expect.arrayContaining(["get /admin/cache", "post /api/voucher/seckill", "post /admin/reconcile"]));
-    expect(ids(byKind.qstash)).toEqual(expect.arrayContaining(["post /internal/orders/drain", "post /internal/orders/close"]));
+    expect(ids(byKind.qstash)).toEqual(expect.arrayContaining([`post ${ORDER_DRAIN_PATH}`, `post ${ORDER_CLOSE_PATH}`]));
     expect(ids(byKind.webhook)).toEqual(["post /internal/payments/webhook"]);
     expect(ids(byKind.console)).toEqual(expect.arrayContaining(["get /console", "get /console/sale/{voucherId}", "get /console/sale/{voucherId}/events", "post /console/vouchers", "post /console/logout"]));
     expect(ids(byKind.optional)).toEqual(expect.arrayContaining(["get /api/blog/hot"]));

@@ -19,6 +19,7 @@ import { describe, expect, test } from "bun:test";
 import { SESSION_COOKIE } from "../../src/console/session.ts";
 import { newUser } from "../support/social.ts";
 import { createTestApp } from "../support/stack.ts";
+import { ORDER_CLOSE_PATH, ORDER_DRAIN_PATH, PAYMENT_WEBHOOK_PATH } from "../../src/queue/messages.ts";
 
 type BodyLimit = { maxBytes: number | { config: string; plus: number }; maxPairs?: number; maxParts?: number };
 type Operation = { security?: Record<string, string[]>[]; requestBody?: { content: Record<string, unknown> }; "x-body-limits"?: Record<string, BodyLimit> };
@@ -223,19 +224,19 @@ describe("what clients send", () => {
   });
 
   test("the close limit fits the largest legitimate message (5,000 ids of 19 digits) and nothing past it", async () => {
-    const close = (body: string) => t.app.request("/internal/orders/close", { method: "POST", headers: { "content-type": "application/json", "content-length": String(body.length), "upstash-signature": "forged" }, body });
+    const close = (body: string) => t.app.request(ORDER_CLOSE_PATH, { method: "POST", headers: { "content-type": "application/json", "content-length": String(body.length), "upstash-signature": "forged" }, body });
     const orderIds = Array.from({ length: 5000 }, (_, i) => String(9_000_000_000_000_000_000n + BigInt(i)));
     const largest = JSON.stringify({ shopId: Number.MAX_SAFE_INTEGER, orderIds });
     // Reaches the signature check (401), which runs after the bounded read.
     expect((await close(largest)).status).toBe(401);
-    const limit = document.paths["/internal/orders/close"]?.post?.["x-body-limits"]?.["application/json"];
+    const limit = document.paths[ORDER_CLOSE_PATH]?.post?.["x-body-limits"]?.["application/json"];
     expect(limit).toBeDefined();
     const over = `${largest.slice(0, -1)},"pad":"${"x".repeat(bytesOf(limit as BodyLimit) - largest.length)}"}`;
     expect((await close(over)).status).toBe(413);
   });
 
   test("an unsigned callback is refused before its body is read", async () => {
-    for (const path of ["/internal/orders/drain", "/internal/orders/close", "/internal/payments/webhook"]) {
+    for (const path of [ORDER_DRAIN_PATH, ORDER_CLOSE_PATH, PAYMENT_WEBHOOK_PATH]) {
       const { stream, state } = counted(encode(`{"a":"${"a".repeat(200 * CHUNK)}"}`));
       const res = await t.app.request(path, { method: "POST", headers: { "content-type": "application/json" }, body: stream, duplex: "half" } as RequestInit);
       expect([path, res.status, state.pulled <= 2 * CHUNK]).toEqual([path, 401, true]);
