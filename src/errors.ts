@@ -10,7 +10,7 @@
 import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { DependencyUnavailableError } from "./resilience.ts";
+import { DependencyUnavailableError, isRedisThrottled } from "./resilience.ts";
 import type { AppEnv } from "./types.ts";
 
 export type ErrorCode =
@@ -143,6 +143,11 @@ export function handleError(err: Error, c: Context<AppEnv>): Response {
     // Retry-After is the time until the breaker's next probe — never a 500.
     c.header("Retry-After", String(Math.max(1, Math.ceil(err.retryAfterMs / 1000))));
     return c.json(fail("UNAVAILABLE", `${err.message}; try again shortly`, requestId), 503);
+  }
+  if (isRedisThrottled(err)) {
+    // A database over its command budget refused the request before it ran: retry shortly.
+    c.header("Retry-After", "1");
+    return c.json(fail("UNAVAILABLE", "redis is over its command budget; try again shortly", requestId), 503);
   }
   if (err instanceof AppError) {
     const retryAfter = err.retryAfterSeconds ?? dependencyRetryAfterSeconds(err.cause);

@@ -341,6 +341,18 @@ class HttpStatusError extends Error {
  * (`UpstashJSONParseError`, e.g. a gateway's HTML 502), a network error or a timeout is Redis
  * failing.
  */
+/**
+ * A Redis database over its command budget ("ERR max … limit exceeded": the per-second, daily or
+ * monthly limit). The request was refused before any command ran, so it is neither a failure of
+ * the database (the breaker ignores it) nor a result: callers answer 503 with Retry-After.
+ */
+export function isRedisThrottled(err: unknown): boolean {
+  for (let e = err, i = 0; i < 4 && e instanceof Error; i++, e = e.cause) {
+    if (e instanceof redisErrors.UpstashError && /\bERR max [a-z ]*limit exceeded/i.test(e.message)) return true;
+  }
+  return false;
+}
+
 export function isRedisFailure(err: unknown): boolean {
   return !(err instanceof redisErrors.UpstashError) || err instanceof redisErrors.UpstashJSONParseError;
 }

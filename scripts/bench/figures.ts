@@ -1,16 +1,17 @@
 /**
  * The headline figures of issue 9 ("one Redis command per flash-sale request"), issue 11
- * ("holding the line": the admission limit, a slow Redis, idempotent replays) and issue 15 (the
- * seckill and the L1 read on each runtime ÷ that runtime's hello-world), read from a run's
- * results: each is one row's ratio or extra column, against the issue's target. run.ts prints
- * them after the table and puts them at the top of latest.md, latest.json and the chart. A figure
- * whose row was not run (--only) is left out.
+ * ("holding the line": the admission limit, a slow Redis, idempotent replays), issue 15 (the
+ * seckill and the L1 read on each runtime ÷ that runtime's hello-world) and issue 18 (a sale over
+ * N seckill shard databases under a per-database cap), read from a run's results: each is one
+ * row's ratio or extra column, against the issue's target. run.ts prints them after the table and
+ * puts them at the top of latest.md, latest.json and the chart. A figure whose row was not run
+ * (--only) is left out.
  */
 import type { ScenarioResult } from "./lib/report.ts";
 
 export interface Figure {
   /** The issue whose table the figure answers. */
-  issue: 9 | 11 | 15;
+  issue: 9 | 11 | 15 | 18;
   figure: string;
   value: number;
   /** The issue's target: value op bound. */
@@ -24,7 +25,7 @@ export interface Figure {
 
 interface Spec {
   /** Default 9. */
-  issue?: 11 | 15;
+  issue?: 11 | 15 | 18;
   figure: string;
   row: string;
   /** "ratio", "errors" (the row's error count) or an extras column. */
@@ -123,6 +124,83 @@ const SPECS: Spec[] = [
     },
     { issue: 15, figure: `${rt}: errors in the sale, sold-out and L1 rows`, row: `${rt}-sale`, plus: [`${rt}-sold-out`, `${rt}-shop-l1`], column: "errors", op: "=", bound: 0 },
   ]),
+  // Issue 18 item 7: the same sale over N shard databases, each capped at C commands/s (scenarios/shards.ts).
+  ...([1, 2, 4] as const).flatMap((n): Spec[] => [
+    {
+      issue: 18,
+      figure: `${n} shard${n > 1 ? "s" : ""}: admitted attempts/s ÷ the per-database cap`,
+      row: `shards-${n}`,
+      column: "admitted/s ÷ C",
+      op: "≥",
+      bound: 0.9 * n,
+      detail: (r) => `${f2(r.rps)} attempts/s; slowest shard ${f2(r.extras["min shard ÷ C"])} × C; ${f2(r.extras["refused/s"])} refusals/s on top (demand above the budgets)`,
+    },
+    {
+      issue: 18,
+      figure: `${n} shard${n > 1 ? "s" : ""}: busiest second's commands offered to a database ÷ its cap`,
+      row: `shards-${n}`,
+      column: "busiest offered ÷ C",
+      op: "≤",
+      bound: 1,
+      detail: (r) => `served ${f2(r.extras["busiest s ÷ C"])} × C; ${f2(r.extras["throttled cmds"])} commands throttled`,
+    },
+    {
+      issue: 18,
+      figure: `${n} shard${n > 1 ? "s" : ""}: Redis cmds per admitted attempt (all databases, background and writer incl.; issue 9's bound)`,
+      row: `shards-${n}`,
+      column: "cmds/admitted",
+      op: "≤",
+      bound: 1.2,
+      detail: (r) => `main database ${f2(r.extras["main cmds in sale"])} cmds in the sale (${f2(r.extras["main cmds/s"])}/s)`,
+    },
+    {
+      issue: 18,
+      figure: `${n} shard${n > 1 ? "s" : ""}: units left unsold after the crowd`,
+      row: `shards-${n}`,
+      column: "units left",
+      op: "=",
+      bound: 0,
+      detail: (r) => `tail ${f2(r.extras["tail ms"])} ms from the first dry shard to the last unit; ${f2(r.extras["units moved"])} units moved in ${f2(r.extras.refills)} refills`,
+    },
+    {
+      issue: 18,
+      figure: `${n} shard${n > 1 ? "s" : ""}: SOLD_OUT answers while units were still to be sold`,
+      row: `shards-${n}`,
+      column: "early SOLD_OUT",
+      op: "=",
+      bound: 0,
+    },
+    { issue: 18, figure: `${n} shard${n > 1 ? "s" : ""}: errors (socket, 5xx, unexpected answers, unhandled)`, row: `shards-${n}`, column: "errors", op: "=", bound: 0 },
+  ]),
+  // The end-phase stress row: every buyer homed on shard 1 of 4, most units reach them through refills.
+  {
+    issue: 18,
+    figure: "4 shards, every buyer homed on one: units left unsold after the crowd",
+    row: "shards-4-one-home",
+    column: "units left",
+    op: "=",
+    bound: 0,
+    detail: (r) => `sale ${f2(r.extras["sale s"])} s, tail ${f2(r.extras["tail ms"])} ms after shard 1 ran dry; ${f2(r.extras["units moved"])} units moved in ${f2(r.extras.refills)} refills, ${f2(r.extras.retries)} retries`,
+  },
+  {
+    issue: 18,
+    figure: "4 shards, every buyer homed on one: busiest second's commands offered to a database ÷ its cap",
+    row: "shards-4-one-home",
+    column: "busiest offered ÷ C",
+    op: "≤",
+    bound: 1,
+    detail: (r) => `served ${f2(r.extras["busiest s ÷ C"])} × C; ${f2(r.extras["throttled cmds"])} commands throttled`,
+  },
+  {
+    issue: 18,
+    figure: "4 shards, every buyer homed on one: SOLD_OUT answers while units were still to be sold",
+    row: "shards-4-one-home",
+    column: "early SOLD_OUT",
+    op: "=",
+    bound: 0,
+    detail: (r) => `${f2(r.extras["units in move logs"])} units in move logs, ${f2(r.extras["outbox left"])} written orders still in an outbox`,
+  },
+  { issue: 18, figure: "4 shards, every buyer homed on one: errors", row: "shards-4-one-home", column: "errors", op: "=", bound: 0 },
 ];
 
 export function issueFigures(results: readonly ScenarioResult[]): Figure[] {

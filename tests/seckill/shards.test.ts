@@ -19,7 +19,8 @@ import { reserve } from "../../src/services/seckill/reserve.ts";
 import { homeShard, shardsOf } from "../../src/services/seckill/shards.ts";
 import { seckillState } from "../../src/services/seckill/state.ts";
 import { toSqlUtc } from "../../src/util/time.ts";
-import { createSeckill, userIds } from "../support/seckill.ts";
+import { call } from "../support/http.ts";
+import { createSeckill, sessionsFor, userIds } from "../support/seckill.ts";
 import { getShardStack, type ShardStack } from "../support/shards.ts";
 import { createTestApp, getStack, type TestApp } from "../support/stack.ts";
 
@@ -234,6 +235,36 @@ describe("seckill shards", () => {
       await proxy.stop();
     }
   }, 30_000);
+
+  test("a shard database over its command budget refuses before anything runs: the buyer gets 503 with Retry-After, never a 500, and nothing is reserved", async () => {
+    const t = await shardedApp();
+    const { voucherId } = await createSeckill(t, { stock: 5 });
+    const cfg = await cfgOf(t, voucherId);
+    const [token] = await sessionsFor(t, userIds(1));
+    const statuses: number[] = [];
+    let reserved = 0;
+    shards.setLimits({ commandsPerSecond: 1 });
+    try {
+      // Spend the second's one command on every shard (until a ping is refused), then attempt; a
+      // second may roll over in between, so up to 5 tries — none may be a 500.
+      let res = await call(t.app, "GET", "/health");
+      for (let i = 0; i < 5 && res.status !== 503; i++) {
+        for (const { redis } of shardsOf(t.deps, cfg)) while (await redis.ping().then(() => true, () => false));
+        res = await call(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: token as string, ip: IP });
+        statuses.push(res.status);
+        if (res.body.success === true) reserved++;
+      }
+      expect(statuses).not.toContain(500);
+      expect(res.status).toBe(503);
+      expect(res.body).toMatchObject({ success: false, code: "UNAVAILABLE" });
+      expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    } finally {
+      shards.setLimits({ commandsPerSecond: null });
+    }
+    // Only attempts that were not refused reserved anything.
+    expect((await seckillState(t.deps, cfg)).stock).toBe(5 - reserved);
+    await t.settle();
+  });
 
   test("unsharded (no SECKILL_SHARD_URLS): the voucher lives in the main database with today's keys, one Redis command per attempt", async () => {
     const t = await createTestApp(BASE_ENV);

@@ -89,3 +89,55 @@ export function cpuMsSince(before: CpuSnapshot): number {
   }
   return Math.max(0, total * TICK_MS - (uncountedMs - before.uncountedMs));
 }
+
+/** Every process's CPU ticks now, and which of them are the runner and its descendants. */
+export interface BoxSnapshot {
+  ticks: Map<number, number>;
+  /** /proc/stat's first line: busy and total jiffies of the whole box (all cores). */
+  busy: number;
+  total: number;
+}
+
+function procStat(): { busy: number; total: number } | null {
+  try {
+    const line = readFileSync("/proc/stat", "utf8").split("\n")[0] ?? "";
+    const f = line.trim().split(/\s+/).slice(1).map(Number);
+    const total = f.slice(0, 8).reduce((a, b) => a + b, 0);
+    // idle + iowait are not busy.
+    return { busy: total - (f[3] ?? 0) - (f[4] ?? 0), total };
+  } catch {
+    return null;
+  }
+}
+
+/** Snapshot of the whole box (every process, /proc/stat), or null where /proc is unavailable. */
+export function boxSnapshot(): BoxSnapshot | null {
+  const stat = procStat();
+  if (!stat) return null;
+  const ticks = new Map<number, number>();
+  for (const d of readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    const t = readTicks(Number(d));
+    if (t) ticks.set(Number(d), t.ticks);
+  }
+  return { ticks, ...stat };
+}
+
+/**
+ * Since `before`: the box's busy share (0..1 of all cores) and the CPU ms of processes that are
+ * not the runner or its descendants (other jobs on the shared box; processes that started and
+ * exited in between are missed). For telling "the box was busy with something else" from "the
+ * system under test ran out of CPU" when a round misses a target.
+ */
+export function boxSince(before: BoxSnapshot, root: number = process.pid): { busyShare: number; othersMs: number } | null {
+  const now = boxSnapshot();
+  const tree = cpuSnapshot(root);
+  if (!now || !tree) return null;
+  let othersTicks = 0;
+  for (const [pid, t] of now.ticks) {
+    if (tree.ticks.has(pid)) continue;
+    othersTicks += Math.max(0, t - (before.ticks.get(pid) ?? 0));
+  }
+  const dt = now.total - before.total;
+  return { busyShare: dt > 0 ? (now.busy - before.busy) / dt : Number.NaN, othersMs: othersTicks * TICK_MS };
+}

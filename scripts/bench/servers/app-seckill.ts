@@ -25,7 +25,10 @@
  *     can check that "unhandled error" never happened;
  *   - it counts every Redis command the app's client sends, by command and (for EVALSHA) by
  *     script, background work included, and the requests it serves other than QStash deliveries
- *     ("served"): the "Redis cmds/attempt" columns of the seckill and session rows;
+ *     ("served"): the "Redis cmds/attempt" columns of the seckill and session rows; with seckill
+ *     shards (SECKILL_SHARD_URLS, issue 18) per database as well ("main", "shard1", …: by the
+ *     request's origin), per epoch second, and the reservation attempts among them (distinct order
+ *     ids of reserve-stock EVALSHAs; a retry after a refill reuses its attempt's id);
  *   - deps.isolate.orderGroups.stats and .lockConflicts (the pipeline's own counters) are read over IPC.
  *
  * The same process also hosts the two in-process baselines, so that their client runs in a
@@ -43,6 +46,7 @@
  *   {type:"pipeline-stats", reset?} → PipelineStats (below) since the last reset
  *   {type:"evalsha-loop", …}      → {measurement, sold, saleMs}
  *   {type:"insert", …}            → {rows, ms, p50Ms, p99Ms}
+ *   {type:"hold-drains", hold}    → {held}: drain deliveries wait while held (ablation of group "shards")
  */
 import { createApp } from "../../../src/app.ts";
 import { createDeps } from "../../../src/deps.ts";
@@ -84,9 +88,20 @@ const track = (p: Promise<unknown>) => {
 /** warn/error lines by message since the last reset; nothing is written. */
 let logLines = new Map<string, number>();
 let lastErrors: string[] = [];
+/**
+ * Error lines by message and the start of their error's text (digits blanked, so one cause is one
+ * entry: "unhandled error: ERR max commands per second limit exceeded. Limit: #, Usage: #"), ≤ 50 kinds.
+ */
+let errorKinds = new Map<string, number>();
 const countLine = (level: string) => (msg: string, fields?: Record<string, unknown>) => {
   const k = `${level}: ${msg}`;
   logLines.set(k, (logLines.get(k) ?? 0) + 1);
+  if (level === "error") {
+    const err = fields?.err;
+    const text = err instanceof Error ? `${err.name}: ${err.message}` : "";
+    const kind = `${msg}: ${text.slice(0, 90).replace(/\d+/g, "#")}`;
+    if (errorKinds.has(kind) || errorKinds.size < 50) errorKinds.set(kind, (errorKinds.get(kind) ?? 0) + 1);
+  }
   if (level === "error" && lastErrors.length < 5) {
     const err = fields?.err;
     lastErrors.push(`${msg}: ${err instanceof Error ? err.message : JSON.stringify(fields ?? {}).slice(0, 300)}`);
@@ -119,6 +134,20 @@ const occurrences = (hay: string, needle: string): number => {
   return n;
 };
 const restUrl = config.UPSTASH_REDIS_REST_URL.replace(/\/$/, "");
+/** Origin (scheme://host:port) of a URL; prefixes alone would confuse port 3000 with 30001. */
+const originOf = (url: string): string => {
+  const slash = url.indexOf("/", url.indexOf("//") + 2);
+  return slash === -1 ? url : url.slice(0, slash);
+};
+/**
+ * The Redis databases the app's clients talk to, by origin: "main" (UPSTASH_REDIS_REST_URL) and
+ * "shard1" … "shardN" (SECKILL_SHARD_URLS, in order; issue 18).
+ */
+const redisDbs = new Map<string, string>([[originOf(restUrl), "main"]]);
+config.SECKILL_SHARD_URLS.split(",")
+  .map((u) => u.trim())
+  .filter((u) => u !== "")
+  .forEach((u, i) => redisDbs.set(originOf(u.replace(/\/$/, "")), `shard${i + 1}`));
 const dbUrl = new URL(config.DATABASE_URL).host;
 const qstashUrl = config.QSTASH_URL.replace(/\/$/, "");
 /**
@@ -127,7 +156,7 @@ const qstashUrl = config.QSTASH_URL.replace(/\/$/, "");
  */
 let io = new Map<string, { n: number; ms: number }>();
 function ioKind(url: string, body: string | undefined): string {
-  if (url.startsWith(restUrl)) {
+  if (redisDbs.has(originOf(url))) {
     if (body?.includes(WRITER_SCRIPTS.claims.sha)) return "redis claim";
     if (body?.includes(WRITER_SCRIPTS.acks.sha)) return "redis ack";
     return "redis other";
@@ -157,13 +186,71 @@ let redisCmds = new Map<string, number>();
  * a round lasts seconds, so this holds a handful of entries.
  */
 let redisPerSecond = new Map<number, number>();
-function countRedisCommands(body: string): void {
+/**
+ * The same per database ("main", "shard1", …): commands by kind, and per epoch second all commands
+ * and the reservations among them. `redis`/`redisPerSecond` above stay the main database's alone
+ * (what the unsharded rows have always read). Kept only when the app has shards (countByDb below).
+ */
+interface DbCounts {
+  kinds: Map<string, number>;
+  perSecond: Map<number, number>;
+  /** Distinct reservation attempts (order ids of reserve-stock EVALSHAs) first sent in each epoch second. */
+  attemptsPerSecond: Map<number, number>;
+  /** Reserve-stock EVALSHAs that repeated an attempt (a retry after a refill), per epoch second. */
+  retriesPerSecond: Map<number, number>;
+}
+let byDb = new Map<string, DbCounts>();
+/**
+ * Order ids of the reserve-stock EVALSHAs sent since the reset. reserve() sends the same KEYS and
+ * ARGV again when it retries after a refill (src/services/seckill/reserve.ts: one order id per
+ * attempt), so distinct order ids = attempts that reached a database, the rest = retries.
+ */
+let reserveOrderIds = new Set<string>();
+/** Commands in requests a database answered with status 400 (throttled), by database and kind. */
+let refusedByDb = new Map<string, Map<string, number>>();
+let reserveRetries = 0;
+/** The order id in a reserve-stock command's fence key (reserveKeys: seckill:{s<shop>}:fence:<orderId>). */
+const FENCE_ID = /:fence:(\d+)"/;
+/**
+ * Per-database counting only for an app with shards: the unsharded rows (seckill, writer, …) keep
+ * exactly the counting they were measured with before shards (no extra work per command).
+ */
+const countByDb = redisDbs.size > 1;
+function countRedisCommands(body: string, db: string): void {
   const second = Math.floor(Date.now() / 1000);
-  for (const m of body.matchAll(COMMAND)) {
-    redisPerSecond.set(second, (redisPerSecond.get(second) ?? 0) + 1);
+  if (!countByDb) {
+    for (const m of body.matchAll(COMMAND)) {
+      redisPerSecond.set(second, (redisPerSecond.get(second) ?? 0) + 1);
+      const name = m[1]!.toLowerCase();
+      const kind = name === "evalsha" ? `evalsha ${SCRIPT_BY_SHA.get(m[2] ?? "") ?? "?"}` : name;
+      redisCmds.set(kind, (redisCmds.get(kind) ?? 0) + 1);
+    }
+    return;
+  }
+  let c = byDb.get(db);
+  if (!c) byDb.set(db, (c = { kinds: new Map(), perSecond: new Map(), attemptsPerSecond: new Map(), retriesPerSecond: new Map() }));
+  const matches = [...body.matchAll(COMMAND)];
+  for (let i = 0; i < matches.length; i++) {
+    const m = matches[i]!;
     const name = m[1]!.toLowerCase();
     const kind = name === "evalsha" ? `evalsha ${SCRIPT_BY_SHA.get(m[2] ?? "") ?? "?"}` : name;
-    redisCmds.set(kind, (redisCmds.get(kind) ?? 0) + 1);
+    if (db === "main") {
+      redisPerSecond.set(second, (redisPerSecond.get(second) ?? 0) + 1);
+      redisCmds.set(kind, (redisCmds.get(kind) ?? 0) + 1);
+    }
+    c.kinds.set(kind, (c.kinds.get(kind) ?? 0) + 1);
+    c.perSecond.set(second, (c.perSecond.get(second) ?? 0) + 1);
+    if (kind === "evalsha reserveStock") {
+      const end = i + 1 < matches.length ? matches[i + 1]!.index : body.length;
+      const id = FENCE_ID.exec(body.slice(m.index, end))?.[1];
+      if (id !== undefined && reserveOrderIds.has(id)) {
+        reserveRetries++;
+        c.retriesPerSecond.set(second, (c.retriesPerSecond.get(second) ?? 0) + 1);
+      } else {
+        if (id !== undefined) reserveOrderIds.add(id);
+        c.attemptsPerSecond.set(second, (c.attemptsPerSecond.get(second) ?? 0) + 1);
+      }
+    }
   }
 }
 const realFetch = globalThis.fetch;
@@ -180,8 +267,9 @@ const countingFetch = ((input: RequestInfo | URL, init?: RequestInit) => {
     e.ms += performance.now() - t0;
     io.set(kind, e);
   };
-  if (typeof body === "string" && url.startsWith(restUrl)) {
-    countRedisCommands(body);
+  const db = typeof body === "string" ? redisDbs.get(originOf(url)) : undefined;
+  if (typeof body === "string" && db !== undefined) {
+    countRedisCommands(body, db);
     if (body.includes(RESERVE_SHA)) {
       if (Number.isNaN(firstReserveAt)) firstReserveAt = Date.now();
       isReserve = true;
@@ -198,11 +286,61 @@ const countingFetch = ((input: RequestInfo | URL, init?: RequestInit) => {
   }
   const p = realFetch(input, init);
   p.then(done, done);
+  // With shards: the commands of every request a database answered 400 — the stand-in's
+  // throttled status (scripts/stack/upstash-rest.ts THROTTLED_STATUS) — by kind; the body is not read.
+  if (countByDb && db !== undefined && typeof body === "string") {
+    p.then(
+      (res) => {
+        if (res.status !== 400) return;
+        const c = refusedByDb.get(db) ?? new Map<string, number>();
+        refusedByDb.set(db, c);
+        for (const m of body.matchAll(COMMAND)) {
+          const name = m[1]!.toLowerCase();
+          const kind = name === "evalsha" ? `evalsha ${SCRIPT_BY_SHA.get(m[2] ?? "") ?? "?"}` : name;
+          c.set(kind, (c.get(kind) ?? 0) + 1);
+        }
+      },
+      () => {},
+    );
+  }
   return p;
 }) as typeof fetch;
 globalThis.fetch = Object.assign(countingFetch, realFetch);
 
 const deps = createDeps(config, { waitUntil: track, log: countingLog });
+/**
+ * With shards: when this isolate handled a SOLD_OUT from Redis (memory.markSoldOut: code 4, after
+ * refills found every shard empty; epoch ms at the call, i.e. after the reply), how many attempts
+ * the sold-out memo answered per 100 ms, and when it last handled a reservation's success
+ * (memory.rememberHolder) — so a round can count SOLD_OUT answers given while units were still to
+ * be sold. Observed by wrapping the isolate's SeckillMemory methods (src/ untouched); unsharded
+ * rows keep the plain object.
+ */
+let soldOutMarks: number[] = [];
+let memoSoldOutPer100ms = new Map<number, number>();
+let lastSuccessAt = Number.NaN;
+if (countByDb) {
+  const memory = deps.isolate.seckill;
+  const isSoldOut = memory.isSoldOut.bind(memory);
+  const markSoldOut = memory.markSoldOut.bind(memory);
+  const rememberHolder = memory.rememberHolder.bind(memory);
+  memory.rememberHolder = (voucherId, userId, orderId, now) => {
+    lastSuccessAt = Date.now();
+    rememberHolder(voucherId, userId, orderId, now);
+  };
+  memory.isSoldOut = (voucherId, now) => {
+    const yes = isSoldOut(voucherId, now);
+    if (yes) {
+      const b = Math.floor(now / 100);
+      memoSoldOutPer100ms.set(b, (memoSoldOutPer100ms.get(b) ?? 0) + 1);
+    }
+    return yes;
+  };
+  memory.markSoldOut = (voucherId, now) => {
+    if (soldOutMarks.length < 10_000) soldOutMarks.push(Date.now());
+    markSoldOut(voucherId, now);
+  };
+}
 const app = createApp(deps);
 const ctx = { waitUntil: track, passThroughOnException() {}, props: {} };
 
@@ -226,6 +364,13 @@ let firstReserveAt = Number.NaN;
 let lastReserveAt = Number.NaN;
 const RESERVE_SHA = sha1(luaSources.reserveStock);
 
+/**
+ * Ablation seam of group "shards" ({type:"hold-drains", hold}): while held, QStash's drain
+ * deliveries wait here before the app sees them (well inside QStash's 30 s delivery timeout), so
+ * the writer's work moves out of a window; releasing lets every waiting delivery through.
+ */
+let drainHold: { promise: Promise<void>; release: () => void } | null = null;
+
 const server = Bun.serve({
   port,
   hostname: "127.0.0.1",
@@ -235,6 +380,7 @@ const server = Bun.serve({
       served++;
       return app.fetch(req, env, ctx);
     }
+    if (drainHold) await drainHold.promise;
     if (Number.isNaN(firstDrainAt)) firstDrainAt = Date.now();
     const t0 = performance.now();
     const res = await app.fetch(req, env, ctx);
@@ -325,7 +471,8 @@ async function insertRows(o: InsertRun) {
 type Request =
   | { id: number; type: "pipeline-stats"; reset?: boolean }
   | ({ id: number; type: "evalsha-loop" } & EvalshaLoop)
-  | ({ id: number; type: "insert" } & InsertRun);
+  | ({ id: number; type: "insert" } & InsertRun)
+  | { id: number; type: "hold-drains"; hold: boolean };
 
 async function handle(m: Request): Promise<Record<string, unknown>> {
   switch (m.type) {
@@ -342,10 +489,30 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
         lockConflicts: { ...deps.isolate.orderGroups.lockConflicts },
         log: Object.fromEntries(logLines),
         lastErrors: [...lastErrors],
+        errorKinds: Object.fromEntries(errorKinds),
         io: Object.fromEntries([...io].map(([k, v]) => [k, { n: v.n, ms: Math.round(v.ms) }])),
         served,
         redis: Object.fromEntries(redisCmds),
         redisPerSecond: Object.fromEntries(redisPerSecond),
+        byDb: Object.fromEntries(
+          [...byDb].map(([db, c]) => [
+            db,
+            {
+              kinds: Object.fromEntries(c.kinds),
+              perSecond: Object.fromEntries(c.perSecond),
+              attemptsPerSecond: Object.fromEntries(c.attemptsPerSecond),
+              retriesPerSecond: Object.fromEntries(c.retriesPerSecond),
+            },
+          ]),
+        ),
+        refusedByDb: Object.fromEntries([...refusedByDb].map(([db, c]) => [db, Object.fromEntries(c)])),
+        reserveAttempts: reserveOrderIds.size,
+        reserveRetries,
+        admission: { ...deps.isolate.seckillAdmission.stats },
+        moves: { ...deps.isolate.seckillMoves },
+        soldOutMarks: [...soldOutMarks],
+        memoSoldOutPer100ms: Object.fromEntries(memoSoldOutPer100ms),
+        lastSuccessAt: Number.isNaN(lastSuccessAt) ? null : lastSuccessAt,
         firstReserveAt: Number.isNaN(firstReserveAt) ? null : firstReserveAt,
         lastReserveAt: Number.isNaN(lastReserveAt) ? null : lastReserveAt,
       };
@@ -358,10 +525,18 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
         writerRedis = zeroWriter();
         logLines = new Map();
         lastErrors = [];
+        errorKinds = new Map();
         io = new Map();
         served = 0;
         redisCmds = new Map();
         redisPerSecond = new Map();
+        byDb = new Map();
+        reserveOrderIds = new Set();
+        refusedByDb = new Map();
+        reserveRetries = 0;
+        soldOutMarks = [];
+        memoSoldOutPer100ms = new Map();
+        lastSuccessAt = Number.NaN;
         firstReserveAt = Number.NaN;
         lastReserveAt = Number.NaN;
       }
@@ -371,6 +546,17 @@ async function handle(m: Request): Promise<Record<string, unknown>> {
       return await evalshaLoop(m);
     case "insert":
       return await insertRows(m);
+    case "hold-drains": {
+      if (m.hold && !drainHold) {
+        let release = () => {};
+        const promise = new Promise<void>((r) => (release = r));
+        drainHold = { promise, release };
+      } else if (!m.hold && drainHold) {
+        drainHold.release();
+        drainHold = null;
+      }
+      return { held: drainHold !== null };
+    }
     default:
       throw new Error(`unknown request ${JSON.stringify(m)}`);
   }

@@ -177,6 +177,13 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
       seen = gate.epoch;
       if (gate.tickets <= 0) continue; // the units are the earlier waiters': wait for the next refill
       gate.tickets--;
+      // The retry is one more command on the home shard: it passes the shard's admission gate
+      // like any attempt (a refused one gives its ticket back).
+      const again = await deps.isolate.seckillAdmission.admit({ redis: home.redis, clock: deps.clock, runtime: deps.runtime }, cfg.voucherId, home.shard);
+      if (again) {
+        gate.tickets++;
+        return again;
+      }
       reply = await attempt();
       if (!Array.isArray(reply)) return reply;
       if (reply[0] !== 4) break;
