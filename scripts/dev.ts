@@ -42,7 +42,16 @@ async function stopAll(code: number) {
 }
 
 try {
-  await prepareDemoData(stack, { seed: !values["no-seed"], shops: Number(values.shops), users: Number(values.users), notSeedingHint: " (--fresh resets)" }, say);
+  await prepareDemoData(
+    stack,
+    {
+      seed: !values["no-seed"],
+      shops: Number(values.shops),
+      users: Number(values.users),
+      notSeedingHint: " (--fresh resets)",
+    },
+    say,
+  );
 } catch (err) {
   say(`setup failed: ${err instanceof Error ? err.message : String(err)}`);
   await stopAll(1);

@@ -26,7 +26,9 @@ if (import.meta.main) {
   const env = { ...loadStackEnv(), ...process.env };
   const url = env.DATABASE_URL;
   if (!url) {
-    console.error("DATABASE_URL is not set and .local/stack.env is missing: start the stack with `npm run stack` first");
+    console.error(
+      "DATABASE_URL is not set and .local/stack.env is missing: start the stack with `npm run stack` first",
+    );
     process.exit(1);
   }
   const res = await runMigrations(url, (m) => console.log(m));

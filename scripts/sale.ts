@@ -112,7 +112,9 @@ export function assertLoopback(baseUrl: string, allowRemote = false): URL {
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") throw new SaleError(`not an http(s) URL: ${baseUrl}`);
   if (!allowRemote && !isLoopback(url.hostname)) {
-    throw new SaleError(`${url.host} is not loopback: a sale simulator creates vouchers and thousands of orders; pass --allow-remote to run it there anyway`);
+    throw new SaleError(
+      `${url.host} is not loopback: a sale simulator creates vouchers and thousands of orders; pass --allow-remote to run it there anyway`,
+    );
   }
   return url;
 }
@@ -126,7 +128,13 @@ interface Answer {
   body: { success?: boolean; code?: string; data?: unknown } | null;
 }
 
-type Send = (method: string, path: string, headers: Record<string, string>, body: string | undefined, sourceAddress?: string) => Promise<Answer>;
+type Send = (
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body: string | undefined,
+  sourceAddress?: string,
+) => Promise<Answer>;
 
 /** Requests with a chosen source address (node:http `localAddress`; fetch cannot pick one). */
 function nodeHttpSend(base: URL, agents: Map<string, http.Agent>): Send {
@@ -138,11 +146,21 @@ function nodeHttpSend(base: URL, agents: Map<string, http.Agent>): Send {
         agents.set(sourceAddress, agent);
       }
       const req = http.request(
-        { host: base.hostname.replace(/^\[|\]$/g, ""), port: base.port || 80, path, method, headers, localAddress: sourceAddress, agent },
+        {
+          host: base.hostname.replace(/^\[|\]$/g, ""),
+          port: base.port || 80,
+          path,
+          method,
+          headers,
+          localAddress: sourceAddress,
+          agent,
+        },
         (res) => {
           const chunks: Buffer[] = [];
           res.on("data", (c: Buffer) => chunks.push(c));
-          res.on("end", () => resolve({ status: res.statusCode ?? 0, body: parseJson(Buffer.concat(chunks).toString("utf8")) }));
+          res.on("end", () =>
+            resolve({ status: res.statusCode ?? 0, body: parseJson(Buffer.concat(chunks).toString("utf8")) }),
+          );
           res.on("error", reject);
         },
       );
@@ -185,7 +203,11 @@ function loopbackAddress(i: number): string {
  * Users for the buyers: phones 170xxxxxxxx (INSERT IGNORE; re-runs find the same rows). Tests that
  * need users of their own (tests/runtimes/) pass another `firstPhone`.
  */
-export async function buyerUsers(db: DbPort | undefined, n: number, firstPhone = 17_000_000_000): Promise<{ id: number; nickName: string; icon: string }[]> {
+export async function buyerUsers(
+  db: DbPort | undefined,
+  n: number,
+  firstPhone = 17_000_000_000,
+): Promise<{ id: number; nickName: string; icon: string }[]> {
   if (!db) {
     // Bare ids in a range no seeded user reaches: orders reference users by id only.
     const base = 900_000_000 + Math.floor(Math.random() * 1000) * 100_000;
@@ -194,8 +216,16 @@ export async function buyerUsers(db: DbPort | undefined, n: number, firstPhone =
   const out: { id: number; nickName: string; icon: string }[] = [];
   for (let start = 0; start < n; start += 1000) {
     const phones = Array.from({ length: Math.min(1000, n - start) }, (_, i) => String(firstPhone + start + i));
-    await db.execute(`INSERT IGNORE INTO tb_user (phone, nick_name, icon) VALUES ${phones.map(() => "(?, ?, '')").join(", ")}`, phones.flatMap((p, i) => [p, `buyer_${start + i}`]));
-    const rows = (await db.execute(`SELECT id, nick_name, icon FROM tb_user WHERE phone IN (${phones.map(() => "?").join(", ")}) ORDER BY phone`, phones)).rows as { id: string | number; nick_name: string; icon: string }[];
+    await db.execute(
+      `INSERT IGNORE INTO tb_user (phone, nick_name, icon) VALUES ${phones.map(() => "(?, ?, '')").join(", ")}`,
+      phones.flatMap((p, i) => [p, `buyer_${start + i}`]),
+    );
+    const rows = (
+      await db.execute(
+        `SELECT id, nick_name, icon FROM tb_user WHERE phone IN (${phones.map(() => "?").join(", ")}) ORDER BY phone`,
+        phones,
+      )
+    ).rows as { id: string | number; nick_name: string; icon: string }[];
     for (const r of rows) out.push({ id: Number(r.id), nickName: r.nick_name, icon: r.icon ?? "" });
   }
   return out;
@@ -204,10 +234,16 @@ export async function buyerUsers(db: DbPort | undefined, n: number, firstPhone =
 /** Runs one sale and returns its summary (see the file comment). */
 export async function runSale(opts: SaleOptions): Promise<SaleSummary> {
   const base = assertLoopback(opts.baseUrl, opts.allowRemote);
-  for (const [name, v, min] of [["stock", opts.stock, 1], ["buyers", opts.buyers, 1], ["concurrency", opts.concurrency, 1], ["buckets", opts.buckets, 1]] as const) {
+  for (const [name, v, min] of [
+    ["stock", opts.stock, 1],
+    ["buyers", opts.buyers, 1],
+    ["concurrency", opts.concurrency, 1],
+    ["buckets", opts.buckets, 1],
+  ] as const) {
     if (!Number.isInteger(v) || v < min) throw new SaleError(`--${name} must be an integer ≥ ${min}`);
   }
-  if (opts.buckets > 64 || opts.buckets > opts.stock) throw new SaleError("--buckets must be at most 64 and at most --stock");
+  if (opts.buckets > 64 || opts.buckets > opts.stock)
+    throw new SaleError("--buckets must be at most 64 and at most --stock");
   if (!(opts.startInS >= 0)) throw new SaleError("--start-in must be ≥ 0 seconds");
   const repeatShare = opts.repeatShare ?? 0.1;
   const log = opts.quiet ? () => {} : (opts.log ?? ((m: string) => console.error(`[sale] ${m}`)));
@@ -220,13 +256,21 @@ export async function runSale(opts: SaleOptions): Promise<SaleSummary> {
   let send: Send = fetchSend(base);
   let addresses: string[] = [];
   const wanted = opts.addresses ?? Math.ceil(opts.buyers / 40);
-  if (base.protocol === "http:" && isLoopback(base.hostname) && !base.hostname.includes(":") && base.hostname !== "localhost" && wanted > 1) {
+  if (
+    base.protocol === "http:" &&
+    isLoopback(base.hostname) &&
+    !base.hostname.includes(":") &&
+    base.hostname !== "localhost" &&
+    wanted > 1
+  ) {
     try {
       await nodeSend("GET", "/health", {}, undefined, loopbackAddress(0));
       addresses = Array.from({ length: wanted }, (_, i) => loopbackAddress(i));
       send = nodeSend;
     } catch (err) {
-      log(`cannot send from ${loopbackAddress(0)} (${err instanceof Error ? err.message : String(err)}): all buyers share one address, so expect RATE_LIMITED past SECKILL_IP_LIMIT`);
+      log(
+        `cannot send from ${loopbackAddress(0)} (${err instanceof Error ? err.message : String(err)}): all buyers share one address, so expect RATE_LIMITED past SECKILL_IP_LIMIT`,
+      );
     }
   }
 
@@ -258,11 +302,15 @@ export async function runSale(opts: SaleOptions): Promise<SaleSummary> {
       }),
     );
     if (created.status !== 200 || !created.body?.success || typeof created.body.data !== "number") {
-      throw new SaleError(`creating the voucher failed (${created.status}): ${JSON.stringify(created.body)}${created.status === 401 ? " — is ADMIN_TOKEN the app's?" : ""}`);
+      throw new SaleError(
+        `creating the voucher failed (${created.status}): ${JSON.stringify(created.body)}${created.status === 401 ? " — is ADMIN_TOKEN the app's?" : ""}`,
+      );
     }
     const voucherId = created.body.data;
     const consoleUrl = `${base.origin}/console?voucher=${voucherId}`;
-    log(`voucher ${voucherId} on shop ${shopId}: ${opts.stock} units, ${opts.buckets} bucket(s), opens ${new Date(openAt).toISOString()}; watch: ${consoleUrl}`);
+    log(
+      `voucher ${voucherId} on shop ${shopId}: ${opts.stock} units, ${opts.buckets} bucket(s), opens ${new Date(openAt).toISOString()}; watch: ${consoleUrl}`,
+    );
 
     // Buyers: user rows, then sessions written with the app's own code.
     const users = await buyerUsers(opts.db, opts.buyers);
@@ -272,8 +320,11 @@ export async function runSale(opts: SaleOptions): Promise<SaleSummary> {
       tokens.push(...(await Promise.all(users.slice(i, i + 500).map((u) => createSession(opts.redis, u, 3600, keys)))));
     }
     const me = await send("GET", "/api/user/me", { authorization: tokens[0] ?? "" }, undefined, addresses[0]);
-    if (!me.body?.success) throw new SaleError(`the app refused a buyer's session (${me.status}): is SESSION_SECRET (and Redis) the app's?`);
-    log(`${tokens.length} buyers signed in${addresses.length > 1 ? `, from ${addresses.length} loopback addresses` : ""}`);
+    if (!me.body?.success)
+      throw new SaleError(`the app refused a buyer's session (${me.status}): is SESSION_SECRET (and Redis) the app's?`);
+    log(
+      `${tokens.length} buyers signed in${addresses.length > 1 ? `, from ${addresses.length} loopback addresses` : ""}`,
+    );
 
     // The crowd arrives a second before the sale opens.
     const arriveAt = openAt - 1000;
@@ -287,14 +338,27 @@ export async function runSale(opts: SaleOptions): Promise<SaleSummary> {
     let sold = 0;
     const bar = opts.quiet
       ? null
-      : new SingleBar({ format: "sale       [{bar}] {percentage}% | {value}/{total} buyers | sold {sold} | {duration}s", stream: process.stderr, hideCursor: false }, Presets.shades_classic);
+      : new SingleBar(
+          {
+            format: "sale       [{bar}] {percentage}% | {value}/{total} buyers | sold {sold} | {duration}s",
+            stream: process.stderr,
+            hideCursor: false,
+          },
+          Presets.shades_classic,
+        );
     bar?.start(tokens.length, 0, { sold: 0 });
 
     const attempt = async (i: number): Promise<string> => {
       const t0 = performance.now();
       let outcome: string;
       try {
-        const res = await send("POST", `/api/voucher-order/seckill/${voucherId}`, { authorization: tokens[i] ?? "" }, undefined, addresses.length > 0 ? addresses[i % addresses.length] : undefined);
+        const res = await send(
+          "POST",
+          `/api/voucher-order/seckill/${voucherId}`,
+          { authorization: tokens[i] ?? "" },
+          undefined,
+          addresses.length > 0 ? addresses[i % addresses.length] : undefined,
+        );
         outcome = res.body?.success === true ? "SOLD" : (res.body?.code ?? `HTTP_${res.status}`);
       } catch {
         outcome = "NETWORK";
@@ -332,7 +396,9 @@ export async function runSale(opts: SaleOptions): Promise<SaleSummary> {
     let drained = false;
     for (;;) {
       if (opts.db) {
-        const row = (await opts.db.execute("SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ?", [voucherId])).rows[0] as { n: string | number } | undefined;
+        const row = (
+          await opts.db.execute("SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ?", [voucherId])
+        ).rows[0] as { n: string | number } | undefined;
         ordersInMysql = Number(row?.n ?? 0);
       }
       const pipeline = await send("GET", "/admin/orders/pipeline", admin, undefined);
@@ -348,7 +414,8 @@ export async function runSale(opts: SaleOptions): Promise<SaleSummary> {
     const otherReasons: Record<string, number> = {};
     for (const [outcome, n] of counts) {
       if (outcome === "SOLD") continue;
-      if ((REFUSAL_REASONS as readonly string[]).includes(outcome) && outcome !== "other") refusals[outcome as RefusalReason] += n;
+      if ((REFUSAL_REASONS as readonly string[]).includes(outcome) && outcome !== "other")
+        refusals[outcome as RefusalReason] += n;
       else {
         refusals.other += n;
         otherReasons[outcome] = (otherReasons[outcome] ?? 0) + n;
@@ -363,7 +430,11 @@ export async function runSale(opts: SaleOptions): Promise<SaleSummary> {
       sold: counts.get("SOLD") ?? 0,
       refusals,
       otherReasons,
-      latencyMs: { p50: round1(percentile(latencies, 0.5)), p99: round1(percentile(latencies, 0.99)), max: round1(latencies.at(-1) ?? 0) },
+      latencyMs: {
+        p50: round1(percentile(latencies, 0.5)),
+        p99: round1(percentile(latencies, 0.99)),
+        max: round1(latencies.at(-1) ?? 0),
+      },
       saleSeconds,
       ordersInMysql,
       outboxPending,
@@ -417,9 +488,13 @@ if (import.meta.main) {
     },
   });
   const env = { ...loadStackEnv(), ...process.env };
-  const missing = ["ADMIN_TOKEN", "SESSION_SECRET", "UPSTASH_REDIS_REST_URL", "UPSTASH_REDIS_REST_TOKEN"].filter((k) => !env[k]);
+  const missing = ["ADMIN_TOKEN", "SESSION_SECRET", "UPSTASH_REDIS_REST_URL", "UPSTASH_REDIS_REST_TOKEN"].filter(
+    (k) => !env[k],
+  );
   if (missing.length > 0) {
-    console.error(`no stack settings (${missing.join(", ")}): start the dev stack (\`npm run dev\`) or set them in the environment`);
+    console.error(
+      `no stack settings (${missing.join(", ")}): start the dev stack (\`npm run dev\`) or set them in the environment`,
+    );
     process.exit(1);
   }
   try {
@@ -437,7 +512,11 @@ if (import.meta.main) {
       allowRemote: values["allow-remote"],
       adminToken: env.ADMIN_TOKEN as string,
       sessionSecret: env.SESSION_SECRET as string,
-      redis: new Redis({ url: env.UPSTASH_REDIS_REST_URL as string, token: env.UPSTASH_REDIS_REST_TOKEN as string, enableTelemetry: false }),
+      redis: new Redis({
+        url: env.UPSTASH_REDIS_REST_URL as string,
+        token: env.UPSTASH_REDIS_REST_TOKEN as string,
+        enableTelemetry: false,
+      }),
       db: env.DATABASE_URL ? new Client({ url: env.DATABASE_URL }) : undefined,
     });
     console.log(values.json ? JSON.stringify(summary) : formatSummary(summary));

@@ -43,16 +43,54 @@ export const SHOP_TYPES = [
   ["美睫·美甲", "/types/mjmj.png"],
 ] as const;
 
-const AREAS = ["大关", "拱宸桥", "北部新城", "运河上街", "远洋乐堤港", "武林广场", "湖滨", "西溪", "文二路", "小河直街"];
-const BRANDS = ["老街", "半山", "拾味", "青柠", "花间", "禾木", "森屿", "一品", "星光", "南北", "小城", "悦享", "知味", "运河", "橙子", "白塔"];
+const AREAS = [
+  "大关",
+  "拱宸桥",
+  "北部新城",
+  "运河上街",
+  "远洋乐堤港",
+  "武林广场",
+  "湖滨",
+  "西溪",
+  "文二路",
+  "小河直街",
+];
+const BRANDS = [
+  "老街",
+  "半山",
+  "拾味",
+  "青柠",
+  "花间",
+  "禾木",
+  "森屿",
+  "一品",
+  "星光",
+  "南北",
+  "小城",
+  "悦享",
+  "知味",
+  "运河",
+  "橙子",
+  "白塔",
+];
 
 /**
  * What a shop of each type (index = type id − 1) is called, costs per person (yuan, [min, max)),
  * when it is open, and the face value of its vouchers (yuan): names read like a listing
  * ("半山火锅(大关店)"), not "shop 17".
  */
-const TYPE_PROFILES: readonly { words: readonly string[]; price: readonly [number, number]; hours: string; voucher: number }[] = [
-  { words: ["火锅", "面馆", "茶餐厅", "烤肉", "小馆", "酒家", "私房菜", "小厨"], price: [40, 160], hours: "10:00-22:00", voucher: 100 },
+const TYPE_PROFILES: readonly {
+  words: readonly string[];
+  price: readonly [number, number];
+  hours: string;
+  voucher: number;
+}[] = [
+  {
+    words: ["火锅", "面馆", "茶餐厅", "烤肉", "小馆", "酒家", "私房菜", "小厨"],
+    price: [40, 160],
+    hours: "10:00-22:00",
+    voucher: 100,
+  },
   { words: ["量贩KTV", "音乐会所", "欢唱KTV", "声宴KTV"], price: [80, 200], hours: "12:00-02:00", voucher: 200 },
   { words: ["造型", "美发沙龙", "发艺", "形象设计"], price: [60, 300], hours: "10:00-21:30", voucher: 100 },
   { words: ["健身", "瑜伽馆", "搏击馆", "游泳健身", "攀岩馆"], price: [50, 150], hours: "06:30-22:30", voucher: 100 },
@@ -125,15 +163,21 @@ function offset(distanceM: number, bearing: number): { x: number; y: number } {
 
 function bar(label: string, total: number, quiet?: boolean) {
   if (quiet || total === 0) return { increment: (_n?: number) => {}, stop: () => {} };
-  const b = new SingleBar({ format: `${label.padEnd(10)} [{bar}] {percentage}% | {value}/{total} | {duration}s`, stream: process.stderr, hideCursor: false }, Presets.shades_classic);
+  const b = new SingleBar(
+    {
+      format: `${label.padEnd(10)} [{bar}] {percentage}% | {value}/{total} | {duration}s`,
+      stream: process.stderr,
+      hideCursor: false,
+    },
+    Presets.shades_classic,
+  );
   b.start(total, 0);
   return { increment: (n = 1) => b.increment(n), stop: () => b.stop() };
 }
 
-
 export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise<SeedResult> {
   const rand = prng(opts.randomSeed);
-  const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)] as T;
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)] as T;
   const batchSize = 1000;
   const images = demoImages(SHOP_TYPES.length);
   const stored = opts.blobs ? await storeDemoImages(opts.blobs, images) : 0;
@@ -152,7 +196,8 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
     const values: unknown[] = [];
     for (let i = 0; i < n; i++) {
       const k = start + i;
-      const typeId = k < SHOP_TYPES.length * 3 ? (k % SHOP_TYPES.length) + 1 : 1 + Math.floor(rand() * SHOP_TYPES.length);
+      const typeId =
+        k < SHOP_TYPES.length * 3 ? (k % SHOP_TYPES.length) + 1 : 1 + Math.floor(rand() * SHOP_TYPES.length);
       const far = rand() < 0.2;
       const p = offset(far ? 5000 + rand() * 10_000 : Math.sqrt(rand()) * 4900, rand() * 2 * Math.PI);
       const area = pick(AREAS);
@@ -188,9 +233,8 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
   // Vouchers for the first shop of each type: a normal one at 5 % off, and a seckill one at about
   // 40 % of its value, on sale from an hour ago for 30 days (dev data persists across runs; a
   // week-long sale left a week-old checkout with nothing to buy). Amounts are in cents.
-  const firstShops = (await db.execute(
-    "SELECT MIN(id) AS id, type_id FROM tb_shop GROUP BY type_id ORDER BY type_id",
-  )).rows as { id: string | number; type_id: number }[];
+  const firstShops = (await db.execute("SELECT MIN(id) AS id, type_id FROM tb_shop GROUP BY type_id ORDER BY type_id"))
+    .rows as { id: string | number; type_id: number }[];
   let vouchers = 0;
   const now = Date.now();
   for (const s of firstShops) {
@@ -230,12 +274,22 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
     for (let i = 0; i < n; i++) {
       const phone = String(13800000000 + start + i);
       phones.push(phone);
-      values.push(phone, `user_${(start + i).toString(36).padStart(6, "0")}`, images.avatars[(start + i) % images.avatars.length]?.url ?? "");
+      values.push(
+        phone,
+        `user_${(start + i).toString(36).padStart(6, "0")}`,
+        images.avatars[(start + i) % images.avatars.length]?.url ?? "",
+      );
     }
-    await db.execute(`INSERT IGNORE INTO tb_user (phone, nick_name, icon) VALUES ${Array.from({ length: n }, () => "(?, ?, ?)").join(", ")}`, values);
+    await db.execute(
+      `INSERT IGNORE INTO tb_user (phone, nick_name, icon) VALUES ${Array.from({ length: n }, () => "(?, ?, ?)").join(", ")}`,
+      values,
+    );
     await db.execute(
       `INSERT IGNORE INTO tb_user_info (user_id, city, introduce, gender, credits, level)
-       SELECT id, '杭州', '爱吃爱玩', MOD(id, 2), 100, 1 FROM tb_user WHERE phone IN (${phones.slice(start).map(() => "?").join(", ")})`,
+       SELECT id, '杭州', '爱吃爱玩', MOD(id, 2), 100, 1 FROM tb_user WHERE phone IN (${phones
+         .slice(start)
+         .map(() => "?")
+         .join(", ")})`,
       phones.slice(start),
     );
     usersBar.increment(n);
@@ -245,7 +299,12 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
   const users: { id: number; nickName: string; icon: string }[] = [];
   for (let start = 0; start < phones.length; start += batchSize) {
     const chunk = phones.slice(start, start + batchSize);
-    const rows = (await db.execute(`SELECT id, nick_name, icon FROM tb_user WHERE phone IN (${chunk.map(() => "?").join(", ")}) ORDER BY id`, chunk)).rows as {
+    const rows = (
+      await db.execute(
+        `SELECT id, nick_name, icon FROM tb_user WHERE phone IN (${chunk.map(() => "?").join(", ")}) ORDER BY id`,
+        chunk,
+      )
+    ).rows as {
       id: string | number;
       nick_name: string;
       icon: string;
@@ -262,15 +321,21 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
       const s = firstShops[i % firstShops.length];
       if (!u || !s) continue;
       const likers = users.filter(() => rand() < 0.3).slice(0, 40);
-      const res = await db.execute("INSERT INTO tb_blog (shop_id, user_id, title, images, content, liked) VALUES (?, ?, ?, ?, ?, ?)", [
-        Number(s.id),
-        u.id,
-        `探店笔记 #${i + 1}`,
-        images.notes[i % images.notes.length]?.url ?? "",
-        "环境不错，服务热情，值得再来。",
-        likers.length,
-      ]);
-      const [first, ...rest] = likers.map((l, k) => ({ score: Date.now() - (likers.length - k) * 60_000, member: String(l.id) }));
+      const res = await db.execute(
+        "INSERT INTO tb_blog (shop_id, user_id, title, images, content, liked) VALUES (?, ?, ?, ?, ?, ?)",
+        [
+          Number(s.id),
+          u.id,
+          `探店笔记 #${i + 1}`,
+          images.notes[i % images.notes.length]?.url ?? "",
+          "环境不错，服务热情，值得再来。",
+          likers.length,
+        ],
+      );
+      const [first, ...rest] = likers.map((l, k) => ({
+        score: Date.now() - (likers.length - k) * 60_000,
+        member: String(l.id),
+      }));
       if (first) await redis.zadd(keys.blogLiked(Number(res.insertId)), first, ...rest);
       notes++;
     }
@@ -303,7 +368,16 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
     writeFileSync(opts.tokensFile, `${lines.join("\n")}\n`);
     tokens = lines.length;
   }
-  return { shopTypes: SHOP_TYPES.length, shops: opts.shops, vouchers, users: users.length, notes, geoIndexed, tokens, images: stored };
+  return {
+    shopTypes: SHOP_TYPES.length,
+    shops: opts.shops,
+    vouchers,
+    users: users.length,
+    notes,
+    geoIndexed,
+    tokens,
+    images: stored,
+  };
 }
 
 if (import.meta.main) {
@@ -327,20 +401,31 @@ if (import.meta.main) {
     return n;
   };
   const env = { ...loadStackEnv(), ...process.env };
-  if (!env.DATABASE_URL || !env.UPSTASH_REDIS_REST_URL || !env.UPSTASH_REDIS_REST_TOKEN || (values.tokens && !env.SESSION_SECRET)) {
-    console.error("no stack settings: start the stack (`npm run stack` or `npm run dev`) or set DATABASE_URL and UPSTASH_REDIS_REST_* (and SESSION_SECRET with --tokens)");
+  if (
+    !env.DATABASE_URL ||
+    !env.UPSTASH_REDIS_REST_URL ||
+    !env.UPSTASH_REDIS_REST_TOKEN ||
+    (values.tokens && !env.SESSION_SECRET)
+  ) {
+    console.error(
+      "no stack settings: start the stack (`npm run stack` or `npm run dev`) or set DATABASE_URL and UPSTASH_REDIS_REST_* (and SESSION_SECRET with --tokens)",
+    );
     process.exit(1);
   }
   const started = performance.now();
-  const result = await seed(new Client({ url: env.DATABASE_URL }), new Redis({ url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN, enableTelemetry: false }), {
-    shops: num("shops", values.shops),
-    users: num("users", values.users),
-    notes: num("notes", values.notes),
-    tokensFile: values.tokens,
-    tokenTtlSeconds: num("token-ttl", values["token-ttl"]),
-    sessionSecret: env.SESSION_SECRET,
-    randomSeed: num("seed", values.seed),
-    blobs: seedBlobStore(env),
-  });
+  const result = await seed(
+    new Client({ url: env.DATABASE_URL }),
+    new Redis({ url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN, enableTelemetry: false }),
+    {
+      shops: num("shops", values.shops),
+      users: num("users", values.users),
+      notes: num("notes", values.notes),
+      tokensFile: values.tokens,
+      tokenTtlSeconds: num("token-ttl", values["token-ttl"]),
+      sessionSecret: env.SESSION_SECRET,
+      randomSeed: num("seed", values.seed),
+      blobs: seedBlobStore(env),
+    },
+  );
   console.log(JSON.stringify({ ...result, seconds: Math.round((performance.now() - started) / 100) / 10 }));
 }

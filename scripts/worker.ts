@@ -39,11 +39,19 @@ const { values } = parseArgs({
 });
 
 /** Keeps wrangler offline and quiet (docs/toolchain.md, "wrangler offline"). */
-const WRANGLER_OFFLINE = { WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_HIDE_BANNER: "true" } as const;
+const WRANGLER_OFFLINE = {
+  WRANGLER_SEND_METRICS: "false",
+  CLOUDFLARE_CF_FETCH_ENABLED: "false",
+  WRANGLER_HIDE_BANNER: "true",
+} as const;
 export const DEV_VARS_FILE = join(ROOT, ".dev.vars");
 
 /** `.dev.vars`: the stack's settings that src/env.ts knows, PUBLIC_URL pointing at the Worker. */
-export function writeDevVars(stackEnv: Record<string, string>, publicUrl: string, file = DEV_VARS_FILE): Record<string, string> {
+export function writeDevVars(
+  stackEnv: Record<string, string>,
+  publicUrl: string,
+  file = DEV_VARS_FILE,
+): Record<string, string> {
   const known = new Set(Object.keys(EnvSchema.shape));
   const vars: Record<string, string> = {};
   for (const [k, v] of Object.entries(stackEnv)) if (known.has(k) && k !== "PORT" && k !== "RUN_CRON") vars[k] = v;
@@ -52,14 +60,19 @@ export function writeDevVars(stackEnv: Record<string, string>, publicUrl: string
   const body = Object.entries(vars)
     .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
     .join("\n");
-  writeFileSync(file, `# written by \`npm run worker\` from .local/stack.env; regenerated on every start (git-ignored)\n${body}\n`, { mode: 0o600 });
+  writeFileSync(
+    file,
+    `# written by \`npm run worker\` from .local/stack.env; regenerated on every start (git-ignored)\n${body}\n`,
+    { mode: 0o600 },
+  );
   return vars;
 }
 
 async function waitForHealth(url: string, child: ChildProcess, timeoutMs = 90_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`wrangler exited with code ${child.exitCode} before the Worker answered`);
+    if (child.exitCode !== null)
+      throw new Error(`wrangler exited with code ${child.exitCode} before the Worker answered`);
     try {
       const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2_000) });
       await res.arrayBuffer();
@@ -120,8 +133,24 @@ if (import.meta.main) {
   const inspector = await freePort();
   wrangler = spawn(
     join(ROOT, "node_modules", ".bin", "wrangler"),
-    ["dev", "--local", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", String(inspector), "--show-interactive-dev-session=false", "--test-scheduled"],
-    { cwd: ROOT, env: { ...process.env, ...WRANGLER_OFFLINE }, stdio: ["ignore", "inherit", "inherit"], detached: true },
+    [
+      "dev",
+      "--local",
+      "--ip",
+      "127.0.0.1",
+      "--port",
+      String(port),
+      "--inspector-port",
+      String(inspector),
+      "--show-interactive-dev-session=false",
+      "--test-scheduled",
+    ],
+    {
+      cwd: ROOT,
+      env: { ...process.env, ...WRANGLER_OFFLINE },
+      stdio: ["ignore", "inherit", "inherit"],
+      detached: true,
+    },
   );
   wrangler.on("exit", (code) => {
     if (!stopping) {

@@ -76,7 +76,14 @@ export function createApp(deps: Deps): Hono<AppEnv> {
   app.notFound((c) => c.json(fail("NOT_FOUND", `no route for ${c.req.method} ${c.req.path}`, c.get("requestId")), 404));
   // A cache read that neither origin nor any cached copy could answer is a 503 naming the data
   // (with Retry-After when a breaker caused it, errors.ts), wherever the read was made.
-  app.onError((err, c) => handleError(err instanceof CacheUnavailableError ? new AppError("UNAVAILABLE", `${err.subject} temporarily unavailable`, { cause: err }) : err, c));
+  app.onError((err, c) =>
+    handleError(
+      err instanceof CacheUnavailableError
+        ? new AppError("UNAVAILABLE", `${err.subject} temporarily unavailable`, { cause: err })
+        : err,
+      c,
+    ),
+  );
   // Requests answerable from the isolate's memory skip routing (http/fast-lane.ts). `app.request`
   // (tests) goes through `fetch` too, so tests see exactly what a runtime sees.
   const lane = createFastLane(deps);

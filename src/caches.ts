@@ -21,13 +21,23 @@ import { CacheMetrics } from "./cache/metrics.ts";
 import { type CacheModule, type CachePolicy, createCacheModule } from "./cache/module.ts";
 import { type PreparedResponse, prepareJson } from "./cache/prepared.ts";
 import { fail, ok } from "./errors.ts";
-import { loadShop, loadShopTypes, loadVouchersOfShop, maxShopId, type Shop, type ShopType, type Voucher } from "./services/shops.ts";
+import {
+  loadShop,
+  loadShopTypes,
+  loadVouchersOfShop,
+  maxShopId,
+  type Shop,
+  type ShopType,
+  type Voucher,
+} from "./services/shops.ts";
 import { loadSeckillConfig, maxSeckillVoucherId, type SeckillConfig } from "./services/seckill/config.ts";
 import type { SessionUser } from "./services/session.ts";
 import { getUserCard } from "./services/users.ts";
 
 /** Policy overrides per module (tests, benches). */
-export type CacheOverrides = Partial<Record<"shop" | "shopTypes" | "vouchers" | "userCard" | "seckill", Partial<CachePolicy>>>;
+export type CacheOverrides = Partial<
+  Record<"shop" | "shopTypes" | "vouchers" | "userCard" | "seckill", Partial<CachePolicy>>
+>;
 
 export interface CachesOptions {
   /**
@@ -55,41 +65,62 @@ export function createCaches(overrides: CacheOverrides = {}, opts: CachesOptions
   const hot = opts.hot ? new HotKeys(opts.hot, isolateId, now) : undefined;
   const wiring = { now, hot, degraded: opts.degraded };
   // The three modules served as-is by a GET prepare their envelope once per cached value.
-  const shop = createCacheModule<number, Shop, PreparedResponse>({
-    name: "shop",
-    subject: "shop data",
-    policy: { strategy: "logical", l2TtlSeconds: 30 * 60, l1TtlMs: 2_000, nullTtlSeconds: 120, ...overrides.shop },
-    load: (deps, id) => loadShop(deps, id),
-    ceiling: (deps) => maxShopId(deps),
-    prepare: (found) => prepareJson(found ? ok(found) : fail("NOT_FOUND", "shop not found")),
-  }, wiring);
-  const shopTypes = createCacheModule<string, ShopType[], PreparedResponse>({
-    name: "shop-type",
-    subject: "shop types",
-    policy: { strategy: "plain", l2TtlSeconds: 24 * 3600, l1TtlMs: 60_000, ...overrides.shopTypes },
-    load: (deps) => loadShopTypes(deps),
-    prepare: (types) => prepareJson(ok(types ?? [])),
-  }, wiring);
-  const vouchers = createCacheModule<number, Voucher[], PreparedResponse>({
-    name: "voucher-list",
-    subject: "vouchers",
-    policy: { strategy: "mutex", l2TtlSeconds: 60, l1TtlMs: 1_000, ...overrides.vouchers },
-    load: (deps, shopId) => loadVouchersOfShop(deps, shopId),
-    prepare: (list) => prepareJson(ok(list ?? [])),
-  }, wiring);
-  const userCard = createCacheModule<number, SessionUser>({
-    name: "user",
-    subject: "user data",
-    policy: { strategy: "plain", l2TtlSeconds: 10 * 60, l1TtlMs: 5_000, ...overrides.userCard },
-    load: (deps, id) => getUserCard(deps, id),
-  }, wiring);
-  const seckill = createCacheModule<number, SeckillConfig>({
-    name: "seckill",
-    subject: "voucher data",
-    policy: { strategy: "plain", l2TtlSeconds: 24 * 3600, l1TtlMs: 5 * 60_000, nullTtlSeconds: 5, ...overrides.seckill },
-    load: (deps, id) => loadSeckillConfig(deps, id),
-    ceiling: (deps) => maxSeckillVoucherId(deps),
-  }, wiring);
+  const shop = createCacheModule<number, Shop, PreparedResponse>(
+    {
+      name: "shop",
+      subject: "shop data",
+      policy: { strategy: "logical", l2TtlSeconds: 30 * 60, l1TtlMs: 2_000, nullTtlSeconds: 120, ...overrides.shop },
+      load: (deps, id) => loadShop(deps, id),
+      ceiling: (deps) => maxShopId(deps),
+      prepare: (found) => prepareJson(found ? ok(found) : fail("NOT_FOUND", "shop not found")),
+    },
+    wiring,
+  );
+  const shopTypes = createCacheModule<string, ShopType[], PreparedResponse>(
+    {
+      name: "shop-type",
+      subject: "shop types",
+      policy: { strategy: "plain", l2TtlSeconds: 24 * 3600, l1TtlMs: 60_000, ...overrides.shopTypes },
+      load: (deps) => loadShopTypes(deps),
+      prepare: (types) => prepareJson(ok(types ?? [])),
+    },
+    wiring,
+  );
+  const vouchers = createCacheModule<number, Voucher[], PreparedResponse>(
+    {
+      name: "voucher-list",
+      subject: "vouchers",
+      policy: { strategy: "mutex", l2TtlSeconds: 60, l1TtlMs: 1_000, ...overrides.vouchers },
+      load: (deps, shopId) => loadVouchersOfShop(deps, shopId),
+      prepare: (list) => prepareJson(ok(list ?? [])),
+    },
+    wiring,
+  );
+  const userCard = createCacheModule<number, SessionUser>(
+    {
+      name: "user",
+      subject: "user data",
+      policy: { strategy: "plain", l2TtlSeconds: 10 * 60, l1TtlMs: 5_000, ...overrides.userCard },
+      load: (deps, id) => getUserCard(deps, id),
+    },
+    wiring,
+  );
+  const seckill = createCacheModule<number, SeckillConfig>(
+    {
+      name: "seckill",
+      subject: "voucher data",
+      policy: {
+        strategy: "plain",
+        l2TtlSeconds: 24 * 3600,
+        l1TtlMs: 5 * 60_000,
+        nullTtlSeconds: 5,
+        ...overrides.seckill,
+      },
+      load: (deps, id) => loadSeckillConfig(deps, id),
+      ceiling: (deps) => maxSeckillVoucherId(deps),
+    },
+    wiring,
+  );
   const all = [shop, shopTypes, vouchers, userCard, seckill] as unknown as CacheModule<string | number, unknown>[];
   const metrics = new CacheMetrics(all, 5_000, isolateId);
   metrics.hot = hot;

@@ -86,16 +86,35 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   // not await each other's I/O (workerd), a merged request would settle one request's promise from
   // another's fetch; there each command goes out on its own request's fetch.
   const redisClient = (url: string, token: string) =>
-    new Redis({ url, token, retry: config.REDIS_RETRY ? undefined : false, enableTelemetry: false, enableAutoPipelining: runtime.sharesIo });
-  const redis = guardRedis(redisClient(config.UPSTASH_REDIS_REST_URL, config.UPSTASH_REDIS_REST_TOKEN), resilience.redis);
+    new Redis({
+      url,
+      token,
+      retry: config.REDIS_RETRY ? undefined : false,
+      enableTelemetry: false,
+      enableAutoPipelining: runtime.sharesIo,
+    });
+  const redis = guardRedis(
+    redisClient(config.UPSTASH_REDIS_REST_URL, config.UPSTASH_REDIS_REST_TOKEN),
+    resilience.redis,
+  );
   const shardTokens = config.SECKILL_SHARD_TOKENS.split(",").map((t) => t.trim());
   const seckillShards = config.SECKILL_SHARD_URLS.split(",")
     .map((u) => u.trim())
     .filter((u) => u !== "")
-    .map((url, i) => guardRedis(redisClient(url, shardTokens[i] ?? ""), createShardGuard(config, () => clock.now())));
+    .map((url, i) =>
+      guardRedis(
+        redisClient(url, shardTokens[i] ?? ""),
+        createShardGuard(config, () => clock.now()),
+      ),
+    );
   const db = new DbClient({ url: config.DATABASE_URL, fetch: resilience.mysql.fetch(overrides.fetch) });
   // No SDK retries: they would multiply QSTASH_TIMEOUT_MS, and the outbox sweep re-publishes.
-  const qstash = new QstashClient({ baseUrl: config.QSTASH_URL, token: config.QSTASH_TOKEN, enableTelemetry: false, retry: false });
+  const qstash = new QstashClient({
+    baseUrl: config.QSTASH_URL,
+    token: config.QSTASH_TOKEN,
+    enableTelemetry: false,
+    retry: false,
+  });
   const queue: QueuePort = guardMethods(qstash, ["publish", "publishJSON", "batchJSON"], resilience.qstash);
   const dlq: DlqPort = guardMethods(qstash.dlq, ["listMessages", "delete", "retry"], resilience.qstash);
   const receiver = new Receiver({
@@ -108,7 +127,25 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
       p.catch((err: unknown) => log.error("background task failed", { err }));
     });
   const sms = overrides.sms ?? createSms(config, log, resilience.sms.fetch(overrides.fetch));
-  const payments = overrides.payments ?? createPaymentProvider(config, log, () => clock.now(), resilience.payments.fetch(overrides.fetch));
+  const payments =
+    overrides.payments ??
+    createPaymentProvider(config, log, () => clock.now(), resilience.payments.fetch(overrides.fetch));
   const blobs = overrides.blobs ?? createBlobStore(config, overrides.fetch);
-  return { config, redis, seckillShards, db, queue, dlq, receiver, clock, log, sms, payments, blobs, isolate: createIsolate(config, { redis, clock, resilience, runtime }), runtime, waitUntil };
+  return {
+    config,
+    redis,
+    seckillShards,
+    db,
+    queue,
+    dlq,
+    receiver,
+    clock,
+    log,
+    sms,
+    payments,
+    blobs,
+    isolate: createIsolate(config, { redis, clock, resilience, runtime }),
+    runtime,
+    waitUntil,
+  };
 }

@@ -9,7 +9,8 @@ const bool = z
   .union([z.boolean(), z.string()])
   .transform((v) => (typeof v === "boolean" ? v : ["1", "true", "yes", "on"].includes(v.toLowerCase())));
 
-const secret = (name: string) => z.string({ error: `${name} is required` }).min(8, `${name} must be at least 8 characters`);
+const _secret = (name: string) =>
+  z.string({ error: `${name} is required` }).min(8, `${name} must be at least 8 characters`);
 
 /** Seckill shard databases a deployment may configure (SECKILL_SHARD_URLS). */
 export const MAX_SECKILL_SHARDS = 64;
@@ -52,7 +53,12 @@ export const EnvSchema = z.object({
    * `Idempotency-Key` (src/http/idempotency.ts): how long a completed request's response is kept
    * for replay, seconds (the IETF draft and Stripe: 24 h). A retry after this runs again.
    */
-  IDEMPOTENCY_TTL_SECONDS: z.coerce.number().int().min(60).max(7 * 86_400).default(86_400),
+  IDEMPOTENCY_TTL_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(60)
+    .max(7 * 86_400)
+    .default(86_400),
   /**
    * The lease of a request that claimed a key and is still running, ms: duplicates get 409 for at
    * most this long. A process that dies mid-request holds the key until the lease ends; a handler
@@ -121,7 +127,9 @@ export const EnvSchema = z.object({
    * with no default anywhere in src/: whoever knows it can mint a token for any user. The local
    * and test stacks (scripts/stack) generate a random one and hand it to the app in their env.
    */
-  SESSION_SECRET: z.string({ error: "SESSION_SECRET is required" }).min(32, "SESSION_SECRET must be at least 32 characters"),
+  SESSION_SECRET: z
+    .string({ error: "SESSION_SECRET is required" })
+    .min(32, "SESSION_SECRET must be at least 32 characters"),
   /**
    * The key SESSION_SECRET replaced (rotation): tokens it signed are still accepted; new and
    * re-issued tokens are signed with SESSION_SECRET only. Removing it ends the sessions whose token
@@ -161,13 +169,23 @@ export const EnvSchema = z.object({
    * this left gets a fresh token for the same session in `X-Session-Token` (later `exp`), up to
    * SESSION_HARD_CAP_SECONDS after the sign-in.
    */
-  SESSION_MAX_AGE_SECONDS: z.coerce.number().int().min(300).max(366 * 86_400).default(30 * 86_400),
+  SESSION_MAX_AGE_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(300)
+    .max(366 * 86_400)
+    .default(30 * 86_400),
   /**
    * No session outlives its sign-in by more than this, seconds, however often its token is
    * re-issued: then the user signs in again. Default 3 × SESSION_MAX_AGE_SECONDS (90 days);
    * at least SESSION_MAX_AGE_SECONDS (equal to it: tokens are never re-issued).
    */
-  SESSION_HARD_CAP_SECONDS: z.coerce.number().int().min(300).max(3 * 366 * 86_400).optional(),
+  SESSION_HARD_CAP_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(300)
+    .max(3 * 366 * 86_400)
+    .optional(),
   /** Login code lifetime, seconds. */
   LOGIN_CODE_TTL_SECONDS: z.coerce.number().int().min(30).default(120),
   /** Wrong attempts a login code survives; the next wrong one burns it. */
@@ -233,7 +251,11 @@ export const EnvSchema = z.object({
    * Image bytes one user may upload per service day (SERVICE_TIME_ZONE), reserved before the
    * image is stored; 0 = no quota. Default 50 MiB: ten full-size images a day.
    */
-  UPLOAD_QUOTA_BYTES_PER_DAY: z.coerce.number().int().min(0).default(50 * 1_048_576),
+  UPLOAD_QUOTA_BYTES_PER_DAY: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(50 * 1_048_576),
   /**
    * Note token bucket per user (POST /api/blog; each note is pushed to every follower's feed):
    * burst size, refill tokens per interval (0 size = off). Default: 20 at once, then 2 a minute.
@@ -278,7 +300,9 @@ export const EnvSchema = z.object({
    * knows it can mark payments failed or refunds done. The local stack (scripts/stack) generates a
    * random one and puts it in the env it hands out, so "local" is never recognised here.
    */
-  PAYMENT_WEBHOOK_SECRET: z.string({ error: "PAYMENT_WEBHOOK_SECRET is required" }).min(16, "PAYMENT_WEBHOOK_SECRET must be at least 16 characters"),
+  PAYMENT_WEBHOOK_SECRET: z
+    .string({ error: "PAYMENT_WEBHOOK_SECRET is required" })
+    .min(16, "PAYMENT_WEBHOOK_SECRET must be at least 16 characters"),
   /** Webhooks older than this are rejected (replay protection), seconds. */
   PAYMENT_WEBHOOK_TOLERANCE_SECONDS: z.coerce.number().int().min(1).default(300),
   /**
@@ -343,7 +367,12 @@ export const EnvSchema = z.object({
   /** Client addresses one isolate tracks for the listing limit (LRU, ~150 B each). */
   LISTING_IP_MAX: z.coerce.number().int().min(100).max(1_000_000).default(20_000),
   /** Largest accepted image upload, bytes (the multipart body may exceed it by a little framing). */
-  UPLOAD_MAX_BYTES: z.coerce.number().int().positive().max(100 * 1_048_576).default(5 * 1_048_576),
+  UPLOAD_MAX_BYTES: z.coerce
+    .number()
+    .int()
+    .positive()
+    .max(100 * 1_048_576)
+    .default(5 * 1_048_576),
   /** Where uploaded images live: `local` = a folder (dev), `s3` = any S3-compatible store (R2, S3, MinIO). */
   BLOB_STORE: z.enum(["local", "s3"]).default("local"),
   /** BLOB_STORE=local: the folder, relative to the working directory unless absolute. */
@@ -377,18 +406,45 @@ const RefinedSchema = EnvSchema.superRefine((c, ctx) => {
   const shardUrls = c.SECKILL_SHARD_URLS.split(",").filter((u) => u.trim() !== "");
   const shardTokens = c.SECKILL_SHARD_TOKENS.split(",").filter((u) => u.trim() !== "");
   if (shardUrls.length !== shardTokens.length) {
-    ctx.addIssue({ code: "custom", path: ["SECKILL_SHARD_TOKENS"], message: `SECKILL_SHARD_TOKENS must name one token per SECKILL_SHARD_URLS entry (${shardUrls.length} URLs, ${shardTokens.length} tokens)` });
+    ctx.addIssue({
+      code: "custom",
+      path: ["SECKILL_SHARD_TOKENS"],
+      message: `SECKILL_SHARD_TOKENS must name one token per SECKILL_SHARD_URLS entry (${shardUrls.length} URLs, ${shardTokens.length} tokens)`,
+    });
   }
-  if (shardUrls.length > MAX_SECKILL_SHARDS) ctx.addIssue({ code: "custom", path: ["SECKILL_SHARD_URLS"], message: `at most ${MAX_SECKILL_SHARDS} seckill shards` });
-  for (const u of shardUrls) if (!/^https?:\/\/[^\s,]+$/.test(u.trim())) ctx.addIssue({ code: "custom", path: ["SECKILL_SHARD_URLS"], message: `not an http(s) URL: ${u.trim().slice(0, 80)}` });
+  if (shardUrls.length > MAX_SECKILL_SHARDS)
+    ctx.addIssue({
+      code: "custom",
+      path: ["SECKILL_SHARD_URLS"],
+      message: `at most ${MAX_SECKILL_SHARDS} seckill shards`,
+    });
+  for (const u of shardUrls)
+    if (!/^https?:\/\/[^\s,]+$/.test(u.trim()))
+      ctx.addIssue({
+        code: "custom",
+        path: ["SECKILL_SHARD_URLS"],
+        message: `not an http(s) URL: ${u.trim().slice(0, 80)}`,
+      });
   if (c.SESSION_TRUST_MS < 2 * c.SESSION_SYNC_MS) {
-    ctx.addIssue({ code: "custom", path: ["SESSION_TRUST_MS"], message: "SESSION_TRUST_MS must be at least 2 × SESSION_SYNC_MS (upkeep runs once per SESSION_SYNC_MS)" });
+    ctx.addIssue({
+      code: "custom",
+      path: ["SESSION_TRUST_MS"],
+      message: "SESSION_TRUST_MS must be at least 2 × SESSION_SYNC_MS (upkeep runs once per SESSION_SYNC_MS)",
+    });
   }
   if (c.SESSION_HARD_CAP_SECONDS !== undefined && c.SESSION_HARD_CAP_SECONDS < c.SESSION_MAX_AGE_SECONDS) {
-    ctx.addIssue({ code: "custom", path: ["SESSION_HARD_CAP_SECONDS"], message: "SESSION_HARD_CAP_SECONDS must be at least SESSION_MAX_AGE_SECONDS (a token never outlives its session)" });
+    ctx.addIssue({
+      code: "custom",
+      path: ["SESSION_HARD_CAP_SECONDS"],
+      message: "SESSION_HARD_CAP_SECONDS must be at least SESSION_MAX_AGE_SECONDS (a token never outlives its session)",
+    });
   }
   if (c.SESSION_RENEW_SECONDS * 2 > c.SESSION_TTL_SECONDS) {
-    ctx.addIssue({ code: "custom", path: ["SESSION_RENEW_SECONDS"], message: "SESSION_RENEW_SECONDS must be at most half of SESSION_TTL_SECONDS" });
+    ctx.addIssue({
+      code: "custom",
+      path: ["SESSION_RENEW_SECONDS"],
+      message: "SESSION_RENEW_SECONDS must be at most half of SESSION_TTL_SECONDS",
+    });
   }
   if (c.BLOB_STORE === "s3") {
     for (const k of ["S3_ENDPOINT", "S3_BUCKET", "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY"] as const) {

@@ -79,7 +79,11 @@ export interface Envelope<T = unknown> {
 export class AppError extends HTTPException {
   readonly code: ErrorCode;
   readonly retryAfterSeconds?: number;
-  constructor(code: ErrorCode, message: string, opts: { status?: ContentfulStatusCode; retryAfterSeconds?: number; cause?: unknown } = {}) {
+  constructor(
+    code: ErrorCode,
+    message: string,
+    opts: { status?: ContentfulStatusCode; retryAfterSeconds?: number; cause?: unknown } = {},
+  ) {
     super(opts.status ?? codeToStatus[code], { message, cause: opts.cause });
     this.name = "AppError";
     this.code = code;
@@ -157,7 +161,8 @@ export function handleError(err: Error, c: Context<AppEnv>): Response {
   if (err instanceof HTTPException) {
     const status = err.status as ContentfulStatusCode;
     const code = statusToCode(status);
-    const message = status === 400 && /JSON/i.test(err.message) ? "malformed JSON body" : err.message || code.toLowerCase();
+    const message =
+      status === 400 && /JSON/i.test(err.message) ? "malformed JSON body" : err.message || code.toLowerCase();
     return c.json(fail(code, message, requestId), status);
   }
   const log = c.get("log");
@@ -168,7 +173,9 @@ export function handleError(err: Error, c: Context<AppEnv>): Response {
 
 /** Hook for `zValidator`: a failed schema is a 400 envelope naming the first offending fields. */
 export function validationHook(
-  result: { success: true } | { success: false; error: { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> } },
+  result:
+    | { success: true }
+    | { success: false; error: { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> } },
 ): void {
   if (result.success) return;
   const msg = result.error.issues

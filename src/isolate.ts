@@ -159,7 +159,11 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     publicBodies: new AddressWindow(config.PUBLIC_BODIES_PER_ADDRESS, config.PUBLIC_BODIES_WINDOW_MS),
     fastLane: { prepared: 0, me: 0, seckill: 0 },
     seckillLostReplies: { reserved: 0, buyer: 0, fenced: 0 },
-    reserveBatch: new ScriptBatcher(luaSources.reserveStock, (redis) => scriptsFor(redis).reserveStock, ports.runtime.sharesIo),
+    reserveBatch: new ScriptBatcher(
+      luaSources.reserveStock,
+      (redis) => scriptsFor(redis).reserveStock,
+      ports.runtime.sharesIo,
+    ),
     seckill: new SeckillMemory(config),
     seckillMoves: { refills: 0, moves: 0, units: 0, commands: 0 },
     seckillRefills: new LRUCache<string, RefillGate>({ max: 10_000 }),

@@ -42,7 +42,10 @@ class JsonLogger implements Logger {
 
   private emit(lvl: Exclude<LogLevel, "silent">, msg: string, fields?: Record<string, unknown>): void {
     if (rank[lvl] < this.min) return;
-    const line = JSON.stringify({ time: new Date().toISOString(), level: lvl, msg, ...this.bound, ...this.own, ...fields }, errorReplacer);
+    const line = JSON.stringify(
+      { time: new Date().toISOString(), level: lvl, msg, ...this.bound, ...this.own, ...fields },
+      errorReplacer,
+    );
     if (rank[lvl] >= rank.warn) console.error(line);
     else console.log(line);
   }
@@ -53,7 +56,13 @@ class JsonLogger implements Logger {
  * (util/scrub.ts): a dependency's error text may carry other users' tokens. Causes likewise.
  */
 function errorReplacer(_key: string, value: unknown): unknown {
-  if (value instanceof Error) return { name: value.name, message: scrub(value.message), stack: value.stack === undefined ? undefined : scrub(value.stack), ...(value.cause === undefined ? {} : { cause: value.cause }) };
+  if (value instanceof Error)
+    return {
+      name: value.name,
+      message: scrub(value.message),
+      stack: value.stack === undefined ? undefined : scrub(value.stack),
+      ...(value.cause === undefined ? {} : { cause: value.cause }),
+    };
   if (typeof value === "bigint") return value.toString();
   return value;
 }

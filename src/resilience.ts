@@ -82,10 +82,10 @@ export class DependencyUnavailableError extends Error {
       feature !== undefined
         ? `${feature} is switched off while ${dependency} is unavailable (circuit open)`
         : reason === "open"
-        ? `${dependency} unavailable (circuit open)`
-        : reason === "timeout"
-          ? `${dependency} unavailable (timed out)`
-          : `${dependency} unavailable (${scrubbedMessage(cause)})`,
+          ? `${dependency} unavailable (circuit open)`
+          : reason === "timeout"
+            ? `${dependency} unavailable (timed out)`
+            : `${dependency} unavailable (${scrubbedMessage(cause)})`,
       { cause },
     );
     this.name = "DependencyUnavailableError";
@@ -128,7 +128,6 @@ interface Policies {
   breaker: CircuitBreakerPolicy;
 }
 
-
 export interface GuardOptions {
   timeoutMs: number;
   threshold: number;
@@ -157,8 +156,13 @@ export class Guard {
   private build(lib: Cockatiel): Policies {
     const isFailure = this.opts.isFailure ?? (() => true);
     // TaskCancelledError is the timeout's own: always a failure.
-    const handled = lib.handleWhen((err) => !(err instanceof StarvedDeadline) && (err instanceof lib.TaskCancelledError || isFailure(err)));
-    const breaker = lib.circuitBreaker(handled, { halfOpenAfter: this.opts.halfOpenAfterMs, breaker: new lib.ConsecutiveBreaker(this.opts.threshold) });
+    const handled = lib.handleWhen(
+      (err) => !(err instanceof StarvedDeadline) && (err instanceof lib.TaskCancelledError || isFailure(err)),
+    );
+    const breaker = lib.circuitBreaker(handled, {
+      halfOpenAfter: this.opts.halfOpenAfterMs,
+      breaker: new lib.ConsecutiveBreaker(this.opts.threshold),
+    });
     breaker.onBreak(() => {
       this.counters.opened++;
       this.lastOpenedAt = this.now();
@@ -183,7 +187,11 @@ export class Guard {
         // does not count it (issue 16: a flood of heavy bodies opened the Redis breaker).
         const late = performance.now() - due;
         const starved = late > Math.max(STARVED_MIN_MS, this.opts.timeoutMs / 2);
-        reject(starved ? new StarvedDeadline(this.opts.timeoutMs, late) : new lib.TaskCancelledError(`timed out after ${this.opts.timeoutMs} ms`));
+        reject(
+          starved
+            ? new StarvedDeadline(this.opts.timeoutMs, late)
+            : new lib.TaskCancelledError(`timed out after ${this.opts.timeoutMs} ms`),
+        );
         ctrl.abort();
       }, this.opts.timeoutMs);
       fn(ctrl.signal).then(
@@ -228,7 +236,10 @@ export class Guard {
   /** ms until a probe may run: the rest of the open period (at least 1 s when not closed). */
   retryAfterMs(): number {
     if (this.stateValue === CLOSED) return 0;
-    const left = this.lastOpenedAt === null ? this.opts.halfOpenAfterMs : this.lastOpenedAt + this.opts.halfOpenAfterMs - this.now();
+    const left =
+      this.lastOpenedAt === null
+        ? this.opts.halfOpenAfterMs
+        : this.lastOpenedAt + this.opts.halfOpenAfterMs - this.now();
     // Clamped: an injected clock that jumps (tests) must not make Retry-After 0 or absurd.
     return Math.min(Math.max(1000, left), Math.max(1000, this.opts.halfOpenAfterMs));
   }
@@ -295,7 +306,10 @@ export class Guard {
       try {
         return await this.run(async (signal) => {
           // The global fetch is looked up per call (a test or bench may wrap it after createDeps).
-          const res = await (base ?? fetch)(input, { ...init, signal: init?.signal ? AbortSignal.any([init.signal, signal]) : signal });
+          const res = await (base ?? fetch)(input, {
+            ...init,
+            signal: init?.signal ? AbortSignal.any([init.signal, signal]) : signal,
+          });
           const body = await res.arrayBuffer();
           status = res.status;
           const copy = new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
@@ -369,12 +383,24 @@ export type Resilience = Record<DependencyName, Guard>;
 
 type ResilienceConfig = Pick<
   Config,
-  "REDIS_TIMEOUT_MS" | "MYSQL_TIMEOUT_MS" | "QSTASH_TIMEOUT_MS" | "SMS_TIMEOUT_MS" | "PAYMENTS_TIMEOUT_MS" | "BREAKER_THRESHOLD" | "BREAKER_HALF_OPEN_AFTER_MS"
+  | "REDIS_TIMEOUT_MS"
+  | "MYSQL_TIMEOUT_MS"
+  | "QSTASH_TIMEOUT_MS"
+  | "SMS_TIMEOUT_MS"
+  | "PAYMENTS_TIMEOUT_MS"
+  | "BREAKER_THRESHOLD"
+  | "BREAKER_HALF_OPEN_AFTER_MS"
 >;
 
 export function createResilience(config: ResilienceConfig, now: () => number = Date.now): Resilience {
   const guard = (name: DependencyName, timeoutMs: number, isFailure?: (err: unknown) => boolean) =>
-    new Guard(name, { timeoutMs, threshold: config.BREAKER_THRESHOLD, halfOpenAfterMs: config.BREAKER_HALF_OPEN_AFTER_MS, isFailure, now });
+    new Guard(name, {
+      timeoutMs,
+      threshold: config.BREAKER_THRESHOLD,
+      halfOpenAfterMs: config.BREAKER_HALF_OPEN_AFTER_MS,
+      isFailure,
+      now,
+    });
   return {
     redis: guard("redis", config.REDIS_TIMEOUT_MS, isRedisFailure),
     mysql: guard("mysql", config.MYSQL_TIMEOUT_MS),
@@ -390,7 +416,13 @@ export function createResilience(config: ResilienceConfig, now: () => number = D
  * (sessions, caches, everything else) — or the other shards'.
  */
 export function createShardGuard(config: ResilienceConfig, now: () => number = Date.now): Guard {
-  return new Guard("redis", { timeoutMs: config.REDIS_TIMEOUT_MS, threshold: config.BREAKER_THRESHOLD, halfOpenAfterMs: config.BREAKER_HALF_OPEN_AFTER_MS, isFailure: isRedisFailure, now });
+  return new Guard("redis", {
+    timeoutMs: config.REDIS_TIMEOUT_MS,
+    threshold: config.BREAKER_THRESHOLD,
+    halfOpenAfterMs: config.BREAKER_HALF_OPEN_AFTER_MS,
+    isFailure: isRedisFailure,
+    now,
+  });
 }
 
 export function resilienceSnapshot(r: Resilience): Record<DependencyName, GuardSnapshot> {

@@ -3,7 +3,22 @@ import { isId64, isOrderId, MAX_ID64, OrderId } from "../src/util/ids.ts";
 
 describe("the one 64-bit id rule (util/ids.ts)", () => {
   const good = ["1", "42", "9007199254740993", String(MAX_ID64)];
-  const bad = ["", "0", "01", "-1", "+1", " 1", "1 ", "1.0", "1e3", "0x10", "12a", "9223372036854775808", "9999999999999999999", "10000000000000000000"];
+  const bad = [
+    "",
+    "0",
+    "01",
+    "-1",
+    "+1",
+    " 1",
+    "1 ",
+    "1.0",
+    "1e3",
+    "0x10",
+    "12a",
+    "9223372036854775808",
+    "9999999999999999999",
+    "10000000000000000000",
+  ];
 
   test("accepts canonical decimals from 1 to 2^63 − 1", () => {
     for (const s of good) {

@@ -15,7 +15,9 @@ test("the Upstash 'command was' part and anything token-shaped is cut; the reaso
   const out = scrub(upstash);
   expect(out).toBe("Command failed: ERR wrong number of arguments");
   expect(scrub(`rejected ${TOKEN} and ${LEGACY}`)).toBe("rejected *** and ***");
-  expect(scrub("connect to mysql://app:s3cr3t-pw@db.example/app failed")).toBe("connect to mysql://***@db.example/app failed");
+  expect(scrub("connect to mysql://app:s3cr3t-pw@db.example/app failed")).toBe(
+    "connect to mysql://***@db.example/app failed",
+  );
   expect(scrub("token=abc123&x=1")).toBe("token=***&x=1");
   expect(scrub("redis unavailable (timed out)")).toBe("redis unavailable (timed out)");
 });

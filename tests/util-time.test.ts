@@ -7,7 +7,16 @@ function reference(ms: number, zone: string): string {
   const parts: Record<string, string> = {};
   let f = formatters.get(zone);
   if (!f) {
-    f = new Intl.DateTimeFormat("en-CA", { timeZone: zone, hourCycle: "h23", year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    f = new Intl.DateTimeFormat("en-CA", {
+      timeZone: zone,
+      hourCycle: "h23",
+      year: "numeric",
+      month: "2-digit",
+      day: "2-digit",
+      hour: "2-digit",
+      minute: "2-digit",
+      second: "2-digit",
+    });
     formatters.set(zone, f);
   }
   for (const p of f.formatToParts(new Date(ms))) parts[p.type] = p.value;
@@ -28,7 +37,14 @@ test("cached zone offsets format exactly like Intl, across DST transitions and h
   };
   for (const zone of zones) {
     for (let ms = start; ms < end; ms += 2_833_000) check(ms, zone);
-    for (const day of [Date.UTC(2026, 2, 8), Date.UTC(2026, 2, 29), Date.UTC(2026, 3, 5), Date.UTC(2026, 9, 4), Date.UTC(2026, 9, 25), Date.UTC(2026, 10, 1)]) {
+    for (const day of [
+      Date.UTC(2026, 2, 8),
+      Date.UTC(2026, 2, 29),
+      Date.UTC(2026, 3, 5),
+      Date.UTC(2026, 9, 4),
+      Date.UTC(2026, 9, 25),
+      Date.UTC(2026, 10, 1),
+    ]) {
       for (let ms = day - 86_400_000; ms < day + 86_400_000; ms += 900_000) {
         check(ms - 1000, zone);
         check(ms, zone);

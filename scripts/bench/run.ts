@@ -20,7 +20,15 @@ import { join, relative, resolve } from "node:path";
 import { figuresMarkdown, issueFigures } from "./figures.ts";
 import { cpuMsSince, cpuSnapshot } from "./lib/cpu.ts";
 import { Progress } from "./lib/progress.ts";
-import { chartSvg, jsonReport, markdownReport, markdownTable, renderPng, type RunInfo, type ScenarioResult } from "./lib/report.ts";
+import {
+  chartSvg,
+  jsonReport,
+  markdownReport,
+  markdownTable,
+  renderPng,
+  type RunInfo,
+  type ScenarioResult,
+} from "./lib/report.ts";
 import { formatInt, formatNum, median, medianIndex, parseDuration, withTimeout } from "./lib/util.ts";
 import { runWrk } from "./lib/wrk.ts";
 import type { BenchContext, Measurement, Scenario, SharedResource, Target } from "./types.ts";
@@ -54,10 +62,22 @@ const USAGE = `usage: bun scripts/bench/run.ts [options]
   --list               list scenarios and exit`;
 
 function parseArgs(argv: string[]): Options {
-  const o: Options = { durationMs: 2000, rounds: 5, warmupMs: 1000, connections: 64, threads: 1, only: null, out: "bench-results", list: false };
+  const o: Options = {
+    durationMs: 2000,
+    rounds: 5,
+    warmupMs: 1000,
+    connections: 64,
+    threads: 1,
+    only: null,
+    out: "bench-results",
+    list: false,
+  };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
-    const [flag, inline] = a.startsWith("--") && a.includes("=") ? [a.slice(0, a.indexOf("=")), a.slice(a.indexOf("=") + 1)] : [a, undefined];
+    const [flag, inline] =
+      a.startsWith("--") && a.includes("=")
+        ? [a.slice(0, a.indexOf("=")), a.slice(a.indexOf("=") + 1)]
+        : [a, undefined];
     const value = (): string => {
       const v = inline ?? argv[++i];
       if (v === undefined) throw new UsageError(`${flag} needs a value\n${USAGE}`);
@@ -73,7 +93,8 @@ function parseArgs(argv: string[]): Options {
     const int = (min: number, max: number): number => {
       const v = value();
       const n = Number(v);
-      if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(`${flag} must be an integer in [${min}, ${max}], got ${v}`);
+      if (!Number.isInteger(n) || n < min || n > max)
+        throw new UsageError(`${flag} must be an integer in [${min}, ${max}], got ${v}`);
       return n;
     };
     switch (flag) {
@@ -93,7 +114,10 @@ function parseArgs(argv: string[]): Options {
         o.threads = int(1, 64);
         break;
       case "--only":
-        o.only = value().split(",").map((s) => s.trim()).filter(Boolean);
+        o.only = value()
+          .split(",")
+          .map((s) => s.trim())
+          .filter(Boolean);
         break;
       case "--out":
         o.out = value();
@@ -112,7 +136,8 @@ function parseArgs(argv: string[]): Options {
   }
   // wrk takes whole seconds; bounded so a typo cannot start an hour-long run.
   if (o.durationMs < 1000 || o.durationMs > 120_000) throw new UsageError("--duration must be between 1s and 120s");
-  if (o.warmupMs !== 0 && (o.warmupMs < 1000 || o.warmupMs > 60_000)) throw new UsageError("--warmup must be 0 or between 1s and 60s");
+  if (o.warmupMs !== 0 && (o.warmupMs < 1000 || o.warmupMs > 60_000))
+    throw new UsageError("--warmup must be 0 or between 1s and 60s");
   o.durationMs = Math.round(o.durationMs / 1000) * 1000;
   o.warmupMs = Math.round(o.warmupMs / 1000) * 1000;
   if (o.connections < o.threads) throw new UsageError("--connections must be ≥ --threads (a wrk requirement)");
@@ -129,13 +154,16 @@ function isScenario(x: unknown): x is Scenario {
 /** Every .ts file in scenarios/ default-exports a Scenario or an array of them. */
 async function discover(): Promise<Scenario[]> {
   const dir = join(import.meta.dir, "scenarios");
-  const files = readdirSync(dir).filter((f) => f.endsWith(".ts") && !f.endsWith(".d.ts")).sort();
+  const files = readdirSync(dir)
+    .filter((f) => f.endsWith(".ts") && !f.endsWith(".d.ts"))
+    .sort();
   const all: Scenario[] = [];
   for (const f of files) {
     const mod = (await import(join(dir, f))) as { default?: unknown };
     const items = Array.isArray(mod.default) ? mod.default : [mod.default];
     for (const s of items) {
-      if (!isScenario(s)) throw new Error(`scenarios/${f}: default export must be a Scenario (name, group, setup) or an array of them`);
+      if (!isScenario(s))
+        throw new Error(`scenarios/${f}: default export must be a Scenario (name, group, setup) or an array of them`);
       all.push(s);
     }
   }
@@ -146,7 +174,8 @@ async function discover(): Promise<Scenario[]> {
   }
   for (const s of all) {
     for (const t of s.ratioTo ?? []) {
-      if (!all.some((x) => x.name === t.scenario && x.group === s.group)) throw new Error(`${s.name}: ratioTo names "${t.scenario}", not a scenario of group "${s.group}"`);
+      if (!all.some((x) => x.name === t.scenario && x.group === s.group))
+        throw new Error(`${s.name}: ratioTo names "${t.scenario}", not a scenario of group "${s.group}"`);
     }
   }
   for (const g of new Set(all.map((s) => s.group))) {
@@ -154,15 +183,24 @@ async function discover(): Promise<Scenario[]> {
     if (bases.length !== 1) throw new Error(`group "${g}" needs exactly one baseline scenario, has ${bases.length}`);
   }
   // Groups alphabetically; the baseline first inside each group, then by name.
-  return all.sort((a, b) => a.group.localeCompare(b.group) || Number(!!b.baseline) - Number(!!a.baseline) || a.name.localeCompare(b.name));
+  return all.sort(
+    (a, b) =>
+      a.group.localeCompare(b.group) || Number(!!b.baseline) - Number(!!a.baseline) || a.name.localeCompare(b.name),
+  );
 }
 
 function select(all: Scenario[], only: string[] | null): Scenario[] {
   if (!only) return all;
-  const known = new Set([...all.map((s) => s.name), ...all.map((s) => s.group), ...all.flatMap((s) => (s.set ? [s.set] : []))]);
+  const known = new Set([
+    ...all.map((s) => s.name),
+    ...all.map((s) => s.group),
+    ...all.flatMap((s) => (s.set ? [s.set] : [])),
+  ]);
   const unknown = only.filter((x) => !known.has(x));
   if (unknown.length) throw new UsageError(`--only: unknown scenario, group or set ${unknown.join(", ")}; try --list`);
-  const picked = all.filter((s) => only.includes(s.name) || only.includes(s.group) || (s.set !== undefined && only.includes(s.set)));
+  const picked = all.filter(
+    (s) => only.includes(s.name) || only.includes(s.group) || (s.set !== undefined && only.includes(s.set)),
+  );
   const groups = new Set(picked.map((s) => s.group));
   const also = new Set(picked.flatMap((s) => (s.ratioTo ?? []).map((t) => t.scenario)));
   // A ratio needs its baseline (and any ratioTo scenario) measured in the same rounds.
@@ -174,7 +212,11 @@ function select(all: Scenario[], only: string[] | null): Scenario[] {
 async function firstLine(cmd: string[]): Promise<string> {
   try {
     const p = Bun.spawn(cmd, { stdout: "pipe", stderr: "pipe" });
-    const [out, err] = await withTimeout(Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]), 5000, cmd[0]!);
+    const [out, err] = await withTimeout(
+      Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]),
+      5000,
+      cmd[0]!,
+    );
     return (out || err).split("\n")[0]?.trim() || "unknown";
   } catch {
     return "unavailable";
@@ -192,8 +234,12 @@ async function machineInfo(): Promise<Record<string, string>> {
     Bun: Bun.version,
     wrk: (await firstLine(["wrk", "--version"])).replace(/\s*Copyright.*$/, ""),
     "redis-server": await firstLine(["redis-server", "--version"]),
-    Git: /^[0-9a-f]{4,}$/.test(git) ? `${git}${dirty && dirty !== "unknown" ? " (uncommitted changes)" : ""}` : "no commit",
-    "Load average at start": loadavg().map((x) => x.toFixed(2)).join(" "),
+    Git: /^[0-9a-f]{4,}$/.test(git)
+      ? `${git}${dirty && dirty !== "unknown" ? " (uncommitted changes)" : ""}`
+      : "no commit",
+    "Load average at start": loadavg()
+      .map((x) => x.toFixed(2))
+      .join(" "),
   };
 }
 
@@ -210,10 +256,14 @@ async function main(): Promise<void> {
   const opts = parseArgs(process.argv.slice(2));
   const all = await discover();
   if (opts.list) {
-    for (const s of all) console.log(`${s.group.padEnd(8)} ${s.baseline ? "*" : " "} ${s.name.padEnd(28)} ${s.description}`);
+    for (const s of all)
+      console.log(`${s.group.padEnd(8)} ${s.baseline ? "*" : " "} ${s.name.padEnd(28)} ${s.description}`);
     const sets = [...new Set(all.flatMap((s) => (s.set ? [s.set] : [])))];
     console.log("\n* = group baseline");
-    for (const set of sets) console.log(`set "${set}" (--only ${set}): groups ${[...new Set(all.filter((s) => s.set === set).map((s) => s.group))].join(", ")}`);
+    for (const set of sets)
+      console.log(
+        `set "${set}" (--only ${set}): groups ${[...new Set(all.filter((s) => s.set === set).map((s) => s.group))].join(", ")}`,
+      );
     return;
   }
   const scenarios = select(all, opts.only);
@@ -243,7 +293,10 @@ async function main(): Promise<void> {
     for (const l of live) {
       const t = l.target;
       l.target = null;
-      if (t) await withTimeout(t.teardown(), 10_000, `${l.scenario.name} teardown`).catch((e: unknown) => progress.log(`teardown ${l.scenario.name}: ${errText(e)}`));
+      if (t)
+        await withTimeout(t.teardown(), 10_000, `${l.scenario.name} teardown`).catch((e: unknown) =>
+          progress.log(`teardown ${l.scenario.name}: ${errText(e)}`),
+        );
     }
     for (const [key, p] of shared) {
       shared.delete(key);
@@ -285,7 +338,11 @@ async function main(): Promise<void> {
       if (!warmup && t.afterRound) m.extras = { ...m.extras, ...(await t.afterRound()) };
       return m;
     }
-    return await withTimeout(t.run({ durationMs, concurrency: opts.connections, warmup }), durationMs + 30_000, `${name} run`);
+    return await withTimeout(
+      t.run({ durationMs, concurrency: opts.connections, warmup }),
+      durationMs + 30_000,
+      `${name} run`,
+    );
   };
   const measure = async (l: Live, durationMs: number, warmup: boolean): Promise<Measurement> => {
     const t = l.target;
@@ -306,7 +363,9 @@ async function main(): Promise<void> {
       .join("");
 
   for (const g of groups) {
-    const members: Live[] = scenarios.filter((s) => s.group === g).map((s) => ({ scenario: s, target: null, error: null, rounds: [] }));
+    const members: Live[] = scenarios
+      .filter((s) => s.group === g)
+      .map((s) => ({ scenario: s, target: null, error: null, rounds: [] }));
     live.push(...members);
     progress.log(`group "${g}": ${members.map((m) => m.scenario.name).join(", ")}`);
     for (const l of members) {
@@ -321,7 +380,8 @@ async function main(): Promise<void> {
     for (const l of members) {
       if (opts.warmupMs === 0) break;
       progress.start(`${l.scenario.name} warm-up`, opts.warmupMs / 1000 + 1);
-      if (l.target && !l.error) await measure(l, opts.warmupMs, true).catch((e: unknown) => (l.error = `warm-up: ${errText(e)}`));
+      if (l.target && !l.error)
+        await measure(l, opts.warmupMs, true).catch((e: unknown) => (l.error = `warm-up: ${errText(e)}`));
       progress.finish(l.error?.startsWith("warm-up:") ? `  ${l.scenario.name}: ${l.error}` : undefined);
     }
     for (let r = 0; r < opts.rounds; r++) {
@@ -339,24 +399,50 @@ async function main(): Promise<void> {
         }
         l.rounds[r] = m;
         // A failure is logged once, in the round where it happened; later rounds skip the scenario.
-        progress.finish(m ? summary(`${l.scenario.name} #${r + 1}`, m) : l.error?.startsWith(`round ${r + 1}:`) ? `  ${l.scenario.name}: ${l.error}` : undefined);
+        progress.finish(
+          m
+            ? summary(`${l.scenario.name} #${r + 1}`, m)
+            : l.error?.startsWith(`round ${r + 1}:`)
+              ? `  ${l.scenario.name}: ${l.error}`
+              : undefined,
+        );
       }
     }
     for (const l of members) {
       const t = l.target;
       l.target = null;
-      if (t) await withTimeout(t.teardown(), 10_000, `${l.scenario.name} teardown`).catch((e: unknown) => progress.log(`teardown ${l.scenario.name}: ${errText(e)}`));
+      if (t)
+        await withTimeout(t.teardown(), 10_000, `${l.scenario.name} teardown`).catch((e: unknown) =>
+          progress.log(`teardown ${l.scenario.name}: ${errText(e)}`),
+        );
     }
   }
   progress.stop();
   await cleanup();
 
-  const results = live.map((l) => toResult(l, live.find((b) => b.scenario.group === l.scenario.group && b.scenario.baseline), live));
+  const results = live.map((l) =>
+    toResult(
+      l,
+      live.find((b) => b.scenario.group === l.scenario.group && b.scenario.baseline),
+      live,
+    ),
+  );
   const info: RunInfo = {
     date,
     command,
-    options: { durationMs: opts.durationMs, connections: opts.connections, threads: opts.threads, rounds: opts.rounds, warmupMs: opts.warmupMs },
-    machine: { ...machine, "Load average at end": loadavg().map((x) => x.toFixed(2)).join(" ") },
+    options: {
+      durationMs: opts.durationMs,
+      connections: opts.connections,
+      threads: opts.threads,
+      rounds: opts.rounds,
+      warmupMs: opts.warmupMs,
+    },
+    machine: {
+      ...machine,
+      "Load average at end": loadavg()
+        .map((x) => x.toFixed(2))
+        .join(" "),
+    },
     elapsedS: (performance.now() - t0) / 1000,
   };
 
@@ -369,7 +455,9 @@ async function main(): Promise<void> {
   writeFileSync(join(out, "latest.md"), markdownReport(results, info, figures));
   writeFileSync(join(out, "latest.json"), jsonReport(results, info, figures));
   writeFileSync(join(out, "latest.png"), renderPng(chartSvg(results, info, figures)));
-  process.stderr.write(`bench: wrote ${relative(process.cwd(), out) || "."}/latest.{md,json,png} in ${info.elapsedS.toFixed(0)} s\n`);
+  process.stderr.write(
+    `bench: wrote ${relative(process.cwd(), out) || "."}/latest.{md,json,png} in ${info.elapsedS.toFixed(0)} s\n`,
+  );
   if (results.some((r) => r.status === "failed")) process.exitCode = 1;
 }
 
@@ -417,6 +505,8 @@ function toResult(l: Live, base: Live | undefined, all: readonly Live[]): Scenar
 }
 
 main().catch((e: unknown) => {
-  process.stderr.write(`bench: ${e instanceof UsageError ? e.message : e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.stderr.write(
+    `bench: ${e instanceof UsageError ? e.message : e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`,
+  );
   process.exit(1);
 });

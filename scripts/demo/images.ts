@@ -89,7 +89,11 @@ export const SHOP_IMAGE_VARIANTS = 3;
 function shopSvg(typeIndex: number, variant: number): string {
   const [a, b] = PALETTES[typeIndex % PALETTES.length] as [string, string];
   const pict = PICTOGRAMS[typeIndex % PICTOGRAMS.length] ?? "";
-  const angle = [[0, 0, 1, 1], [1, 0, 0, 1], [0, 1, 1, 0]][variant % 3] as number[];
+  const angle = [
+    [0, 0, 1, 1],
+    [1, 0, 0, 1],
+    [0, 1, 1, 0],
+  ][variant % 3] as number[];
   const cx = [200, 140, 260][variant % 3];
   const scale = [1.3, 1.1, 1.2][variant % 3];
   // Soft "bokeh" circles, placed differently per variant so the three read as different photos.
@@ -107,7 +111,20 @@ function shopSvg(typeIndex: number, variant: number): string {
   );
 }
 
-const AVATAR_COLOURS = ["#f94144", "#f3722c", "#f8961e", "#f9c74f", "#90be6d", "#43aa8b", "#4d908e", "#577590", "#277da1", "#9b5de5", "#f15bb5", "#00bbf9"];
+const AVATAR_COLOURS = [
+  "#f94144",
+  "#f3722c",
+  "#f8961e",
+  "#f9c74f",
+  "#90be6d",
+  "#43aa8b",
+  "#4d908e",
+  "#577590",
+  "#277da1",
+  "#9b5de5",
+  "#f15bb5",
+  "#00bbf9",
+];
 
 function avatarSvg(i: number): string {
   const bg = AVATAR_COLOURS[i % AVATAR_COLOURS.length];
@@ -153,7 +170,9 @@ export interface DemoImageSet {
 /** The catalogue (names only: nothing is rendered until `storeDemoImages`). */
 export function demoImages(shopTypes: number): DemoImageSet {
   return {
-    shops: Array.from({ length: shopTypes }, (_, t) => Array.from({ length: SHOP_IMAGE_VARIANTS }, (_, v) => image(shopSvg(t, v)))),
+    shops: Array.from({ length: shopTypes }, (_, t) =>
+      Array.from({ length: SHOP_IMAGE_VARIANTS }, (_, v) => image(shopSvg(t, v))),
+    ),
     avatars: AVATAR_COLOURS.map((_, i) => image(avatarSvg(i))),
     notes: SCENES.map((_, i) => image(sceneSvg(i))),
   };

@@ -30,7 +30,11 @@ export async function prepareDemoData(stack: Stack, opts: PrepareOptions, say: (
     return;
   }
   say("empty database: seeding demo data");
-  const redis = new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, enableTelemetry: false });
+  const redis = new Redis({
+    url: stack.env.UPSTASH_REDIS_REST_URL as string,
+    token: stack.env.UPSTASH_REDIS_REST_TOKEN as string,
+    enableTelemetry: false,
+  });
   const res = await seed(db, redis, {
     shops: opts.shops,
     users: opts.users,

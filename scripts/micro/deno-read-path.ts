@@ -14,11 +14,20 @@ declare const Deno: { args: string[]; readTextFileSync(path: string): string; ex
 
 const text = Deno.readTextFileSync(".local/stack.env");
 const env: Record<string, string> = {};
-for (const line of text.split("\n")) { const m = /^([A-Z0-9_]+)=(.*)$/.exec(line); if (m) env[m[1]!] = m[2]!.replace(/^"|"$/g, ""); }
-const deps = createDeps(parseEnv({ ...env, LOG_LEVEL: "warn", RUN_CRON: "false", LISTING_IP_LIMIT: "0" }), { runtime: runtimes.deno });
+for (const line of text.split("\n")) {
+  const m = /^([A-Z0-9_]+)=(.*)$/.exec(line);
+  if (m) env[m[1]!] = m[2]!.replace(/^"|"$/g, "");
+}
+const deps = createDeps(parseEnv({ ...env, LOG_LEVEL: "warn", RUN_CRON: "false", LISTING_IP_LIMIT: "0" }), {
+  runtime: runtimes.deno,
+});
 const app = createApp(deps);
 const pending: Promise<unknown>[] = [];
-const ctx = { waitUntil: (p: Promise<unknown>) => void pending.push(p.catch(() => {})), passThroughOnException() {}, props: {} };
+const ctx = {
+  waitUntil: (p: Promise<unknown>) => void pending.push(p.catch(() => {})),
+  passThroughOnException() {},
+  props: {},
+};
 const cenv = { clientIp: "10.1.2.3" };
 const headers = { "user-agent": "wrk", accept: "*/*" };
 const first = await app.fetch(new Request("http://localhost/api/shop/1", { headers }), cenv, ctx);

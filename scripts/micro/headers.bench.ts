@@ -22,5 +22,9 @@ function bench(name: string, fn: () => unknown): void {
 }
 
 const extra = (headers: Headers) => headers.set("x-request-id", "0123456789");
-bench("copy a Headers, then Response", () => respondWith({ ...runtimes.bun, headersByCopy: true }, template, "{}", 200, extra));
-bench("Response, then set each", () => respondWith({ ...runtimes.bun, headersByCopy: false }, template, "{}", 200, extra));
+bench("copy a Headers, then Response", () =>
+  respondWith({ ...runtimes.bun, headersByCopy: true }, template, "{}", 200, extra),
+);
+bench("Response, then set each", () =>
+  respondWith({ ...runtimes.bun, headersByCopy: false }, template, "{}", 200, extra),
+);

@@ -30,15 +30,40 @@ import { uv } from "../../src/routes/uv.ts";
 import type { AppEnv } from "../../src/types.ts";
 import { hash53 } from "../../src/util/hash.ts";
 
-export type Step = "requestId" | "childLogger" | "depsSpread" | "uv" | "secureHeaders" | "cors" | "zodParam" | "jsonStringify" | "cacheGet" | "metricsFlush";
-export const STEPS: Step[] = ["requestId", "childLogger", "depsSpread", "uv", "secureHeaders", "cors", "zodParam", "jsonStringify", "cacheGet", "metricsFlush"];
+export type Step =
+  | "requestId"
+  | "childLogger"
+  | "depsSpread"
+  | "uv"
+  | "secureHeaders"
+  | "cors"
+  | "zodParam"
+  | "jsonStringify"
+  | "cacheGet"
+  | "metricsFlush";
+export const STEPS: Step[] = [
+  "requestId",
+  "childLogger",
+  "depsSpread",
+  "uv",
+  "secureHeaders",
+  "cors",
+  "zodParam",
+  "jsonStringify",
+  "cacheGet",
+  "metricsFlush",
+];
 
 /** The pre-change stack minus the steps in `skip`. `skip` empty = the old app exactly. */
 export function createLegacyApp(deps: Deps, skip: ReadonlySet<Step> = new Set()): Hono<AppEnv> {
   const app = new Hono<AppEnv>({ router: new TrieRouter() });
   const noop = async () => {};
   if (!skip.has("requestId")) app.use(requestId({ headerName: "x-request-id", generator: () => crypto.randomUUID() }));
-  else app.use(async (c, next) => { c.set("requestId", "fixed"); await next(); });
+  else
+    app.use(async (c, next) => {
+      c.set("requestId", "fixed");
+      await next();
+    });
   app.use(async (c, next) => {
     const rid = c.get("requestId");
     const log = skip.has("childLogger") ? deps.log : deps.log.child({ requestId: rid });
@@ -78,9 +103,15 @@ export function createLegacyApp(deps: Deps, skip: ReadonlySet<Step> = new Set())
       seen.set(key, true);
     });
   }
-  if (!skip.has("secureHeaders")) app.use(secureHeaders({ crossOriginResourcePolicy: "cross-origin", removePoweredBy: false }));
+  if (!skip.has("secureHeaders"))
+    app.use(secureHeaders({ crossOriginResourcePolicy: "cross-origin", removePoweredBy: false }));
   if (!skip.has("cors")) {
-    const corsHeaders = cors({ origin: "*", allowHeaders: ["authorization", "content-type", "x-request-id"], exposeHeaders: ["x-request-id", "retry-after"], maxAge: 600 });
+    const corsHeaders = cors({
+      origin: "*",
+      allowHeaders: ["authorization", "content-type", "x-request-id"],
+      exposeHeaders: ["x-request-id", "retry-after"],
+      maxAge: 600,
+    });
     const corsMw: MiddlewareHandler<AppEnv> = async (c, next) => {
       if (c.req.method === "OPTIONS") return await corsHeaders(c, next);
       await next();
@@ -100,7 +131,8 @@ export function createLegacyApp(deps: Deps, skip: ReadonlySet<Step> = new Set())
     }
     if (skip.has("jsonStringify")) {
       let body = prepared.get(id);
-      if (body === undefined) prepared.set(id, (body = JSON.stringify(found ? ok(found) : fail("NOT_FOUND", "shop not found"))));
+      if (body === undefined)
+        prepared.set(id, (body = JSON.stringify(found ? ok(found) : fail("NOT_FOUND", "shop not found"))));
       return c.body(body, 200, { "content-type": "application/json" });
     }
     return c.json(found ? ok(found) : fail("NOT_FOUND", "shop not found"));

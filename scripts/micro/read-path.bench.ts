@@ -19,7 +19,14 @@ const ONLY = process.env.MICRO_ONLY?.split(",");
 
 type Fetcher = (req: Request, env: unknown, ctx: ExecutionContext) => Response | Promise<Response>;
 
-async function run(fetch: Fetcher, url: string, headers: Record<string, string>, env: unknown, ctx: ExecutionContext, n: number): Promise<number> {
+async function run(
+  fetch: Fetcher,
+  url: string,
+  headers: Record<string, string>,
+  env: unknown,
+  ctx: ExecutionContext,
+  n: number,
+): Promise<number> {
   const t0 = process.cpuUsage();
   for (let i = 0; i < n; i++) {
     const res = await fetch(new Request(url, { headers }), env, ctx);
@@ -33,11 +40,29 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 test("read path: L1 hit vs hello-world", async () => {
   const t = await createTestApp();
-  const id = await insertShop(t.deps, { name: "micro-bench shop", typeId: await createShopType(t), images: "/imgs/a.jpg,/imgs/b.jpg", area: "拱宸桥", address: "test road 1", x: HANGZHOU.x, y: HANGZHOU.y, avgPrice: 80, openHours: "10:00-22:00" });
+  const id = await insertShop(t.deps, {
+    name: "micro-bench shop",
+    typeId: await createShopType(t),
+    images: "/imgs/a.jpg,/imgs/b.jpg",
+    area: "拱宸桥",
+    address: "test road 1",
+    x: HANGZHOU.x,
+    y: HANGZHOU.y,
+    avgPrice: 80,
+    openHours: "10:00-22:00",
+  });
   const pending: Promise<unknown>[] = [];
-  const ctx: ExecutionContext = { waitUntil: (p: Promise<unknown>) => void pending.push(p.catch(() => {})), passThroughOnException() {}, props: {} };
+  const ctx: ExecutionContext = {
+    waitUntil: (p: Promise<unknown>) => void pending.push(p.catch(() => {})),
+    passThroughOnException() {},
+    props: {},
+  };
   const env = { clientIp: "10.1.2.3" };
-  const headers = { origin: "https://front.example", "user-agent": "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36", accept: "application/json" };
+  const headers = {
+    origin: "https://front.example",
+    "user-agent": "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36",
+    accept: "application/json",
+  };
   const etag = (await createApp(t.deps).request(`/api/shop/${id}`)).headers.get("etag") ?? "";
   const hello = new Hono();
   hello.get("/", (c) => c.text("Hello, World!"));
@@ -45,10 +70,25 @@ test("read path: L1 hit vs hello-world", async () => {
   const variants: [string, Fetcher, string, Record<string, string>][] = [
     ["hello-world", hello.fetch, "http://localhost/", headers],
     ["legacy (all steps)", createLegacyApp(t.deps).fetch, `http://localhost/api/shop/${id}`, headers],
-    ...STEPS.map((s): [string, Fetcher, string, Record<string, string>] => [`legacy − ${s}`, createLegacyApp(t.deps, new Set<Step>([s])).fetch, `http://localhost/api/shop/${id}`, headers]),
-    ["legacy − all steps", createLegacyApp(t.deps, new Set<Step>(STEPS)).fetch, `http://localhost/api/shop/${id}`, headers],
+    ...STEPS.map((s): [string, Fetcher, string, Record<string, string>] => [
+      `legacy − ${s}`,
+      createLegacyApp(t.deps, new Set<Step>([s])).fetch,
+      `http://localhost/api/shop/${id}`,
+      headers,
+    ]),
+    [
+      "legacy − all steps",
+      createLegacyApp(t.deps, new Set<Step>(STEPS)).fetch,
+      `http://localhost/api/shop/${id}`,
+      headers,
+    ],
     ["app (current src)", createApp(t.deps).fetch, `http://localhost/api/shop/${id}`, headers],
-    ["app, If-None-Match → 304", createApp(t.deps).fetch, `http://localhost/api/shop/${id}`, { ...headers, "if-none-match": etag }],
+    [
+      "app, If-None-Match → 304",
+      createApp(t.deps).fetch,
+      `http://localhost/api/shop/${id}`,
+      { ...headers, "if-none-match": etag },
+    ],
   ];
   const chosen = variants.filter(([name]) => !ONLY || ONLY.some((o) => name.includes(o)));
   // Warm every variant (JIT, L1, UV seen set) before measuring.
@@ -64,9 +104,13 @@ test("read path: L1 hit vs hello-world", async () => {
   }
   const base = median(samples.get("hello-world") ?? [1]);
   const legacy = median(samples.get("legacy (all steps)") ?? [1]);
-  console.log(`\n${"variant".padEnd(28)} ${"µs/op".padStart(8)} ${"Δ vs legacy".padStart(12)} ${"hello/this".padStart(11)}`);
+  console.log(
+    `\n${"variant".padEnd(28)} ${"µs/op".padStart(8)} ${"Δ vs legacy".padStart(12)} ${"hello/this".padStart(11)}`,
+  );
   for (const [name, xs] of samples) {
     const m = median(xs);
-    console.log(`${name.padEnd(28)} ${m.toFixed(2).padStart(8)} ${(m - legacy).toFixed(2).padStart(12)} ${(base / m).toFixed(2).padStart(11)}`);
+    console.log(
+      `${name.padEnd(28)} ${m.toFixed(2).padStart(8)} ${(m - legacy).toFixed(2).padStart(12)} ${(base / m).toFixed(2).padStart(11)}`,
+    );
   }
 }, 600_000);

@@ -43,10 +43,19 @@ async function measure(op: (i: number) => Promise<unknown>, n: number): Promise<
 }
 
 test("seckill path: CPU per request", async () => {
-  const t = await createTestApp({ SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", SOLD_OUT_MEMO_MS: "1000", LOG_LEVEL: "silent" });
+  const t = await createTestApp({
+    SECKILL_USER_LIMIT: "0",
+    SECKILL_IP_LIMIT: "0",
+    SOLD_OUT_MEMO_MS: "1000",
+    LOG_LEVEL: "silent",
+  });
   const app = createApp(t.deps);
   const pending: Promise<unknown>[] = [];
-  const ctx: ExecutionContext = { waitUntil: (p: Promise<unknown>) => void pending.push(p.catch(() => {})), passThroughOnException() {}, props: {} };
+  const ctx: ExecutionContext = {
+    waitUntil: (p: Promise<unknown>) => void pending.push(p.catch(() => {})),
+    passThroughOnException() {},
+    props: {},
+  };
   const env = { clientIp: "10.1.2.3" };
   const users = userIds(20_000);
   const tokens = await sessionsFor(t, users);
@@ -58,7 +67,8 @@ test("seckill path: CPU per request", async () => {
     return res;
   };
   // Warm sessions in this isolate.
-  for (const tok of tokens.slice(0, 2000)) await fetchApp(new Request("http://localhost/api/user/me", { headers: { authorization: tok } }));
+  for (const tok of tokens.slice(0, 2000))
+    await fetchApp(new Request("http://localhost/api/user/me", { headers: { authorization: tok } }));
   await Promise.all(pending.splice(0));
 
   let round = 0;
@@ -74,27 +84,82 @@ test("seckill path: CPU per request", async () => {
   for (let r = 0; r < ROUNDS + 1; r++) {
     const warm = r === 0;
     const n = warm ? 500 : OPS;
-    add("hello-world", await measure(async () => (await hello.fetch(new Request("http://localhost/"))).arrayBuffer(), n));
-    add("GET /api/user/me (warm)", await measure((i) => fetchApp(new Request("http://localhost/api/user/me", { headers: { authorization: tokens[i % 2000] as string } })), n));
+    add(
+      "hello-world",
+      await measure(async () => (await hello.fetch(new Request("http://localhost/"))).arrayBuffer(), n),
+    );
+    add(
+      "GET /api/user/me (warm)",
+      await measure(
+        (i) =>
+          fetchApp(
+            new Request("http://localhost/api/user/me", { headers: { authorization: tokens[i % 2000] as string } }),
+          ),
+        n,
+      ),
+    );
     const onSale = await fresh(n + 10);
     const base = (round++ * OPS) % 10_000;
-    add("seckill on sale", await measure((i) => fetchApp(new Request(`http://localhost/api/voucher-order/seckill/${onSale}`, { method: "POST", headers: { authorization: tokens[(base + i) % tokens.length] as string } })), n));
+    add(
+      "seckill on sale",
+      await measure(
+        (i) =>
+          fetchApp(
+            new Request(`http://localhost/api/voucher-order/seckill/${onSale}`, {
+              method: "POST",
+              headers: { authorization: tokens[(base + i) % tokens.length] as string },
+            }),
+          ),
+        n,
+      ),
+    );
     const soldOut = await fresh(1);
-    await fetchApp(new Request(`http://localhost/api/voucher-order/seckill/${soldOut}`, { method: "POST", headers: { authorization: tokens[0] as string } }));
-    add("seckill sold out", await measure((i) => fetchApp(new Request(`http://localhost/api/voucher-order/seckill/${soldOut}`, { method: "POST", headers: { authorization: tokens[(i % 1999) + 1] as string } })), n));
+    await fetchApp(
+      new Request(`http://localhost/api/voucher-order/seckill/${soldOut}`, {
+        method: "POST",
+        headers: { authorization: tokens[0] as string },
+      }),
+    );
+    add(
+      "seckill sold out",
+      await measure(
+        (i) =>
+          fetchApp(
+            new Request(`http://localhost/api/voucher-order/seckill/${soldOut}`, {
+              method: "POST",
+              headers: { authorization: tokens[(i % 1999) + 1] as string },
+            }),
+          ),
+        n,
+      ),
+    );
     const rawCfg = await loadSeckillConfig(t.deps, await fresh(n + 10));
     if (!rawCfg) throw new Error("no cfg");
     const script = scriptsFor(t.deps.redis).reserveStock;
     const day = serviceDay(Date.now(), t.deps.config.SERVICE_TIME_ZONE);
-    add("raw reserve EVALSHA", await measure(async (i) => {
-      const userId = users[i % users.length] as number;
-      const r = { orderId: String(9_000_000_000_000_000n + BigInt(round * 100_000 + i)), userId, voucherId: rawCfg.voucherId, shopId: rawCfg.shopId, reservedAt: Date.now(), amount: 1 };
-      return await script.exec(reserveKeys(rawCfg, userId, "10.1.2.3", day, r.orderId), reserveArgs(t.deps.config, r));
-    }, n));
+    add(
+      "raw reserve EVALSHA",
+      await measure(async (i) => {
+        const userId = users[i % users.length] as number;
+        const r = {
+          orderId: String(9_000_000_000_000_000n + BigInt(round * 100_000 + i)),
+          userId,
+          voucherId: rawCfg.voucherId,
+          shopId: rawCfg.shopId,
+          reservedAt: Date.now(),
+          amount: 1,
+        };
+        return await script.exec(
+          reserveKeys(rawCfg, userId, "10.1.2.3", day, r.orderId),
+          reserveArgs(t.deps.config, r),
+        );
+      }, n),
+    );
     await Promise.all(pending.splice(0));
     if (warm) samples.clear();
   }
   const hw = median(samples.get("hello-world") ?? [1]);
   console.log(`\n${"variant".padEnd(28)} ${"µs/op".padStart(8)} ${"hello/this".padStart(11)}`);
-  for (const [name, xs] of samples) console.log(`${name.padEnd(28)} ${median(xs).toFixed(2).padStart(8)} ${(hw / median(xs)).toFixed(2).padStart(11)}`);
+  for (const [name, xs] of samples)
+    console.log(`${name.padEnd(28)} ${median(xs).toFixed(2).padStart(8)} ${(hw / median(xs)).toFixed(2).padStart(11)}`);
 }, 600_000);

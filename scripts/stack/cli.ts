@@ -35,7 +35,10 @@ export const SHARD_ARG_OPTIONS = {
 } as const;
 
 /** The shard flags' values, validated; exits with a message on a bad value. */
-export function shardArgs(values: { "seckill-shards"?: string; "shard-commands-per-second"?: string }): Pick<DevStackOptions, "seckillShards" | "shardCommandsPerSecond"> {
+export function shardArgs(values: {
+  "seckill-shards"?: string;
+  "shard-commands-per-second"?: string;
+}): Pick<DevStackOptions, "seckillShards" | "shardCommandsPerSecond"> {
   const int = (flag: string, raw: string | undefined, max: number): number => {
     const v = Number(raw ?? "0");
     if (!Number.isInteger(v) || v < 0 || v > max) {
@@ -58,7 +61,8 @@ export async function startDevStack(opts: DevStackOptions): Promise<{ stack: Sta
   }
   const ports = await pickPorts(say);
   const seckillShards = opts.seckillShards ?? 0;
-  if (seckillShards === 0 && (opts.shardCommandsPerSecond ?? 0) > 0) say("--shard-commands-per-second has no effect without --seckill-shards N");
+  if (seckillShards === 0 && (opts.shardCommandsPerSecond ?? 0) > 0)
+    say("--shard-commands-per-second has no effect without --seckill-shards N");
   const stack = await startStack({
     seckillShards,
     shardCommandsPerSecond: opts.shardCommandsPerSecond,
@@ -90,7 +94,9 @@ export function printStack(stack: Stack): void {
         const label = `seckill shard ${i + 1}`.padEnd(19);
         return `    ${label} ${s.env.url}   → redis-server redis://${s.redis.host}:${s.redis.port}${cap === null ? "" : `   (cap ${cap} commands/s)`}`;
       }),
-      ...(stack.shards.length > 0 ? [`                        (SECKILL_SHARD_URLS / SECKILL_SHARD_TOKENS: ${stack.shards.length} shards)`] : []),
+      ...(stack.shards.length > 0
+        ? [`                        (SECKILL_SHARD_URLS / SECKILL_SHARD_TOKENS: ${stack.shards.length} shards)`]
+        : []),
       `    settings            ${STACK_ENV_FILE}`,
       "",
     ].join("\n"),
@@ -107,7 +113,10 @@ export function untilSignal(): Promise<string> {
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({ args: process.argv.slice(2), options: { fresh: { type: "boolean", default: false }, ...SHARD_ARG_OPTIONS } });
+  const { values } = parseArgs({
+    args: process.argv.slice(2),
+    options: { fresh: { type: "boolean", default: false }, ...SHARD_ARG_OPTIONS },
+  });
   const { stack } = await startDevStack({ fresh: values.fresh ?? false, ...shardArgs(values) });
   printStack(stack);
   say("ready; Ctrl-C to stop");

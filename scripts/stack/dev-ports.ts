@@ -32,7 +32,10 @@ export async function pickPorts(log: (m: string) => void): Promise<Record<keyof 
 }
 
 /** Ports for `n` seckill shards, by the same rule as pickPorts (preferred, else a free one). */
-export async function pickShardPorts(n: number, log: (m: string) => void): Promise<{ redis: number[]; rest: number[] }> {
+export async function pickShardPorts(
+  n: number,
+  log: (m: string) => void,
+): Promise<{ redis: number[]; rest: number[] }> {
   const out = { redis: [] as number[], rest: [] as number[] };
   for (let i = 1; i <= n; i++) {
     for (const kind of ["redis", "rest"] as const) {

@@ -16,7 +16,11 @@
  * Requests seen (and forwarded) are counted, so a test can prove that an open breaker makes no
  * calls. Bench scenarios use it too (scripts/bench/scenarios/slow-redis.ts).
  */
-export type ProxyMode = { kind: "pass" } | { kind: "delay"; ms: number; match?: string | string[] } | { kind: "fail"; match?: string | string[] } | { kind: "replyDelay"; ms: number; match?: string | string[] };
+export type ProxyMode =
+  | { kind: "pass" }
+  | { kind: "delay"; ms: number; match?: string | string[] }
+  | { kind: "fail"; match?: string | string[] }
+  | { kind: "replyDelay"; ms: number; match?: string | string[] };
 
 export interface FaultProxy {
   url: string;
@@ -50,7 +54,8 @@ export function startFaultProxy(target: string): FaultProxy {
         const haystack = (text ??= body === undefined ? "" : new TextDecoder().decode(body));
         return (typeof match === "string" ? [match] : match).some((x) => haystack.includes(x));
       };
-      if (m.kind === "fail" && matches(m.match)) return new Response("502 Bad Gateway", { status: 502, headers: { "content-type": "text/plain" } });
+      if (m.kind === "fail" && matches(m.match))
+        return new Response("502 Bad Gateway", { status: 502, headers: { "content-type": "text/plain" } });
       const holdReply = m.kind === "replyDelay" && matches(m.match);
       if (m.kind === "delay" && matches(m.match)) {
         const aborted = await new Promise<boolean>((resolve) => {

@@ -103,9 +103,14 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     for (const s of started.reverse()) await s.stop().catch(() => {});
   };
   const shardCount = opts.seckillShards ?? 0;
-  if (!validShardCount(shardCount)) throw new Error(`seckillShards must be an integer from 0 to ${MAX_LOCAL_SHARDS}, got ${shardCount}`);
+  if (!validShardCount(shardCount))
+    throw new Error(`seckillShards must be an integer from 0 to ${MAX_LOCAL_SHARDS}, got ${shardCount}`);
   try {
-    log(shardCount > 0 ? `starting redis-server, MariaDB and ${shardCount} seckill shard database(s)` : "starting redis-server and MariaDB");
+    log(
+      shardCount > 0
+        ? `starting redis-server, MariaDB and ${shardCount} seckill shard database(s)`
+        : "starting redis-server and MariaDB",
+    );
     // allSettled: when one engine fails, the others must be registered for the stop, not left running.
     const [redisR, mariaR, shardsR] = await Promise.allSettled([
       startRedis({ dir: join(opts.dir, "redis"), port: opts.ports?.redis, persist: opts.persist }),

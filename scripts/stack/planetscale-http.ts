@@ -184,7 +184,9 @@ const BINARY_CHARSET = 63;
 const MAX_TOMBSTONES = 10_000;
 
 /** MySQL column type code + flags → Vitess type name (protocols.md 2.4). `undefined` = NULL_TYPE. */
-export function vitessTypeName(f: Pick<RawField, "columnType" | "flags" | "characterSet" | "extendedFormat">): string | undefined {
+export function vitessTypeName(
+  f: Pick<RawField, "columnType" | "flags" | "characterSet" | "extendedFormat">,
+): string | undefined {
   if (f.extendedFormat === "json") return "JSON";
   const unsigned = (f.flags & UNSIGNED_FLAG) !== 0;
   const binary = (f.flags & BINARY_FLAG) !== 0;
@@ -688,7 +690,10 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
         // A fresh id: the lost transaction must not be mistaken for a live one again.
         const fresh = randomUUID();
         if (cls.rollback) return { session: sessionJson(fresh), result: {} };
-        return { session: sessionJson(fresh), error: { code: "ABORTED", message: `${lost} (errno 1213) (sqlstate 40001)` } };
+        return {
+          session: sessionJson(fresh),
+          error: { code: "ABORTED", message: `${lost} (errno 1213) (sqlstate 40001)` },
+        };
       }
     }
     const sid = id ?? randomUUID();

@@ -148,7 +148,8 @@ export class RespConnection {
       socket: {
         data: (s, chunk) => s.data.onData(chunk),
         drain: (s) => s.data.onDrain(),
-        close: (s, err) => s.data.fail(new RedisConnectionError(`redis connection closed${err ? `: ${err.message}` : ""}`)),
+        close: (s, err) =>
+          s.data.fail(new RedisConnectionError(`redis connection closed${err ? `: ${err.message}` : ""}`)),
         error: (s, err) => s.data.fail(new RedisConnectionError(`redis connection error: ${err.message}`)),
         end: (s) => s.data.fail(new RedisConnectionError("redis closed the connection")),
         connectError: () => {
@@ -228,7 +229,7 @@ export class RespConnection {
       if (typeof arg === "string") {
         const n = Buffer.byteLength(arg, "utf8");
         const h = `$${n}\r\n`;
-        s += h + arg + "\r\n";
+        s += `${h + arg}\r\n`;
         bytes += h.length + n + 2;
       } else {
         const h = `$${arg.byteLength}\r\n`;
@@ -410,20 +411,21 @@ export class RespConnection {
       return INCOMPLETE;
     }
     switch (buf[p]) {
-      case 0x24 /* $ bulk */: {
-        const len = this.parseInt(buf, p + 1, eol);
-        if (len < 0) {
-          this.next = eol + 2;
-          return null;
+      case 0x24 /* $ bulk */:
+        {
+          const len = this.parseInt(buf, p + 1, eol);
+          if (len < 0) {
+            this.next = eol + 2;
+            return null;
+          }
+          const end = eol + 2 + len;
+          if (end + 2 > buf.length) {
+            this.needAbs = end + 2;
+            return INCOMPLETE;
+          }
+          this.next = end + 2;
+          return buf.subarray(eol + 2, end);
         }
-        const end = eol + 2 + len;
-        if (end + 2 > buf.length) {
-          this.needAbs = end + 2;
-          return INCOMPLETE;
-        }
-        this.next = end + 2;
-        return buf.subarray(eol + 2, end);
-      }
       case 0x3a /* : integer */:
         this.next = eol + 2;
         return this.parseInteger(buf, p + 1, eol);
@@ -433,14 +435,15 @@ export class RespConnection {
       case 0x2d /* - error */:
         this.next = eol + 2;
         return new RespError(buf.toString("utf8", p + 1, eol));
-      case 0x2a /* * array */: {
-        const n = this.parseInt(buf, p + 1, eol);
-        this.next = eol + 2;
-        if (n < 0) return null;
-        if (n === 0) return [];
-        this.stack.push({ items: new Array<RespValue>(n), filled: 0 });
-        return ARRAY_OPEN;
-      }
+      case 0x2a /* * array */:
+        {
+          const n = this.parseInt(buf, p + 1, eol);
+          this.next = eol + 2;
+          if (n < 0) return null;
+          if (n === 0) return [];
+          this.stack.push({ items: new Array<RespValue>(n), filled: 0 });
+          return ARRAY_OPEN;
+        }
       default:
         throw new Error(`unexpected type byte 0x${(buf[p] ?? 0).toString(16)} at offset ${p}`);
     }
@@ -622,7 +625,10 @@ export class RespClient {
   private release(conn: RespConnection, reusable: boolean): void {
     if (reusable && !this.closedByUser) {
       const w = this.waiters.shift();
-      if (w) return w.resolve(conn);
+      if (w) {
+        w.resolve(conn);
+        return;
+      }
       if (this.idle.length < (this.opts.maxIdle ?? 8)) {
         this.idle.push(conn);
         return;

@@ -57,7 +57,11 @@ export function shardEnv(shards: readonly StackShard[]): Record<string, string> 
 }
 
 async function startShard(opts: ShardsOptions, i: number): Promise<StackShard> {
-  const redis = await startRedis({ dir: join(opts.dir, String(i + 1), "redis"), port: opts.redisPorts?.[i], persist: opts.persist });
+  const redis = await startRedis({
+    dir: join(opts.dir, String(i + 1), "redis"),
+    port: opts.redisPorts?.[i],
+    persist: opts.persist,
+  });
   const token = `${opts.tokenPrefix}-${i + 1}`;
   try {
     const rest = await startUpstashRest({
@@ -81,7 +85,8 @@ async function stopShard(s: StackShard): Promise<void> {
 
 /** Starts `count` shard databases in parallel; if any fails, stops the others and throws. */
 export async function startShards(opts: ShardsOptions): Promise<Shards> {
-  if (!validShardCount(opts.count)) throw new Error(`seckill shards must be an integer from 0 to ${MAX_LOCAL_SHARDS}, got ${opts.count}`);
+  if (!validShardCount(opts.count))
+    throw new Error(`seckill shards must be an integer from 0 to ${MAX_LOCAL_SHARDS}, got ${opts.count}`);
   // allSettled, not all: a failure must not leave shards still starting behind the stop.
   const results = await Promise.allSettled(Array.from({ length: opts.count }, (_, i) => startShard(opts, i)));
   const shards = results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));

@@ -122,7 +122,15 @@ function throttledError(cap: number, usage: number): string {
 }
 
 function emptyStats(): UpstashRestStats {
-  return { requests: 0, commands: 0, byPath: {}, throttledRequests: 0, throttledCommands: 0, maxPerSecond: 0, maxOfferedPerSecond: 0 };
+  return {
+    requests: 0,
+    commands: 0,
+    byPath: {},
+    throttledRequests: 0,
+    throttledCommands: 0,
+    maxPerSecond: 0,
+    maxOfferedPerSecond: 0,
+  };
 }
 
 /** A cap from an option or `/__standin/limits`: a positive integer → cap, 0/null → none, else undefined (invalid). */
@@ -159,7 +167,10 @@ export function stripUnknownShebangFlags(src: string): string | null {
       kept.push(token); // let Redis judge other options
       continue;
     }
-    const flags = token.slice(6).split(",").filter((f) => f !== "");
+    const flags = token
+      .slice(6)
+      .split(",")
+      .filter((f) => f !== "");
     const known = flags.filter((f) => REDIS7_SCRIPT_FLAGS.has(f));
     if (known.length !== flags.length) changed = true;
     if (known.length > 0) kept.push(`flags=${known.join(",")}`);
@@ -186,9 +197,26 @@ const MAX_SCRIPTS = 10_000;
  * every other caller's replies) or that the REST API cannot express.
  */
 const NOT_AVAILABLE = new Set([
-  "MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH",
-  "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE",
-  "MONITOR", "SYNC", "PSYNC", "REPLCONF", "QUIT", "RESET", "HELLO", "AUTH", "SELECT",
+  "MULTI",
+  "EXEC",
+  "DISCARD",
+  "WATCH",
+  "UNWATCH",
+  "SUBSCRIBE",
+  "PSUBSCRIBE",
+  "SSUBSCRIBE",
+  "UNSUBSCRIBE",
+  "PUNSUBSCRIBE",
+  "SUNSUBSCRIBE",
+  "MONITOR",
+  "SYNC",
+  "PSYNC",
+  "REPLCONF",
+  "QUIT",
+  "RESET",
+  "HELLO",
+  "AUTH",
+  "SELECT",
 ]);
 /** CLIENT subcommands that are harmless on a shared connection. */
 const CLIENT_READONLY = new Set(["LIST", "INFO", "ID", "GETNAME"]);
@@ -279,7 +307,7 @@ function toJson(v: RespValue, b64: boolean): string {
   if (Array.isArray(v)) {
     let s = "[";
     for (let i = 0; i < v.length; i++) s += (i === 0 ? "" : ",") + toJson(v[i]!, b64);
-    return s + "]";
+    return `${s}]`;
   }
   if (typeof v === "bigint") return v.toString();
   if (v instanceof RespStatus) {
@@ -335,7 +363,8 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
   let stats = emptyStats();
   const now = opts.now ?? Date.now;
   const initialCap = normalizeCap(opts.maxCommandsPerSecond ?? null);
-  if (initialCap === undefined) throw new Error(`maxCommandsPerSecond must be a non-negative integer, got ${opts.maxCommandsPerSecond}`);
+  if (initialCap === undefined)
+    throw new Error(`maxCommandsPerSecond must be a non-negative integer, got ${opts.maxCommandsPerSecond}`);
   let cap: number | null = initialCap;
   /**
    * The second being counted and what it holds. The cap's count (`served`) is the database's
@@ -500,8 +529,9 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
     const p = plan(cmds);
     const replies = await run(p, req, server);
     let body = "[";
-    for (let i = 0; i < cmds.length; i++) body += (i === 0 ? "" : ",") + entryJson(reply(p, replies, p.pre.length, i), b64);
-    return { status: 200, body: body + "]" };
+    for (let i = 0; i < cmds.length; i++)
+      body += (i === 0 ? "" : ",") + entryJson(reply(p, replies, p.pre.length, i), b64);
+    return { status: 200, body: `${body}]` };
   }
 
   /**
@@ -514,7 +544,10 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
     const p = plan(cmds);
     const rejected = p.preset.find((e) => e !== undefined);
     if (rejected) {
-      return { status: 400, body: errorBody(`EXECABORT Transaction discarded because of previous errors: ${rejected.message}`) };
+      return {
+        status: 400,
+        body: errorBody(`EXECABORT Transaction discarded because of previous errors: ${rejected.message}`),
+      };
     }
     // Helper SCRIPT LOADs go before MULTI; the user's commands between MULTI and EXEC.
     const wire: RespCommand[] = [...p.pre, ["MULTI"], ...p.wire, ["EXEC"]];
@@ -523,7 +556,10 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
     for (let i = 0; i < p.wire.length; i++) {
       const q = replies[queuedFrom + i];
       if (q instanceof RespError) {
-        return { status: 400, body: errorBody(`EXECABORT Transaction discarded because of previous errors: ${q.message}`) };
+        return {
+          status: 400,
+          body: errorBody(`EXECABORT Transaction discarded because of previous errors: ${q.message}`),
+        };
       }
     }
     const exec = replies[replies.length - 1] ?? null;
@@ -535,7 +571,7 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
       const post = p.post[i];
       body += (i === 0 ? "" : ",") + entryJson(post ? post(v) : v, b64);
     }
-    return { status: 200, body: body + "]" };
+    return { status: 200, body: `${body}]` };
   }
 
   function authorized(req: Request, url: string): boolean {
@@ -565,8 +601,10 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
 
     if (path === "/" && (method === "GET" || method === "HEAD")) return { status: 200, body: WELCOME };
     const isCommandPath = path === "/" || path === "/pipeline" || path === "/multi-exec";
-    const isStandinPath = path === "/__standin/stats" || path === "/__standin/stats/reset" || path === "/__standin/limits";
-    if (!isCommandPath && !isStandinPath) return { status: 404, body: errorBody(`Endpoint not found: ${method} ${path}`) };
+    const isStandinPath =
+      path === "/__standin/stats" || path === "/__standin/stats/reset" || path === "/__standin/limits";
+    if (!isCommandPath && !isStandinPath)
+      return { status: 404, body: errorBody(`Endpoint not found: ${method} ${path}`) };
     if (!authorized(req, url)) return { status: 401, body: errorBody("Unauthorized") };
 
     if (isStandinPath) {
@@ -575,7 +613,8 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
         resetStats();
         return { status: 200, body: '{"result":"OK"}' };
       }
-      if (path === "/__standin/limits" && method === "GET") return { status: 200, body: JSON.stringify({ commandsPerSecond: cap }) };
+      if (path === "/__standin/limits" && method === "GET")
+        return { status: 200, body: JSON.stringify({ commandsPerSecond: cap }) };
       if (path === "/__standin/limits" && method === "POST") {
         let raw: unknown;
         try {
@@ -583,9 +622,15 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
         } catch {
           return { status: 400, body: errorBody("ERR failed to parse the request body as JSON") };
         }
-        const v = typeof raw === "object" && raw !== null && "commandsPerSecond" in raw ? normalizeCap(raw.commandsPerSecond) : undefined;
+        const v =
+          typeof raw === "object" && raw !== null && "commandsPerSecond" in raw
+            ? normalizeCap(raw.commandsPerSecond)
+            : undefined;
         if (v === undefined) {
-          return { status: 400, body: errorBody('ERR the body must be {"commandsPerSecond": <positive integer, or null/0 for no cap>}') };
+          return {
+            status: 400,
+            body: errorBody('ERR the body must be {"commandsPerSecond": <positive integer, or null/0 for no cap>}'),
+          };
         }
         cap = v;
         return { status: 200, body: JSON.stringify({ commandsPerSecond: cap }) };
@@ -645,7 +690,8 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
       try {
         return respond(await handle(req, srv));
       } catch (e) {
-        if (e instanceof RedisConnectionError) return respond({ status: 500, body: errorBody(`ERR redis unavailable: ${e.message}`) });
+        if (e instanceof RedisConnectionError)
+          return respond({ status: 500, body: errorBody(`ERR redis unavailable: ${e.message}`) });
         return respond({ status: 500, body: errorBody(`ERR stand-in failure: ${(e as Error).message}`) });
       }
     },
@@ -664,7 +710,8 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
     limits: () => ({ commandsPerSecond: cap }),
     setLimits: (limits) => {
       const v = normalizeCap(limits.commandsPerSecond);
-      if (v === undefined) throw new Error(`commandsPerSecond must be a non-negative integer or null, got ${limits.commandsPerSecond}`);
+      if (v === undefined)
+        throw new Error(`commandsPerSecond must be a non-negative integer or null, got ${limits.commandsPerSecond}`);
       cap = v;
     },
     stop: async () => {

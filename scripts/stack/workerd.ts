@@ -78,7 +78,8 @@ function moduleType(name: string): BundleModuleType | undefined {
 /** The modules of a bundle wrangler wrote to `outdir` (entry first; `entry` = its emitted file name). */
 export function bundleModules(outdir: string, entry = "worker.js"): BundleModule[] {
   const main = join(outdir, entry);
-  if (!existsSync(main)) throw new Error(`no ${entry} in ${outdir}: not a \`wrangler deploy --dry-run --outdir\` output`);
+  if (!existsSync(main))
+    throw new Error(`no ${entry} in ${outdir}: not a \`wrangler deploy --dry-run --outdir\` output`);
   const modules: BundleModule[] = [{ type: "ESModule", path: main }];
   for (const name of readdirSync(outdir).sort()) {
     const type = moduleType(name);
@@ -92,14 +93,23 @@ export function bundleModules(outdir: string, entry = "worker.js"): BundleModule
  * --outdir`, offline. `opts.config`: another wrangler.toml (the bench's hello Worker), whose entry
  * wrangler emits as `opts.entry`.
  */
-export async function buildWorker(outdir: string, timeoutMs = 60_000, opts: { config?: string; entry?: string } = {}): Promise<WorkerBundle> {
+export async function buildWorker(
+  outdir: string,
+  timeoutMs = 60_000,
+  opts: { config?: string; entry?: string } = {},
+): Promise<WorkerBundle> {
   const bin = join(repoRoot, "node_modules/.bin/wrangler");
   const extra = opts.config ? ["--config", opts.config] : [];
   const output = await new Promise<string>((res, rej) => {
     execFile(
       bin,
       ["deploy", "--dry-run", "--outdir", outdir, ...extra],
-      { cwd: repoRoot, env: { ...process.env, ...wranglerOfflineEnv }, timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 },
+      {
+        cwd: repoRoot,
+        env: { ...process.env, ...wranglerOfflineEnv },
+        timeout: timeoutMs,
+        maxBuffer: 16 * 1024 * 1024,
+      },
       (err, stdout, stderr) => {
         const text = `${stdout}${stderr}`;
         if (err) rej(new Error(`wrangler deploy --dry-run ${extra.join(" ")} failed (${err.message}):\n${text}`));
@@ -116,7 +126,8 @@ export function wranglerSettings(): { compatibilityDate: string; compatibilityFl
   const toml = readFileSync(join(repoRoot, "wrangler.toml"), "utf8");
   const compatibilityDate = /^compatibility_date\s*=\s*"([^"]+)"/m.exec(toml)?.[1];
   if (!compatibilityDate) throw new Error("wrangler.toml has no compatibility_date");
-  const list = (key: string) => JSON.parse(new RegExp(`^${key}\\s*=\\s*(\\[[^\\]]*\\])`, "m").exec(toml)?.[1] ?? "[]") as string[];
+  const list = (key: string) =>
+    JSON.parse(new RegExp(`^${key}\\s*=\\s*(\\[[^\\]]*\\])`, "m").exec(toml)?.[1] ?? "[]") as string[];
   return { compatibilityDate, compatibilityFlags: list("compatibility_flags"), crons: list("crons") };
 }
 
@@ -143,7 +154,8 @@ export function dieWithParent(command: string, args: string[]): { command: strin
  */
 function workerdDiesWithUs(stateDir: string | undefined): void {
   if (process.env.MINIFLARE_WORKERD_PATH) return;
-  const bin = (createRequire(join(repoRoot, "node_modules/miniflare/package.json"))("workerd") as { default: string }).default;
+  const bin = (createRequire(join(repoRoot, "node_modules/miniflare/package.json"))("workerd") as { default: string })
+    .default;
   const wrapped = dieWithParent(bin, []);
   if (wrapped.command === bin) return;
   // Next to the pid file when there is one (the caller's dir, cleaned by the caller), else a temp dir.
@@ -151,7 +163,9 @@ function workerdDiesWithUs(stateDir: string | undefined): void {
   if (!stateDir) process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
   const q = (a: string) => `'${a.replace(/'/g, `'\\''`)}'`;
   const wrapper = join(dir, `workerd-${process.pid}.sh`);
-  writeFileSync(wrapper, `#!/bin/sh\nexec ${[wrapped.command, ...wrapped.args].map(q).join(" ")} "$@"\n`, { mode: 0o755 });
+  writeFileSync(wrapper, `#!/bin/sh\nexec ${[wrapped.command, ...wrapped.args].map(q).join(" ")} "$@"\n`, {
+    mode: 0o755,
+  });
   process.env.MINIFLARE_WORKERD_PATH = wrapper;
 }
 
@@ -184,7 +198,9 @@ function childPids(): number[] {
 
 function isWorkerd(pid: number): boolean {
   try {
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").some((a) => /(^|\/)workerd$/.test(a));
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8")
+      .split("\0")
+      .some((a) => /(^|\/)workerd$/.test(a));
   } catch {
     return false;
   }

@@ -43,7 +43,10 @@ export function uriEncode(s: string, keepSlash: boolean): string {
 
 /** `20130524T000000Z` and `20130524` of an instant. */
 export function amzDates(ms: number): { amzDate: string; day: string } {
-  const iso = new Date(ms).toISOString().replace(/[-:]/g, "").replace(/\.\d{3}/, "");
+  const iso = new Date(ms)
+    .toISOString()
+    .replace(/[-:]/g, "")
+    .replace(/\.\d{3}/, "");
   return { amzDate: iso, day: iso.slice(0, 8) };
 }
 
@@ -64,7 +67,9 @@ export interface SignInput {
  * The SigV4 `Authorization` header for a request (header-based signing). Exported for the
  * published AWS test vector in tests/blob/s3.test.ts.
  */
-export async function signV4(input: SignInput): Promise<{ authorization: string; signature: string; signedHeaders: string }> {
+export async function signV4(
+  input: SignInput,
+): Promise<{ authorization: string; signature: string; signedHeaders: string }> {
   const headers = new Map<string, string>();
   headers.set("host", input.url.host);
   for (const [k, v] of Object.entries(input.headers)) headers.set(k.toLowerCase(), v.trim().replace(/\s+/g, " "));
@@ -77,7 +82,14 @@ export async function signV4(input: SignInput): Promise<{ authorization: string;
     .map(([k, v]) => `${k}=${v}`)
     .join("&");
   // S3 signs the path as sent (already encoded once); other services would normalise it again.
-  const canonicalRequest = [input.method, input.url.pathname || "/", query, canonicalHeaders, signedHeaders, input.payloadHash].join("\n");
+  const canonicalRequest = [
+    input.method,
+    input.url.pathname || "/",
+    query,
+    canonicalHeaders,
+    signedHeaders,
+    input.payloadHash,
+  ].join("\n");
   const day = input.amzDate.slice(0, 8);
   const scope = `${day}/${input.region}/${input.service}/aws4_request`;
   const stringToSign = ["AWS4-HMAC-SHA256", input.amzDate, scope, await sha256Hex(canonicalRequest)].join("\n");
@@ -115,7 +127,12 @@ export class S3BlobStore implements BlobStore {
     return new URL(this.base.href + uriEncode(key, true));
   }
 
-  private async send(method: string, key: string, body?: Uint8Array, extra: Record<string, string> = {}): Promise<Response> {
+  private async send(
+    method: string,
+    key: string,
+    body?: Uint8Array,
+    extra: Record<string, string> = {},
+  ): Promise<Response> {
     const url = this.urlOf(key);
     const payloadHash = body ? await sha256Hex(body) : EMPTY_SHA256;
     const { amzDate } = amzDates(this.now());
@@ -132,7 +149,11 @@ export class S3BlobStore implements BlobStore {
       amzDate,
     });
     try {
-      return await this.fetch(url, { method, headers: { ...headers, authorization }, body: body as Uint8Array<ArrayBuffer> | undefined });
+      return await this.fetch(url, {
+        method,
+        headers: { ...headers, authorization },
+        body: body as Uint8Array<ArrayBuffer> | undefined,
+      });
     } catch (err) {
       throw new BlobStoreError(`${method} ${key}: ${err instanceof Error ? err.message : String(err)}`);
     }
@@ -168,7 +189,10 @@ export class S3BlobStore implements BlobStore {
     const res = await this.send("HEAD", key);
     if (res.status === 404) return null;
     if (!res.ok) throw new BlobStoreError(`HEAD ${key}: ${res.status}`, res.status);
-    return { contentType: res.headers.get("content-type") ?? "application/octet-stream", size: Number(res.headers.get("content-length") ?? 0) };
+    return {
+      contentType: res.headers.get("content-type") ?? "application/octet-stream",
+      size: Number(res.headers.get("content-length") ?? 0),
+    };
   }
 
   async delete(key: string): Promise<void> {

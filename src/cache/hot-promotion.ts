@@ -78,9 +78,15 @@ export class HotPromotion<V, P> {
    * carries over (a promoted key stays promoted across its refreshes) unless a write was seen
    * since the read began.
    */
-  entry(id: string, prev: L1Entry<V, P> | undefined, value: V | null, prepared: P | undefined, gen: number): L1Entry<V, P> {
+  entry(
+    id: string,
+    prev: L1Entry<V, P> | undefined,
+    value: V | null,
+    prepared: P | undefined,
+    gen: number,
+  ): L1Entry<V, P> {
     const now = this.now();
-    const promoted = prev !== undefined && prev.promoted && this.readAfterWrites(id, gen);
+    const promoted = prev?.promoted === true && this.readAfterWrites(id, gen);
     if (prev?.promoted && !promoted) this.promoted.delete(id);
     return {
       value,
@@ -160,7 +166,13 @@ export class HotPromotion<V, P> {
         else this.demote(id, e);
       }
     }
-    if (!e.promoted && e.reads >= this.reads && hot.ready && this.readAfterWrites(id, e.gen) && this.promoted.size < hot.rule.maxPromoted) {
+    if (
+      !e.promoted &&
+      e.reads >= this.reads &&
+      hot.ready &&
+      this.readAfterWrites(id, e.gen) &&
+      this.promoted.size < hot.rule.maxPromoted
+    ) {
       e.promoted = true;
       e.freshUntil = Math.max(e.freshUntil, e.storedAt + this.ttlOf(e.value, true));
       this.promoted.set(id, (this.promoted.get(id) ?? 0) + e.reads);

@@ -42,9 +42,20 @@ export interface HotKeyRule {
 }
 
 /** The rule from config; undefined when HOT_KEY_READS is 0 (off). */
-export function hotKeyRuleOf(config: Pick<Config, "HOT_KEY_READS" | "HOT_KEY_WINDOW_MS" | "HOT_KEY_L1_TTL_MS" | "HOT_KEY_MAX" | "HOT_KEY_REPORT_TOP">): HotKeyRule | undefined {
+export function hotKeyRuleOf(
+  config: Pick<
+    Config,
+    "HOT_KEY_READS" | "HOT_KEY_WINDOW_MS" | "HOT_KEY_L1_TTL_MS" | "HOT_KEY_MAX" | "HOT_KEY_REPORT_TOP"
+  >,
+): HotKeyRule | undefined {
   if (config.HOT_KEY_READS === 0) return undefined;
-  return { reads: config.HOT_KEY_READS, windowMs: config.HOT_KEY_WINDOW_MS, l1TtlMs: config.HOT_KEY_L1_TTL_MS, maxPromoted: config.HOT_KEY_MAX, reportTop: config.HOT_KEY_REPORT_TOP };
+  return {
+    reads: config.HOT_KEY_READS,
+    windowMs: config.HOT_KEY_WINDOW_MS,
+    l1TtlMs: config.HOT_KEY_L1_TTL_MS,
+    maxPromoted: config.HOT_KEY_MAX,
+    reportTop: config.HOT_KEY_REPORT_TOP,
+  };
 }
 
 /** Write-log entries kept in Redis (approximate trim). An isolate further behind loses nothing: see `apply`. */
@@ -91,7 +102,12 @@ export class HotKeys {
 
   /** Appends a write of `module:id` to the log (in the writer's pipeline, after its L2 write). */
   logWrite(p: Pipeline, module: string, id: string): void {
-    p.xadd(keys.cacheWrites(), "*", { k: `${module}:${id}` }, { trim: { type: "MAXLEN", threshold: WRITE_LOG_MAX, comparison: "~" } });
+    p.xadd(
+      keys.cacheWrites(),
+      "*",
+      { k: `${module}:${id}` },
+      { trim: { type: "MAXLEN", threshold: WRITE_LOG_MAX, comparison: "~" } },
+    );
   }
 
   /**
@@ -136,7 +152,8 @@ export class HotKeys {
           const oldest = Object.keys((replies[1] ?? {}) as Record<string, unknown>)[0];
           // Entries between the cursor and the oldest kept one may be gone (trimmed): assume any key
           // was written. Conservative: also true when there simply were none.
-          if (oldest !== undefined && this.cursor !== undefined && streamIdAfter(oldest, this.cursor)) for (const m of modules) m.demoteAll();
+          if (oldest !== undefined && this.cursor !== undefined && streamIdAfter(oldest, this.cursor))
+            for (const m of modules) m.demoteAll();
         }
         if (anchoring) {
           this.cursor = ids[0] ?? "0-0";
@@ -202,7 +219,8 @@ export class HotKeys {
     const isolates = new Map<string, Set<string>>();
     for (let i = 0; i < minutes.length; i++) {
       const sums = res[2 * i] ?? [];
-      for (let j = 0; j + 1 < sums.length; j += 2) reads.set(String(sums[j]), (reads.get(String(sums[j])) ?? 0) + Number(sums[j + 1]));
+      for (let j = 0; j + 1 < sums.length; j += 2)
+        reads.set(String(sums[j]), (reads.get(String(sums[j])) ?? 0) + Number(sums[j + 1]));
       const by = res[2 * i + 1] ?? [];
       for (let j = 0; j + 1 < by.length; j += 2) {
         const member = String(by[j]);

@@ -94,7 +94,11 @@ export class CacheMetrics {
   }
 
   /** Totals per module across isolates (after flushing this isolate), plus this isolate's own. */
-  async report(deps: Deps): Promise<{ modules: Record<string, CacheCounters & { hitRatio: number }>; isolates: number; thisIsolate: Record<string, CacheCounters> }> {
+  async report(deps: Deps): Promise<{
+    modules: Record<string, CacheCounters & { hitRatio: number }>;
+    isolates: number;
+    thisIsolate: Record<string, CacheCounters>;
+  }> {
     await this.flush(deps);
     const p = deps.redis.pipeline();
     for (const m of this.modules) p.hgetall(keys.cacheStats(m.name));
@@ -106,7 +110,10 @@ export class CacheMetrics {
       const c = emptyCounters();
       for (const f of FIELDS) c[f] = Number(raw?.[f] ?? 0);
       const served = c.l1Hits + c.l2Hits + c.staleServes + c.originLoads;
-      modules[m.name] = { ...c, hitRatio: served === 0 ? 0 : Math.round(((c.l1Hits + c.l2Hits + c.staleServes) / served) * 10_000) / 10_000 };
+      modules[m.name] = {
+        ...c,
+        hitRatio: served === 0 ? 0 : Math.round(((c.l1Hits + c.l2Hits + c.staleServes) / served) * 10_000) / 10_000,
+      };
     });
     const thisIsolate: Record<string, CacheCounters> = {};
     for (const m of this.modules) thisIsolate[m.name] = { ...m.counters };

@@ -18,10 +18,26 @@ import { keys } from "../redis/keys.ts";
 import type { HotKeys } from "./hot.ts";
 import { HotPromotion } from "./hot-promotion.ts";
 import { createL1, type L1Entry, type SplitL1 } from "./l1.ts";
-import { type CacheCounters, type CacheModuleDef, type CachePolicy, type CacheResult, defaultPolicy, emptyCounters } from "./policy.ts";
+import {
+  type CacheCounters,
+  type CacheModuleDef,
+  type CachePolicy,
+  type CacheResult,
+  defaultPolicy,
+  emptyCounters,
+} from "./policy.ts";
 import { Tiers } from "./tiers.ts";
 
-export { type CacheCounters, type CacheModuleDef, type CachePolicy, type CacheResult, type CacheStrategy, CacheUnavailableError, defaultPolicy, emptyCounters } from "./policy.ts";
+export {
+  type CacheCounters,
+  type CacheModuleDef,
+  type CachePolicy,
+  type CacheResult,
+  type CacheStrategy,
+  CacheUnavailableError,
+  defaultPolicy,
+  emptyCounters,
+} from "./policy.ts";
 
 /** What a module needs from its isolate besides its declaration (handed in by the composition root). */
 export interface CacheWiring {
@@ -208,6 +224,9 @@ export class CacheModule<K extends string | number, V, P = never> {
   }
 }
 
-export function createCacheModule<K extends string | number, V, P = never>(def: CacheModuleDef<K, V, P>, wiring: CacheWiring = {}): CacheModule<K, V, P> {
+export function createCacheModule<K extends string | number, V, P = never>(
+  def: CacheModuleDef<K, V, P>,
+  wiring: CacheWiring = {},
+): CacheModule<K, V, P> {
   return new CacheModule(def, wiring);
 }

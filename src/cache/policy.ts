@@ -77,7 +77,14 @@ export interface CacheCounters {
   errors: number;
 }
 
-export const emptyCounters = (): CacheCounters => ({ l1Hits: 0, l2Hits: 0, staleServes: 0, originLoads: 0, nullHits: 0, errors: 0 });
+export const emptyCounters = (): CacheCounters => ({
+  l1Hits: 0,
+  l2Hits: 0,
+  staleServes: 0,
+  originLoads: 0,
+  nullHits: 0,
+  errors: 0,
+});
 
 /** Returned by `get`: `null` = known missing. */
 export type CacheResult<V> = V | null;

@@ -168,7 +168,8 @@ export class Tiers<K extends string | number, V, P> {
         return undefined;
       }
     }
-    if (e === null || typeof e !== "object" || (e as L2Entry<V>).v !== this.policy.version || !("d" in e)) return undefined;
+    if (e === null || typeof e !== "object" || (e as L2Entry<V>).v !== this.policy.version || !("d" in e))
+      return undefined;
     return e as L2Entry<V>;
   }
 
@@ -183,7 +184,10 @@ export class Tiers<K extends string | number, V, P> {
     if (!locking && !bounded) return { entry: await this.readL2(redis, key), ceilingKnown: false };
     const token = locking ? crypto.randomUUID() : "";
     const lockKey = keys.cacheLock(this.def.name, key);
-    const [code, x] = await scriptsFor(redis).cacheProbe.exec([this.l2Key(key), lockKey, keys.cacheCeiling(this.def.name)], [bounded ? String(key) : "", token, String(this.policy.lockTtlMs)]);
+    const [code, x] = await scriptsFor(redis).cacheProbe.exec(
+      [this.l2Key(key), lockKey, keys.cacheCeiling(this.def.name)],
+      [bounded ? String(key) : "", token, String(this.policy.lockTtlMs)],
+    );
     if (code === 1) return { entry: this.entryOf(x), ceilingKnown: false };
     if (code === 2) return { above: true, ceilingKnown: true };
     const ceilingKnown = Number(x) === 1;
@@ -259,7 +263,12 @@ export class Tiers<K extends string | number, V, P> {
    * generation taken before it starts, like every read path: a write seen meanwhile keeps what it
    * brings back from being promoted. A failure is counted and logged; the L1 keeps what it had.
    */
-  private inBackgroundOnce(deps: Deps, key: K, failure: string, work: (id: string, gen: number) => Promise<void>): void {
+  private inBackgroundOnce(
+    deps: Deps,
+    key: K,
+    failure: string,
+    work: (id: string, gen: number) => Promise<void>,
+  ): void {
     const id = String(key);
     if (this.rebuilding.has(id)) return;
     this.rebuilding.add(id);
@@ -283,7 +292,14 @@ export class Tiers<K extends string | number, V, P> {
    * probe's findings — the write goes through lua/cache-fill.lua, which also releases `fill.lock`
    * and, for a key found absent with no ceiling known, writes the module's ceiling.
    */
-  private async loadOrStale(deps: Deps, key: K, stale: V | null | undefined, writeBack: boolean, gen: number, fill?: Fill): Promise<V | null> {
+  private async loadOrStale(
+    deps: Deps,
+    key: K,
+    stale: V | null | undefined,
+    writeBack: boolean,
+    gen: number,
+    fill?: Fill,
+  ): Promise<V | null> {
     const id = String(key);
     let value: V | null;
     try {
@@ -327,6 +343,9 @@ export class Tiers<K extends string | number, V, P> {
       ceiling = String(await this.def.ceiling(deps).catch(() => ""));
     }
     const lockKey = fill.lock?.key ?? keys.cacheLock(this.def.name, key);
-    await scriptsFor(deps.redis).cacheFill.exec([k, lockKey, keys.cacheCeiling(this.def.name)], [json, String(ex), fill.lock?.token ?? "", ceiling, String(this.policy.nullTtlSeconds)]);
+    await scriptsFor(deps.redis).cacheFill.exec(
+      [k, lockKey, keys.cacheCeiling(this.def.name)],
+      [json, String(ex), fill.lock?.token ?? "", ceiling, String(this.policy.nullTtlSeconds)],
+    );
   }
 }

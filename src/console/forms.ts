@@ -56,13 +56,18 @@ const SeckillForm = VoucherForm.extend({
   campaignRuleDays: optionalNum(0, Number.MAX_SAFE_INTEGER, 0),
 });
 
-const RULE_FIELDS: Record<RuleScope, { limit: "shopRuleLimit" | "campaignRuleLimit"; days: "shopRuleDays" | "campaignRuleDays" }> = {
+const RULE_FIELDS: Record<
+  RuleScope,
+  { limit: "shopRuleLimit" | "campaignRuleLimit"; days: "shopRuleDays" | "campaignRuleDays" }
+> = {
   shop: { limit: "shopRuleLimit", days: "shopRuleDays" },
   campaign: { limit: "campaignRuleLimit", days: "campaignRuleDays" },
 };
 
 /** The form's rule fields → the API's rules (in this order: shop, campaign), with each half-filled rule's error on its field. */
-function formRules(body: z.infer<typeof SeckillForm>): { ok: true; rules: PurchaseRule[] } | { ok: false; errors: FieldErrors } {
+function formRules(
+  body: z.infer<typeof SeckillForm>,
+): { ok: true; rules: PurchaseRule[] } | { ok: false; errors: FieldErrors } {
   const rules: PurchaseRule[] = [];
   const errors: FieldErrors = {};
   for (const scope of ["shop", "campaign"] as const) {
@@ -87,7 +92,12 @@ function fieldError(r: VoucherRefusal, rules: readonly PurchaseRule[]): FieldErr
   const message = r.message.startsWith(`${r.field}: `) ? r.message.slice(r.field.length + 2) : r.message;
   const m = /^purchaseRules\.(\d+)\.(limit|days)$/.exec(r.field);
   const rule = m ? rules[Number(m[1])] : undefined;
-  const field = rule && m ? RULE_FIELDS[rule.scope][m[2] as "limit" | "days"] : r.field.startsWith("purchaseRules") ? "campaign" : r.field;
+  const field =
+    rule && m
+      ? RULE_FIELDS[rule.scope][m[2] as "limit" | "days"]
+      : r.field.startsWith("purchaseRules")
+        ? "campaign"
+        : r.field;
   return { [field]: message };
 }
 
@@ -102,7 +112,8 @@ function fieldErrors(err: z.ZodError): FieldErrors {
   return out;
 }
 
-const resultOf = (res: VoucherOutcome, rules: readonly PurchaseRule[] = []): FormResult => (res.ok ? res : { ok: false, errors: fieldError(res, rules) });
+const resultOf = (res: VoucherOutcome, rules: readonly PurchaseRule[] = []): FormResult =>
+  res.ok ? res : { ok: false, errors: fieldError(res, rules) };
 
 export async function submitVoucher(deps: Deps, values: FormValues): Promise<FormResult> {
   const parsed = VoucherForm.safeParse(values);

@@ -24,7 +24,12 @@ export interface SaleSnapshot extends SaleNumbers {
 
 export async function saleSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SaleSnapshot> {
   const [numbers, outcomes] = await Promise.all([saleNumbers(deps, cfg), saleOutcomes(deps, cfg.voucherId)]);
-  return { ...numbers, outcomes: outcomes.counts, outcomesAcrossIsolates: outcomes.acrossIsolates, fastLaneSeckill: deps.isolate.fastLane.seckill };
+  return {
+    ...numbers,
+    outcomes: outcomes.counts,
+    outcomesAcrossIsolates: outcomes.acrossIsolates,
+    fastLaneSeckill: deps.isolate.fastLane.seckill,
+  };
 }
 
 /**

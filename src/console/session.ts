@@ -24,7 +24,7 @@ export interface ConsoleSession {
   csrf: string;
 }
 
-const enc = new TextEncoder();
+const _enc = new TextEncoder();
 
 const hmacHex = hmacSha256Hex;
 
@@ -35,11 +35,18 @@ export async function issueSession(secret: string, now: number): Promise<{ cooki
   const expiresMs = now + SESSION_TTL_MS;
   const nonce = randomHex(16);
   const mac = await hmacHex(secret, `console:v1:${expiresMs}:${nonce}`);
-  return { cookie: `v1.${expiresMs}.${nonce}.${mac}`, session: { expiresMs, issuedMs: now, nonce, csrf: await csrfFor(secret, mac) } };
+  return {
+    cookie: `v1.${expiresMs}.${nonce}.${mac}`,
+    session: { expiresMs, issuedMs: now, nonce, csrf: await csrfFor(secret, mac) },
+  };
 }
 
 /** The session a cookie proves at `now`, or null (malformed, forged, signed with another token, expired). */
-export async function verifySession(secret: string, cookie: string | undefined, now: number): Promise<ConsoleSession | null> {
+export async function verifySession(
+  secret: string,
+  cookie: string | undefined,
+  now: number,
+): Promise<ConsoleSession | null> {
   if (!cookie || cookie.length > 200) return null;
   const m = /^v1\.(\d{13,15})\.([0-9a-f]{32})\.([0-9a-f]{64})$/.exec(cookie);
   if (!m) return null;

@@ -22,9 +22,19 @@ export const CSS_HREF = `${ASSET_PREFIX}console.css`;
 /** An epoch-ms time in the service zone, or "" for none. */
 const at = (ms: number | null, zone: string) => (ms === null ? "" : formatInZone(ms, zone));
 
-export function Shell(props: { title: string; csrf?: string; children?: Child; styles?: string[]; scripts?: string[] }) {
+export function Shell(props: {
+  title: string;
+  csrf?: string;
+  children?: Child;
+  styles?: string[];
+  scripts?: string[];
+}) {
   return (
-    <Page title={`${props.title} — CityHub console`} styles={[CSS_HREF, ...(props.styles ?? [])]} scripts={props.scripts ?? []}>
+    <Page
+      title={`${props.title} — CityHub console`}
+      styles={[CSS_HREF, ...(props.styles ?? [])]}
+      scripts={props.scripts ?? []}
+    >
       <header>
         <b>CityHub console</b>
         {props.csrf !== undefined && (
@@ -54,12 +64,21 @@ export function LoginPage(props: { error?: string }) {
     <Shell title="Sign in">
       <form class="card" method="post" action="/console/login">
         <label for="token">Operator token</label>
-        <input id="token" name="token" type="password" autocomplete="current-password" required aria-invalid={props.error ? "true" : undefined} />
+        <input
+          id="token"
+          name="token"
+          type="password"
+          autocomplete="current-password"
+          required
+          aria-invalid={props.error ? "true" : undefined}
+        />
         {props.error && <p class="err">{props.error}</p>}
         <div>
           <button type="submit">Sign in</button>
         </div>
-        <p class="note">The operator token (ADMIN_TOKEN). The browser keeps a signed session cookie, never the token.</p>
+        <p class="note">
+          The operator token (ADMIN_TOKEN). The browser keeps a signed session cookie, never the token.
+        </p>
       </form>
     </Shell>
   );
@@ -103,7 +122,16 @@ function Field(props: { f: FieldSpec; values: FormValues; errors: FieldErrors; p
   return (
     <div>
       <label for={id}>{f.label}</label>
-      <input id={id} name={f.name} type={f.type ?? "text"} value={values[f.name] ?? ""} placeholder={f.placeholder} required={f.required} aria-invalid={err ? "true" : undefined} aria-describedby={err ? `${id}-err` : undefined} />
+      <input
+        id={id}
+        name={f.name}
+        type={f.type ?? "text"}
+        value={values[f.name] ?? ""}
+        placeholder={f.placeholder}
+        required={f.required}
+        aria-invalid={err ? "true" : undefined}
+        aria-describedby={err ? `${id}-err` : undefined}
+      />
       {err && (
         <p class="err" id={`${id}-err`} data-field={f.name}>
           {err}
@@ -125,14 +153,33 @@ const BASE_FIELDS: FieldSpec[] = [
 const SECKILL_FIELDS: FieldSpec[] = [
   ...BASE_FIELDS,
   { name: "stock", label: "Stock", required: true },
-  { name: "beginTime", label: "Sale begins", placeholder: "YYYY-MM-DDTHH:mm:ss", required: true, hint: "Service time zone, or with Z / ±HH:MM" },
+  {
+    name: "beginTime",
+    label: "Sale begins",
+    placeholder: "YYYY-MM-DDTHH:mm:ss",
+    required: true,
+    hint: "Service time zone, or with Z / ±HH:MM",
+  },
   { name: "endTime", label: "Sale ends", placeholder: "YYYY-MM-DDTHH:mm:ss", required: true },
-  { name: "buckets", label: "Stock buckets (1–64)", placeholder: "1", hint: "Splits a hot voucher's stock over Redis keys" },
+  {
+    name: "buckets",
+    label: "Stock buckets (1–64)",
+    placeholder: "1",
+    hint: "Splits a hot voucher's stock over Redis keys",
+  },
   { name: "shopDailyLimit", label: "Orders per user per day in this shop (0 = no rule)", placeholder: "0" },
-  { name: "shopRuleLimit", label: "Shop rule: at most K orders per user…", hint: "Across the shop's vouchers with a shop rule; empty = no rule" },
+  {
+    name: "shopRuleLimit",
+    label: "Shop rule: at most K orders per user…",
+    hint: "Across the shop's vouchers with a shop rule; empty = no rule",
+  },
   { name: "shopRuleDays", label: "…over the last N days (shop rule)" },
   { name: "campaign", label: "Campaign (per shop; required with a campaign rule)", placeholder: "summer-2026" },
-  { name: "campaignRuleLimit", label: "Campaign rule: at most K orders per user…", hint: "Across this shop's vouchers of the campaign; empty = no rule" },
+  {
+    name: "campaignRuleLimit",
+    label: "Campaign rule: at most K orders per user…",
+    hint: "Across this shop's vouchers of the campaign; empty = no rule",
+  },
   { name: "campaignRuleDays", label: "…over the last N days (campaign rule)" },
 ];
 
@@ -206,7 +253,9 @@ export function VouchersPage(props: {
 export function SalesPage(props: { csrf: string; rows: SaleRow[]; zone: string }) {
   return (
     <Shell title="Seckill sales" csrf={props.csrf}>
-      <p class="note">Seckill vouchers not ended more than 7 days ago (the jobs' registry). Open one to watch it live.</p>
+      <p class="note">
+        Seckill vouchers not ended more than 7 days ago (the jobs' registry). Open one to watch it live.
+      </p>
       <table>
         <thead>
           <tr>
@@ -232,7 +281,13 @@ export function SalesPage(props: { csrf: string; rows: SaleRow[]; zone: string }
                 {at(r.beginMs, props.zone)} → {at(r.endMs, props.zone)}
               </td>
               <td>{r.state}</td>
-              <td class="n">{r.shards === 0 ? "main" : r.unreadShards > 0 ? `${r.shards} (${r.unreadShards} not configured here: not counted)` : r.shards}</td>
+              <td class="n">
+                {r.shards === 0
+                  ? "main"
+                  : r.unreadShards > 0
+                    ? `${r.shards} (${r.unreadShards} not configured here: not counted)`
+                    : r.shards}
+              </td>
             </tr>
           ))}
         </tbody>
@@ -262,8 +317,8 @@ function ShardTable(props: { s: SaleSnapshot }) {
     <>
       <h2>Shards</h2>
       <p class="note">
-        The stock lives in {s.shardCount} seckill shard databases. Each buyer buys from one (their home shard); a shard that runs dry takes stock from the
-        others. In each shard stock + buyers = its share.
+        The stock lives in {s.shardCount} seckill shard databases. Each buyer buys from one (their home shard); a shard
+        that runs dry takes stock from the others. In each shard stock + buyers = its share.
       </p>
       <table id="shards">
         <thead>
@@ -296,7 +351,12 @@ function ShardTable(props: { s: SaleSnapshot }) {
 }
 
 /** The live sale page: its numbers now, updated by sale.js from the page's event stream. */
-export function SalePage(props: { csrf: string; s: SaleSnapshot; cfg: Pick<SeckillConfig, "dailyLimit" | "purchaseRules" | "campaign">; zone: string }) {
+export function SalePage(props: {
+  csrf: string;
+  s: SaleSnapshot;
+  cfg: Pick<SeckillConfig, "dailyLimit" | "purchaseRules" | "campaign">;
+  zone: string;
+}) {
   const { s } = props;
   const limits = saleLimits(props.cfg);
   return (
@@ -308,14 +368,19 @@ export function SalePage(props: { csrf: string; s: SaleSnapshot; cfg: Pick<Secki
     >
       <div id="sale" data-events={`/console/sale/${s.voucherId}/events`}>
         <p class="note">
-          Shop {s.shopId}, {at(s.beginMs, props.zone)} → {at(s.endMs, props.zone)} (service zone), initial stock {s.initial}. State: <b data-k="state">{s.state}</b>. Updated{" "}
-          <span data-k="updated">now</span>.
+          Shop {s.shopId}, {at(s.beginMs, props.zone)} → {at(s.endMs, props.zone)} (service zone), initial stock{" "}
+          {s.initial}. State: <b data-k="state">{s.state}</b>. Updated <span data-k="updated">now</span>.
         </p>
         <p class="note" data-k="limits">
-          Campaign: {props.cfg.campaign ?? "none"}. Purchase limits besides one order per buyer: {limits.length === 0 ? "none" : limits.join("; ")}.
+          Campaign: {props.cfg.campaign ?? "none"}. Purchase limits besides one order per buyer:{" "}
+          {limits.length === 0 ? "none" : limits.join("; ")}.
         </p>
         <div class="grid">
-          <Stat k="stockLeft" label={s.shardCount > 0 ? "stock left (Redis, all shards)" : "stock left (Redis)"} value={s.stockLeft} />
+          <Stat
+            k="stockLeft"
+            label={s.shardCount > 0 ? "stock left (Redis, all shards)" : "stock left (Redis)"}
+            value={s.stockLeft}
+          />
           <Stat k="reservations" label="reservations taken" value={s.reservations} />
           <Stat k="ordersInMysql" label="orders in MySQL" value={s.ordersInMysql} />
           <Stat k="mysqlStock" label="stock in MySQL" value={s.mysqlStock} />
@@ -324,12 +389,15 @@ export function SalePage(props: { csrf: string; s: SaleSnapshot; cfg: Pick<Secki
           <Stat k="rate" label="attempts/s" value="0" />
         </div>
         <p class="note">
-          Buckets{s.shardCount > 0 ? " (summed over the shards)" : ""}: <span data-k="buckets">{s.buckets.join(" · ")}</span>
+          Buckets{s.shardCount > 0 ? " (summed over the shards)" : ""}:{" "}
+          <span data-k="buckets">{s.buckets.join(" · ")}</span>
         </p>
         {s.shardCount > 0 && <ShardTable s={s} />}
         <div class="chart" id="chart-counts" />
         <div class="chart" id="chart-rate" />
-        <h2>Attempts by outcome ({s.outcomesAcrossIsolates ? "all isolates" : "this isolate only: Redis did not answer"})</h2>
+        <h2>
+          Attempts by outcome ({s.outcomesAcrossIsolates ? "all isolates" : "this isolate only: Redis did not answer"})
+        </h2>
         <table>
           <tbody>
             {OUTCOMES.map((o) => (
@@ -349,8 +417,9 @@ export function SalePage(props: { csrf: string; s: SaleSnapshot; cfg: Pick<Secki
           </tbody>
         </table>
         <p class="note">
-          Outcomes are summed across isolates (each isolate adds its counts every few seconds), including the answers the fast lane gives from memory
-          (sold-out memo, a buyer's own order); the last row is the serving isolate's fast-lane total over all vouchers.
+          Outcomes are summed across isolates (each isolate adds its counts every few seconds), including the answers
+          the fast lane gives from memory (sold-out memo, a buyer's own order); the last row is the serving isolate's
+          fast-lane total over all vouchers.
         </p>
       </div>
     </Shell>
@@ -360,7 +429,10 @@ export function SalePage(props: { csrf: string; s: SaleSnapshot; cfg: Pick<Secki
 type CellValue = string | number | boolean | null | undefined | readonly unknown[] | object;
 
 /** A plain table of records, one column per named field (operations pages). */
-export function Table<R extends { [K in C]: CellValue }, C extends keyof R & string>(props: { rows: readonly R[]; cols: readonly C[] }) {
+export function Table<R extends { [K in C]: CellValue }, C extends keyof R & string>(props: {
+  rows: readonly R[];
+  cols: readonly C[];
+}) {
   if (props.rows.length === 0) return <p class="note">None.</p>;
   return (
     <table>
@@ -376,7 +448,14 @@ export function Table<R extends { [K in C]: CellValue }, C extends keyof R & str
           <tr>
             {props.cols.map((c) => {
               const v: CellValue = r[c];
-              const text = v === null || v === undefined ? "" : Array.isArray(v) ? v.join("; ") : typeof v === "object" ? JSON.stringify(v) : String(v);
+              const text =
+                v === null || v === undefined
+                  ? ""
+                  : Array.isArray(v)
+                    ? v.join("; ")
+                    : typeof v === "object"
+                      ? JSON.stringify(v)
+                      : String(v);
               return <td class={typeof v === "number" ? "n" : undefined}>{text}</td>;
             })}
           </tr>
@@ -389,33 +468,66 @@ export function Table<R extends { [K in C]: CellValue }, C extends keyof R & str
 export function OpsPage(props: { csrf: string; flash?: Flash; snapshot: OpsSnapshot; zone: string }) {
   const { snapshot: o, zone } = props;
   const { admission: a, listing: l, hot } = o;
-  const breakers = Object.entries(o.breakers).map(([dependency, g]) => ({ dependency, ...g, lastOpenedAt: at(g.lastOpenedAt, zone) }));
+  const breakers = Object.entries(o.breakers).map(([dependency, g]) => ({
+    dependency,
+    ...g,
+    lastOpenedAt: at(g.lastOpenedAt, zone),
+  }));
   const open = breakers.filter((b) => b.state !== "closed").map((b) => b.dependency);
   const promotedHere = new Set((hot?.promotedHere ?? []).map((k) => `${k.module}:${k.key}`));
-  const hotTop = (hot?.top ?? []).map((k) => ({ ...k, promotedHere: promotedHere.has(`${k.module}:${k.key}`) ? "yes" : "" }));
+  const hotTop = (hot?.top ?? []).map((k) => ({
+    ...k,
+    promotedHere: promotedHere.has(`${k.module}:${k.key}`) ? "yes" : "",
+  }));
   const cache = Object.entries(o.cache.modules).map(([module, m]) => ({ module, ...m }));
-  const refunds = o.refunds.map((r) => ({ ...r, nextAttemptAt: at(r.nextAttemptAt, zone), createTime: at(r.createTime, zone) }));
+  const refunds = o.refunds.map((r) => ({
+    ...r,
+    nextAttemptAt: at(r.nextAttemptAt, zone),
+    createTime: at(r.createTime, zone),
+  }));
   const writerCols = Object.keys(o.writer) as (keyof typeof o.writer)[];
   return (
     <Shell title="Operations" csrf={props.csrf}>
       <FlashLine flash={props.flash} />
       {o.unavailable.length > 0 && (
         <p class="flash bad" data-k="unavailable">
-          Shown empty, their dependency did not answer: {o.unavailable.map((u) => `${u.section}: ${u.error}`).join("; ")}.
+          Shown empty, their dependency did not answer:{" "}
+          {o.unavailable.map((u) => `${u.section}: ${u.error}`).join("; ")}.
         </p>
       )}
       <h2>Dependency breakers (this isolate)</h2>
       <p class="note" data-k="breakers-open">
-        {open.length === 0 ? "All closed." : `Not closed: ${open.join(", ")} — non-core features are off while Redis's is, seckill fails closed.`} Per
-        isolate, like GET /admin/resilience: another isolate may see otherwise.
+        {open.length === 0
+          ? "All closed."
+          : `Not closed: ${open.join(", ")} — non-core features are off while Redis's is, seckill fails closed.`}{" "}
+        Per isolate, like GET /admin/resilience: another isolate may see otherwise.
       </p>
-      <Table rows={breakers} cols={["dependency", "state", "timeoutMs", "calls", "failures", "timeouts", "rejected", "opened", "lastOpenedAt", "lastFailure", "retryAfterSeconds"]} />
+      <Table
+        rows={breakers}
+        cols={[
+          "dependency",
+          "state",
+          "timeoutMs",
+          "calls",
+          "failures",
+          "timeouts",
+          "rejected",
+          "opened",
+          "lastOpenedAt",
+          "lastFailure",
+          "retryAfterSeconds",
+        ]}
+      />
       <h2>Hot keys (across isolates, this and the previous minute)</h2>
       {hot ? (
         <>
           <p class="note">
-            Promoted at ≥ {hot.rule.reads} fresh L1 reads in {hot.rule.windowMs} ms; a promoted key stays fresh in L1 for {hot.rule.l1TtlMs} ms. Promoted in this
-            isolate: <span data-k="promoted-here">{hot.promotedHere.length === 0 ? "none" : hot.promotedHere.map((k) => `${k.module}:${k.key}`).join(", ")}</span>.
+            Promoted at ≥ {hot.rule.reads} fresh L1 reads in {hot.rule.windowMs} ms; a promoted key stays fresh in L1
+            for {hot.rule.l1TtlMs} ms. Promoted in this isolate:{" "}
+            <span data-k="promoted-here">
+              {hot.promotedHere.length === 0 ? "none" : hot.promotedHere.map((k) => `${k.module}:${k.key}`).join(", ")}
+            </span>
+            .
           </p>
           <Table rows={hotTop} cols={["module", "key", "reads", "isolates", "promotedHere"]} />
         </>
@@ -425,17 +537,21 @@ export function OpsPage(props: { csrf: string; flash?: Flash; snapshot: OpsSnaps
       <h2>Limiters (this isolate)</h2>
       <h3>Seckill admission</h3>
       <p class="note">
-        {a.limits ? `At most ${a.limits.perVoucher} attempts per second per voucher, ${a.limits.total} across vouchers (deployment-wide).` : "Off (SECKILL_ADMISSION_PER_SECOND=0)."}{" "}
-        Rate-limit blocks remembered: <b data-k="blocks">{a.blocks}</b> ({a.blocksActive} still running). Leases {a.stats.leases}, tokens granted {a.stats.granted},
-        refused from memory {a.stats.refused} (admission) + {a.stats.blockedFromMemory} (blocks).
+        {a.limits
+          ? `At most ${a.limits.perVoucher} attempts per second per voucher, ${a.limits.total} across vouchers (deployment-wide).`
+          : "Off (SECKILL_ADMISSION_PER_SECOND=0)."}{" "}
+        Rate-limit blocks remembered: <b data-k="blocks">{a.blocks}</b> ({a.blocksActive} still running). Leases{" "}
+        {a.stats.leases}, tokens granted {a.stats.granted}, refused from memory {a.stats.refused} (admission) +{" "}
+        {a.stats.blockedFromMemory} (blocks).
       </p>
       <Table rows={a.gates} cols={["voucherId", "tokens", "spent", "seen", "leasing"]} />
       <h3>Listing limit per address</h3>
       {l ? (
         <>
           <p class="note">
-            {l.limit} requests per {l.windowMs} ms per address. Tracked <b data-k="listing-tracked">{l.tracked}</b> / {l.max}, at the limit now{" "}
-            <b data-k="listing-blocked">{l.blocked}</b>, waiting for the sync {l.pendingSync}, last sync {l.lastSyncAt === null ? "never" : at(l.lastSyncAt, zone)}.
+            {l.limit} requests per {l.windowMs} ms per address. Tracked <b data-k="listing-tracked">{l.tracked}</b> /{" "}
+            {l.max}, at the limit now <b data-k="listing-blocked">{l.blocked}</b>, waiting for the sync {l.pendingSync},
+            last sync {l.lastSyncAt === null ? "never" : at(l.lastSyncAt, zone)}.
           </p>
           <Table rows={l.top} cols={["address", "estimate", "blocked"]} />
         </>
@@ -443,12 +559,29 @@ export function OpsPage(props: { csrf: string; flash?: Flash; snapshot: OpsSnaps
         <p class="note">Off (LISTING_IP_LIMIT=0).</p>
       )}
       <h2>Reconcile (Redis ↔ MySQL)</h2>
-      <p class="note">Last report: {o.reconcile?.at ? at(o.reconcile.at, zone) : "never"}. The cron runs it every minute.</p>
+      <p class="note">
+        Last report: {o.reconcile?.at ? at(o.reconcile.at, zone) : "never"}. The cron runs it every minute.
+      </p>
       <form method="post" action="/console/ops/reconcile">
         <Csrf token={props.csrf} />
         <button type="submit">Run reconcile now</button>
       </form>
-      <Table rows={o.reconcile?.vouchers ?? []} cols={["voucherId", "shopId", "initial", "redisStock", "buyers", "pending", "mysqlStock", "activeOrders", "ok", "drift", "repaired"]} />
+      <Table
+        rows={o.reconcile?.vouchers ?? []}
+        cols={[
+          "voucherId",
+          "shopId",
+          "initial",
+          "redisStock",
+          "buyers",
+          "pending",
+          "mysqlStock",
+          "activeOrders",
+          "ok",
+          "drift",
+          "repaired",
+        ]}
+      />
       <h2>Order writer (this isolate)</h2>
       <Table rows={[o.writer]} cols={writerCols} />
       <h2>Cache hit rates per module</h2>
@@ -458,16 +591,27 @@ export function OpsPage(props: { csrf: string; flash?: Flash; snapshot: OpsSnaps
       <p class="note">Over the range: {o.uv.total}.</p>
       <Table rows={o.uv.days} cols={["date", "uv"]} />
       <h2>Refunds (newest 20)</h2>
-      <Table rows={refunds} cols={["id", "orderId", "amount", "state", "attempts", "lastError", "nextAttemptAt", "createTime"]} />
+      <Table
+        rows={refunds}
+        cols={["id", "orderId", "amount", "state", "attempts", "lastError", "nextAttemptAt", "createTime"]}
+      />
       <h2>Dead-lettered QStash messages</h2>
       <p class="note">
-        Listed, re-driven and deleted on <a href="/console/dlq">Dead letters</a> (GET /admin/dlq and its actions in the API).
+        Listed, re-driven and deleted on <a href="/console/dlq">Dead letters</a> (GET /admin/dlq and its actions in the
+        API).
       </p>
     </Shell>
   );
 }
 
-export function OrdersPage(props: { csrf: string; id: string; userId: string; error?: string; orders: OrderView[] | null; zone: string }) {
+export function OrdersPage(props: {
+  csrf: string;
+  id: string;
+  userId: string;
+  error?: string;
+  orders: OrderView[] | null;
+  zone: string;
+}) {
   const rows = props.orders?.map((o) => ({
     id: o.id,
     userId: o.userId,
@@ -494,7 +638,14 @@ export function OrdersPage(props: { csrf: string; id: string; userId: string; er
 }
 
 /** One POST form of the dead-letter page: a button, the CSRF token, and hidden fields. */
-function DlqAction(props: { csrf: string; action: string; label: string; danger?: boolean; fields?: Record<string, string>; children?: Child }) {
+function DlqAction(props: {
+  csrf: string;
+  action: string;
+  label: string;
+  danger?: boolean;
+  fields?: Record<string, string>;
+  children?: Child;
+}) {
   return (
     <form method="post" action={props.action}>
       <Csrf token={props.csrf} />
@@ -544,7 +695,14 @@ function DeadLetterRow(props: { m: DeadLetter; csrf: string; zone: string; filte
  * The dead-letter queue: one page of entries (newest first) with the failed callback's status and
  * answer, re-drive or delete each, or all of them (those matching the URL filter, when one is set).
  */
-export function DlqPage(props: { csrf: string; zone: string; page: DeadLetterPage | null; error?: string; flash?: Flash; url: string }) {
+export function DlqPage(props: {
+  csrf: string;
+  zone: string;
+  page: DeadLetterPage | null;
+  error?: string;
+  flash?: Flash;
+  url: string;
+}) {
   const { page, url } = props;
   const filter: Record<string, string> = url ? { url } : {};
   const scope = url ? "matching the filter" : "in the queue";
@@ -552,8 +710,9 @@ export function DlqPage(props: { csrf: string; zone: string; page: DeadLetterPag
     <Shell title="Dead letters" csrf={props.csrf}>
       <FlashLine flash={props.flash} />
       <p class="note">
-        QStash messages whose delivery failed past their retries. Re-driving publishes a fresh copy, due now (our callbacks are idempotent: a message that
-        had in fact been handled changes nothing), and removes the entry. Bodies and answers are excerpts, secrets scrubbed.
+        QStash messages whose delivery failed past their retries. Re-driving publishes a fresh copy, due now (our
+        callbacks are idempotent: a message that had in fact been handled changes nothing), and removes the entry.
+        Bodies and answers are excerpts, secrets scrubbed.
       </p>
       <form class="card" method="get" action="/console/dlq">
         <label for="dlq-url">Destination URL (exact; empty = all)</label>
@@ -571,8 +730,19 @@ export function DlqPage(props: { csrf: string; zone: string; page: DeadLetterPag
       {page && page.messages.length > 0 && (
         <>
           <div class="actions">
-            <DlqAction csrf={props.csrf} action="/console/dlq/retry-all" label={`Re-drive all ${scope}`} fields={filter} />
-            <DlqAction csrf={props.csrf} action="/console/dlq/delete-all" label={`Delete all ${scope}`} danger fields={filter}>
+            <DlqAction
+              csrf={props.csrf}
+              action="/console/dlq/retry-all"
+              label={`Re-drive all ${scope}`}
+              fields={filter}
+            />
+            <DlqAction
+              csrf={props.csrf}
+              action="/console/dlq/delete-all"
+              label={`Delete all ${scope}`}
+              danger
+              fields={filter}
+            >
               <label>
                 <input type="checkbox" name="confirm" value="yes" required /> yes, delete them
               </label>{" "}
@@ -598,7 +768,9 @@ export function DlqPage(props: { csrf: string; zone: string; page: DeadLetterPag
           </table>
           {page.cursor && (
             <p>
-              <a href={`/console/dlq?${new URLSearchParams({ ...filter, cursor: page.cursor }).toString()}`}>Next page</a>
+              <a href={`/console/dlq?${new URLSearchParams({ ...filter, cursor: page.cursor }).toString()}`}>
+                Next page
+              </a>
             </p>
           )}
         </>

@@ -46,16 +46,24 @@ export function splitStatements(sql: string): string[] {
     .filter((s) => s.length > 0);
 }
 
-export async function migrate(db: DbPort, migrations: Migration[], onProgress?: (msg: string) => void): Promise<MigrateResult> {
+export async function migrate(
+  db: DbPort,
+  migrations: Migration[],
+  onProgress?: (msg: string) => void,
+): Promise<MigrateResult> {
   await db.execute(LEDGER);
-  const rows = (await db.execute("SELECT name, checksum FROM schema_migrations")).rows as { name: string; checksum: string }[];
+  const rows = (await db.execute("SELECT name, checksum FROM schema_migrations")).rows as {
+    name: string;
+    checksum: string;
+  }[];
   const done = new Map(rows.map((r) => [r.name, r.checksum]));
   const result: MigrateResult = { applied: [], skipped: [] };
   for (const m of [...migrations].sort((a, b) => a.name.localeCompare(b.name))) {
     const checksum = await sha256Hex(m.sql);
     const previous = done.get(m.name);
     if (previous !== undefined) {
-      if (previous !== checksum) throw new Error(`migration ${m.name} changed after it was applied (write a new migration instead)`);
+      if (previous !== checksum)
+        throw new Error(`migration ${m.name} changed after it was applied (write a new migration instead)`);
       result.skipped.push(m.name);
       continue;
     }

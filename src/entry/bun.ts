@@ -4,12 +4,12 @@
  */
 import { createApp } from "../app.ts";
 import { createDeps } from "../deps.ts";
-import { ConfigError, parseEnv } from "../env.ts";
+import { type Config, ConfigError, parseEnv } from "../env.ts";
 import type { ClientEnv } from "../http/client-ip.ts";
 import { cronJobs, runCron } from "../jobs/index.ts";
 import { runtimes } from "../runtime.ts";
 
-let config;
+let config: Config;
 try {
   config = parseEnv(process.env);
 } catch (err) {
@@ -19,7 +19,9 @@ try {
 
 const pending = new Set<Promise<unknown>>();
 const track = (p: Promise<unknown>) => {
-  const settled = p.catch((err: unknown) => deps.log.error("background task failed", { err })).finally(() => pending.delete(settled));
+  const settled = p
+    .catch((err: unknown) => deps.log.error("background task failed", { err }))
+    .finally(() => pending.delete(settled));
   pending.add(settled);
 };
 const deps = createDeps(config, { waitUntil: track, runtime: runtimes.bun });

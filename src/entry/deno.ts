@@ -3,7 +3,7 @@
  */
 import { createApp } from "../app.ts";
 import { createDeps } from "../deps.ts";
-import { ConfigError, parseEnv } from "../env.ts";
+import { type Config, ConfigError, parseEnv } from "../env.ts";
 import type { ClientEnv } from "../http/client-ip.ts";
 import { cronJobs, runCron } from "../jobs/index.ts";
 import { runtimes } from "../runtime.ts";
@@ -18,7 +18,7 @@ declare const Deno: {
   cron?: (name: string, schedule: string, fn: () => Promise<unknown>) => unknown;
 };
 
-let config;
+let config: Config;
 try {
   config = parseEnv(Deno.env.toObject());
 } catch (err) {
@@ -32,7 +32,11 @@ const ctx = { waitUntil: deps.waitUntil, passThroughOnException() {}, props: {} 
 const hostname = Deno.env.toObject().HOST ?? "127.0.0.1";
 
 Deno.serve(
-  { port: config.PORT, hostname, onListen: ({ port }) => deps.log.info("listening", { url: `http://${hostname}:${port}/` }) },
+  {
+    port: config.PORT,
+    hostname,
+    onListen: ({ port }) => deps.log.info("listening", { url: `http://${hostname}:${port}/` }),
+  },
   // The socket's peer: request headers never name the client on Deno (src/http/client-ip.ts).
   (req, info) => app.fetch(req, { clientIp: info.remoteAddr.hostname } satisfies ClientEnv, ctx),
 );

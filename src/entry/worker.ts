@@ -32,7 +32,7 @@ function badEnvironment(err: unknown): Response {
 
 export default {
   async fetch(request, env, ctx) {
-    let app;
+    let app: ReturnType<typeof build>["app"];
     try {
       app = build(env).app;
     } catch (err) {

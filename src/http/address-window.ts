@@ -58,7 +58,8 @@ export const publicBodyGate = createMiddleware<AppEnv>(async (c, next) => {
   const now = deps.clock.now();
   const gate = deps.isolate.publicBodies;
   const wait = gate.refusedFor(address, now);
-  if (wait > 0) throw new AppError("RATE_LIMITED", "too many requests from this address", { retryAfterSeconds: wait / 1000 });
+  if (wait > 0)
+    throw new AppError("RATE_LIMITED", "too many requests from this address", { retryAfterSeconds: wait / 1000 });
   gate.count(address, now);
   await next();
 });

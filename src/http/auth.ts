@@ -98,7 +98,11 @@ export function isOperator(authorization: string | undefined, adminToken: string
 
 export const requireOperator = createMiddleware<AppEnv>(async (c, next) => {
   const deps = c.get("deps");
-  await checkOperatorAttempt(deps, limitAddress(c, deps.config), isOperator(c.req.header("authorization"), deps.config.ADMIN_TOKEN));
+  await checkOperatorAttempt(
+    deps,
+    limitAddress(c, deps.config),
+    isOperator(c.req.header("authorization"), deps.config.ADMIN_TOKEN),
+  );
   await next();
 });
 
@@ -110,9 +114,15 @@ export async function checkOperatorAttempt(deps: Deps, address: string, valid: b
   const attempts = deps.isolate.operatorAttempts;
   const now = deps.clock.now();
   const refused = attempts.refusedFor(address, now);
-  if (refused > 0) throw new AppError("RATE_LIMITED", "too many failed operator sign-ins from this address", { retryAfterSeconds: refused / 1000 });
+  if (refused > 0)
+    throw new AppError("RATE_LIMITED", "too many failed operator sign-ins from this address", {
+      retryAfterSeconds: refused / 1000,
+    });
   if (valid) return;
   const blocked = await attempts.failed(address, now);
-  if (blocked > 0) throw new AppError("RATE_LIMITED", "too many failed operator sign-ins from this address", { retryAfterSeconds: blocked / 1000 });
+  if (blocked > 0)
+    throw new AppError("RATE_LIMITED", "too many failed operator sign-ins from this address", {
+      retryAfterSeconds: blocked / 1000,
+    });
   throw new AppError("UNAUTHORIZED", "operator credentials required");
 }

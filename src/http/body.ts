@@ -84,7 +84,11 @@ function bytesOf(limit: ByteLimit, c: Context<AppEnv>): number {
 }
 
 const failureOf = (code: string) => ({
-  "application/json": { schema: { allOf: [{ $ref: "#/components/schemas/Failure" }, { type: "object", properties: { code: { enum: [code] } } }] } },
+  "application/json": {
+    schema: {
+      allOf: [{ $ref: "#/components/schemas/Failure" }, { type: "object", properties: { code: { enum: [code] } } }],
+    },
+  },
 });
 
 /**
@@ -97,8 +101,14 @@ function documented<M extends object>(middleware: M, limits: BodyLimits): M {
   const spec = {
     "x-body-limits": limits,
     responses: {
-      413: { description: "Body too large (its Content-Length, or as it streams in): PAYLOAD_TOO_LARGE", content: failureOf("PAYLOAD_TOO_LARGE") },
-      415: { description: `A non-empty body of another type than ${takes} (an empty body of any type is accepted): UNSUPPORTED_MEDIA_TYPE`, content: failureOf("UNSUPPORTED_MEDIA_TYPE") },
+      413: {
+        description: "Body too large (its Content-Length, or as it streams in): PAYLOAD_TOO_LARGE",
+        content: failureOf("PAYLOAD_TOO_LARGE"),
+      },
+      415: {
+        description: `A non-empty body of another type than ${takes} (an empty body of any type is accepted): UNSUPPORTED_MEDIA_TYPE`,
+        content: failureOf("UNSUPPORTED_MEDIA_TYPE"),
+      },
     },
   };
   return Object.defineProperty(middleware, uniqueSymbol, { value: { spec }, configurable: true, enumerable: false });
@@ -113,7 +123,10 @@ function mediaTypeOf(headers: Headers): string {
 }
 
 function unsupported(type: string, takes: string): AppError {
-  return new AppError("UNSUPPORTED_MEDIA_TYPE", `${type ? `content type ${type}` : "a body without a content type"} is not accepted here (this route takes ${takes})`);
+  return new AppError(
+    "UNSUPPORTED_MEDIA_TYPE",
+    `${type ? `content type ${type}` : "a body without a content type"} is not accepted here (this route takes ${takes})`,
+  );
 }
 
 /**
@@ -123,7 +136,12 @@ function unsupported(type: string, takes: string): AppError {
  * the first non-empty chunk is read and the rest never pulled. An empty stream read here is left
  * in Hono's body cache as an empty body for whatever reads it next.
  */
-async function refuseUnlessEmpty(c: Context<AppEnv>, body: ReadableStream<Uint8Array>, type: string, takes: string): Promise<void> {
+async function refuseUnlessEmpty(
+  c: Context<AppEnv>,
+  body: ReadableStream<Uint8Array>,
+  type: string,
+  takes: string,
+): Promise<void> {
   const headers = c.req.raw.headers;
   const declared = headers.has("transfer-encoding") ? null : headers.get("content-length");
   if (declared !== null) {
@@ -197,7 +215,8 @@ export function jsonBody(maxBytes: number) {
       } catch {
         throw new AppError("INVALID_INPUT", "body is not valid UTF-8");
       }
-      if (jsonDepthExceeded(text, MAX_JSON_DEPTH) >= 0) throw new AppError("INVALID_INPUT", `JSON nested deeper than ${MAX_JSON_DEPTH} levels`);
+      if (jsonDepthExceeded(text, MAX_JSON_DEPTH) >= 0)
+        throw new AppError("INVALID_INPUT", `JSON nested deeper than ${MAX_JSON_DEPTH} levels`);
       // Hono's body cache holds promises (its type says values): `c.req.json()` reads this text.
       (c.req.bodyCache as { text?: Promise<string> }).text = Promise.resolve(text);
       return await next();
@@ -275,7 +294,11 @@ export function streamLimit(maxBytes: number) {
 function countOccurrences(haystack: Uint8Array, needle: Uint8Array, stopAfter: number): number {
   let n = 0;
   const first = needle[0] as number;
-  for (let at = haystack.indexOf(first); at >= 0 && at <= haystack.length - needle.length; at = haystack.indexOf(first, at + 1)) {
+  for (
+    let at = haystack.indexOf(first);
+    at >= 0 && at <= haystack.length - needle.length;
+    at = haystack.indexOf(first, at + 1)
+  ) {
     let i = 1;
     while (i < needle.length && haystack[at + i] === needle[i]) i++;
     if (i === needle.length) {
@@ -293,7 +316,11 @@ function countOccurrences(haystack: Uint8Array, needle: Uint8Array, stopAfter: n
  * to hold a whole earlier match) and stopping — cancelling the rest — with `count.tooMany()` once
  * more than `count.max` have passed.
  */
-export async function readCapped(body: ReadableStream<Uint8Array>, max: number, count?: { needle: Uint8Array; max: number; tooMany: () => Error }): Promise<Uint8Array> {
+export async function readCapped(
+  body: ReadableStream<Uint8Array>,
+  max: number,
+  count?: { needle: Uint8Array; max: number; tooMany: () => Error },
+): Promise<Uint8Array> {
   const reader = body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
@@ -363,7 +390,8 @@ export function multipartBody(maxBytes: ByteLimit, maxParts: number, tooLargeMes
           tooMany: () => new AppError("PAYLOAD_TOO_LARGE", `at most ${maxParts} parts in a multipart body`),
         });
       } catch (err) {
-        if (err instanceof AppError && err.code === "PAYLOAD_TOO_LARGE" && err.message.startsWith("body larger")) throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
+        if (err instanceof AppError && err.code === "PAYLOAD_TOO_LARGE" && err.message.startsWith("body larger"))
+          throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
         throw err;
       }
       const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;

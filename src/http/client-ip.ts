@@ -51,7 +51,10 @@ export function limitKeyOf(ip: string, prefixBits = 64): string {
   const [head = "", tail] = lower.split("::", 2);
   const left = head === "" ? [] : head.split(":");
   const right = tail === undefined || tail === "" ? [] : tail.split(":");
-  const groups = tail === undefined ? left : [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right];
+  const groups =
+    tail === undefined
+      ? left
+      : [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right];
   if (groups.length !== 8 || !groups.every((g) => /^[0-9a-f]{1,4}$/.test(g))) return lower; // not plain IPv6: as is
   const kept = Math.ceil(prefixBits / 16);
   const out = groups.slice(0, kept).map((g, i) => {
@@ -68,6 +71,10 @@ export function limitAddress(c: Context, config: Pick<Config, "TRUST_PROXY" | "L
 }
 
 /** The same from the raw parts (the fast lane). */
-export function limitAddressOf(headers: Headers, env: ClientEnv | undefined, config: Pick<Config, "TRUST_PROXY" | "LIMIT_IPV6_PREFIX">): string {
+export function limitAddressOf(
+  headers: Headers,
+  env: ClientEnv | undefined,
+  config: Pick<Config, "TRUST_PROXY" | "LIMIT_IPV6_PREFIX">,
+): string {
   return limitKeyOf(clientIpOf(headers, env, config.TRUST_PROXY), config.LIMIT_IPV6_PREFIX);
 }

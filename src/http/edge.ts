@@ -72,7 +72,10 @@ export function requestDepsMemo(deps: Deps): (ctx: ExecutionContext | undefined)
     if (!ctx) return deps;
     if (ctx !== memoCtx) {
       memoCtx = ctx;
-      memoDeps = { ...deps, waitUntil: (p) => ctx.waitUntil(p.catch((err: unknown) => deps.log.error("background task failed", { err }))) };
+      memoDeps = {
+        ...deps,
+        waitUntil: (p) => ctx.waitUntil(p.catch((err: unknown) => deps.log.error("background task failed", { err }))),
+      };
     }
     return memoDeps;
   };
@@ -83,7 +86,9 @@ export function requestDepsMemo(deps: Deps): (ctx: ExecutionContext | undefined)
  * and its <img>/fetch of uploads). /health, /internal and /admin get no CORS headers.
  */
 function isCorsPath(path: string): boolean {
-  return path.startsWith("/api") ? path.length === 4 || path.charCodeAt(4) === 47 : path.startsWith("/imgs") && (path.length === 5 || path.charCodeAt(5) === 47);
+  return path.startsWith("/api")
+    ? path.length === 4 || path.charCodeAt(4) === 47
+    : path.startsWith("/imgs") && (path.length === 5 || path.charCodeAt(5) === 47);
 }
 
 /**
@@ -121,10 +126,17 @@ class RequestLog implements Logger {
 }
 
 export function createEdge(deps: Deps): MiddlewareHandler<AppEnv> {
-  const origins = deps.config.CORS_ORIGINS.split(",").map((s) => s.trim()).filter(Boolean);
+  const origins = deps.config.CORS_ORIGINS.split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   const anyOrigin = origins.includes("*");
   // Preflights are rare: hono's cors answers them as before.
-  const preflight = cors({ origin: anyOrigin ? "*" : origins, allowHeaders: CORS_ALLOW_HEADERS, exposeHeaders: CORS_EXPOSE.split(","), maxAge: 600 });
+  const preflight = cors({
+    origin: anyOrigin ? "*" : origins,
+    allowHeaders: CORS_ALLOW_HEADERS,
+    exposeHeaders: CORS_EXPOSE.split(","),
+    maxAge: 600,
+  });
   // The per-request debug line costs an object, two clock reads and a log call: only when it is written.
   const logRequests = deps.log.enabled("debug");
 
@@ -177,7 +189,13 @@ export function createEdge(deps: Deps): MiddlewareHandler<AppEnv> {
     deps.isolate.caches.metrics.maybeFlush(reqDeps);
     deps.isolate.saleCounters.maybeFlush(reqDeps);
     if (!logRequests) return;
-    deps.log.debug("request", { requestId, method: c.req.method, path, status: c.res.status, ms: Math.round((performance.now() - started) * 100) / 100 });
+    deps.log.debug("request", {
+      requestId,
+      method: c.req.method,
+      path,
+      status: c.res.status,
+      ms: Math.round((performance.now() - started) * 100) / 100,
+    });
   };
 }
 

@@ -43,7 +43,9 @@ export type FastLane = (req: Request, env: unknown, ctx: ExecutionContext | unde
 
 export function createFastLane(deps: Deps): FastLane | undefined {
   if (deps.log.enabled("debug")) return undefined;
-  const origins = deps.config.CORS_ORIGINS.split(",").map((s) => s.trim()).filter(Boolean);
+  const origins = deps.config.CORS_ORIGINS.split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   const anyOrigin = origins.includes("*");
   const caches = deps.isolate.caches;
 
@@ -112,7 +114,14 @@ export function createFastLane(deps: Deps): FastLane | undefined {
     return res;
   };
 
-  const servePrepared = <K extends string | number>(req: Request, module: CacheModule<K, unknown, PreparedResponse>, key: K, env: unknown, ctx: ExecutionContext | undefined, limited = false) => {
+  const servePrepared = <K extends string | number>(
+    req: Request,
+    module: CacheModule<K, unknown, PreparedResponse>,
+    key: K,
+    env: unknown,
+    ctx: ExecutionContext | undefined,
+    limited = false,
+  ) => {
     const p = module.peekFresh(key);
     if (!p) return undefined;
     const reqDeps = depsFor(ctx);
@@ -143,7 +152,15 @@ export function createFastLane(deps: Deps): FastLane | undefined {
         if (!ID.test(id) || Number(id) > Number.MAX_SAFE_INTEGER) return undefined;
         return servePrepared(req, caches.shop as CacheModule<number, unknown, PreparedResponse>, Number(id), env, ctx);
       }
-      if (path === "/api/shop-type/list") return servePrepared(req, caches.shopTypes as CacheModule<string, unknown, PreparedResponse>, "all", env, ctx, true);
+      if (path === "/api/shop-type/list")
+        return servePrepared(
+          req,
+          caches.shopTypes as CacheModule<string, unknown, PreparedResponse>,
+          "all",
+          env,
+          ctx,
+          true,
+        );
       if (path === "/api/user/me") {
         const reqDeps = depsFor(ctx);
         const user = warmUser(req, reqDeps);
@@ -163,7 +180,9 @@ export function createFastLane(deps: Deps): FastLane | undefined {
       const reqDeps = depsFor(ctx);
       const user = warmUser(req, reqDeps);
       if (!user) return undefined;
-      const res = answerFromMemory(reqDeps, Number(id), user.id, () => limitAddressOf(req.headers, env as ClientEnv | undefined, deps.config));
+      const res = answerFromMemory(reqDeps, Number(id), user.id, () =>
+        limitAddressOf(req.headers, env as ClientEnv | undefined, deps.config),
+      );
       if (!res) return undefined;
       deps.isolate.fastLane.seckill++;
       deps.isolate.saleCounters.count(Number(id), res.ok ? "ok" : res.reason);
@@ -173,7 +192,17 @@ export function createFastLane(deps: Deps): FastLane | undefined {
         // Retry-After in whole seconds), with no Redis call.
         const requestId = requestIdOf(req.headers);
         const retryAfter = String(Math.max(1, Math.ceil(res.retryAfterMs / 1000)));
-        return finish(req, jsonTemplate, JSON.stringify(fail("RATE_LIMITED", res.message, requestId)), 429, reqDeps, env, user, requestId, (h) => h.set("retry-after", retryAfter));
+        return finish(
+          req,
+          jsonTemplate,
+          JSON.stringify(fail("RATE_LIMITED", res.message, requestId)),
+          429,
+          reqDeps,
+          env,
+          user,
+          requestId,
+          (h) => h.set("retry-after", retryAfter),
+        );
       }
       return finish(req, jsonTemplate, JSON.stringify(seckillEnvelope(res)), 200, reqDeps, env, user);
     }

@@ -23,7 +23,13 @@ export class HeaderTemplate {
 }
 
 /** A response with the template's headers; `extra` adds the per-request ones. */
-export function respondWith(runtime: Runtime, template: HeaderTemplate, body: BodyInit | null, status: number, extra?: (h: Headers) => void): Response {
+export function respondWith(
+  runtime: Runtime,
+  template: HeaderTemplate,
+  body: BodyInit | null,
+  status: number,
+  extra?: (h: Headers) => void,
+): Response {
   if (runtime.headersByCopy) {
     const h = new Headers(template.headers);
     extra?.(h);

@@ -74,7 +74,6 @@ export function parseIdempotencyKey(header: string): string | null {
   return out.length >= 1 && out.length <= MAX_KEY_CHARS ? out : null;
 }
 
-
 function concat(head: Uint8Array, body: Uint8Array): Uint8Array {
   const out = new Uint8Array(head.byteLength + body.byteLength);
   out.set(head);
@@ -96,9 +95,13 @@ async function requestBytes<E extends AppEnv>(c: Context<E>, maxBytes: number): 
   const raw = c.req.raw;
   if (!raw.body) return EMPTY;
   const declared = raw.headers.get("content-length");
-  if (declared !== null && !(Number(declared) <= maxBytes)) throw new AppError("PAYLOAD_TOO_LARGE", `body larger than ${maxBytes} bytes`);
+  if (declared !== null && !(Number(declared) <= maxBytes))
+    throw new AppError("PAYLOAD_TOO_LARGE", `body larger than ${maxBytes} bytes`);
   const bytes = await readCapped(raw.body, maxBytes);
-  const whole = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? (bytes.buffer as ArrayBuffer) : (bytes.slice().buffer as ArrayBuffer);
+  const whole =
+    bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength
+      ? (bytes.buffer as ArrayBuffer)
+      : (bytes.slice().buffer as ArrayBuffer);
   cache.arrayBuffer = Promise.resolve(whole);
   return bytes;
 }
@@ -124,7 +127,13 @@ function parseRecord(raw: unknown): { running: true; f: string } | ({ running: f
   try {
     const body = JSON.parse(raw.slice(1)) as Record<string, unknown>;
     if (raw[0] === "r" && typeof body.f === "string") return { running: true, f: body.f };
-    if (raw[0] === "d" && typeof body.f === "string" && typeof body.s === "number" && typeof body.b === "string" && Array.isArray(body.h)) {
+    if (
+      raw[0] === "d" &&
+      typeof body.f === "string" &&
+      typeof body.s === "number" &&
+      typeof body.b === "string" &&
+      Array.isArray(body.h)
+    ) {
       return { running: false, f: body.f, s: body.s, h: body.h as [string, string][], b: body.b };
     }
   } catch {
@@ -177,19 +186,31 @@ type BodyCap = number | ((config: Config) => number);
 /** Who the caller is, as part of the scope: never a raw credential (the scope is hashed anyway). */
 type CallerOf = () => Promise<string> | string;
 
-async function guard<E extends AppEnv>(c: Context<E>, next: Next, callerOf: CallerOf, cap: BodyCap): Promise<Response | undefined> {
+async function guard<E extends AppEnv>(
+  c: Context<E>,
+  next: Next,
+  callerOf: CallerOf,
+  cap: BodyCap,
+): Promise<Response | undefined> {
   const header = c.req.raw.headers.get(IDEMPOTENCY_HEADER);
   if (header === null) {
     await next();
     return;
   }
   const key = parseIdempotencyKey(header);
-  if (key === null) throw new AppError("INVALID_INPUT", "Idempotency-Key must be 1–255 visible ASCII characters, optionally as a quoted sf-string");
+  if (key === null)
+    throw new AppError(
+      "INVALID_INPUT",
+      "Idempotency-Key must be 1–255 visible ASCII characters, optionally as a quoted sf-string",
+    );
   const deps = c.get("deps");
   const config = deps.config;
   const method = c.req.method;
   const url = new URL(c.req.url);
-  const { type, body } = boundaryFree(c.req.raw.headers.get("content-type") ?? "", await requestBytes(c, typeof cap === "number" ? cap : cap(config)));
+  const { type, body } = boundaryFree(
+    c.req.raw.headers.get("content-type") ?? "",
+    await requestBytes(c, typeof cap === "number" ? cap : cap(config)),
+  );
   // The fingerprint covers what the route reads: method, concrete path and query, content type, body.
   const head = encoder.encode(`${method}\n${url.pathname}${url.search}\n${type}\n`);
   const caller = await callerOf();
@@ -208,7 +229,15 @@ async function guard<E extends AppEnv>(c: Context<E>, next: Next, callerOf: Call
 
   let claim: [number, (string | number)?, number?];
   try {
-    claim = await scripts.idempotencyClaim.exec([recordKey, quotaKey], [running, String(config.IDEMPOTENCY_LOCK_MS), String(config.IDEMPOTENCY_KEYS_PER_HOUR), String((hour + 1) * 3_600_000 - now)]);
+    claim = await scripts.idempotencyClaim.exec(
+      [recordKey, quotaKey],
+      [
+        running,
+        String(config.IDEMPOTENCY_LOCK_MS),
+        String(config.IDEMPOTENCY_KEYS_PER_HOUR),
+        String((hour + 1) * 3_600_000 - now),
+      ],
+    );
   } catch (err) {
     // The claim may have run (a timeout is not a "no"): then the key is "running" under a lease no
     // request will finish, and the client's retry would meet 409 for IDEMPOTENCY_LOCK_MS. This
@@ -216,28 +245,45 @@ async function guard<E extends AppEnv>(c: Context<E>, next: Next, callerOf: Call
     // no-op if the claim never ran or someone else holds the key). A claim still in flight that
     // lands after this release keeps the key until its lease ends — 409s, never a second run.
     deps.waitUntil(
-      scripts.idempotencyFinish.exec([recordKey], [running, "", String(config.IDEMPOTENCY_TTL_SECONDS)]).catch((releaseErr: unknown) => {
-        c.get("log").warn("idempotency claim release after a lost reply failed; the key waits out its lease", { err: releaseErr, path: c.req.path });
-      }),
+      scripts.idempotencyFinish
+        .exec([recordKey], [running, "", String(config.IDEMPOTENCY_TTL_SECONDS)])
+        .catch((releaseErr: unknown) => {
+          c.get("log").warn("idempotency claim release after a lost reply failed; the key waits out its lease", {
+            err: releaseErr,
+            path: c.req.path,
+          });
+        }),
     );
     // Running unguarded would break the promise the client asked for: refuse, retryably.
-    throw new AppError("UNAVAILABLE", "idempotency store unavailable; retry with the same Idempotency-Key", { cause: err, retryAfterSeconds: 1 });
+    throw new AppError("UNAVAILABLE", "idempotency store unavailable; retry with the same Idempotency-Key", {
+      cause: err,
+      retryAfterSeconds: 1,
+    });
   }
   if (claim[0] === 2) {
-    throw new AppError("RATE_LIMITED", `at most ${config.IDEMPOTENCY_KEYS_PER_HOUR} new Idempotency-Keys per hour; retry without a key or later`, {
-      retryAfterSeconds: Math.ceil(Number(claim[1]) / 1000),
-    });
+    throw new AppError(
+      "RATE_LIMITED",
+      `at most ${config.IDEMPOTENCY_KEYS_PER_HOUR} new Idempotency-Keys per hour; retry without a key or later`,
+      {
+        retryAfterSeconds: Math.ceil(Number(claim[1]) / 1000),
+      },
+    );
   }
   if (claim[0] !== 1) {
     const held = parseRecord(claim[1] as string | undefined);
     if (!held) throw new AppError("INTERNAL", "unreadable idempotency record");
-    if (held.f !== fingerprint) throw new AppError("IDEMPOTENCY_KEY_REUSED", "this Idempotency-Key was used with a different request");
+    if (held.f !== fingerprint)
+      throw new AppError("IDEMPOTENCY_KEY_REUSED", "this Idempotency-Key was used with a different request");
     // The first request usually finishes within milliseconds; its lease (claim[2] ms) is only the worst case.
-    if (held.running) throw new AppError("CONFLICT", "a request with this Idempotency-Key is still running", { retryAfterSeconds: 1 });
+    if (held.running)
+      throw new AppError("CONFLICT", "a request with this Idempotency-Key is still running", { retryAfterSeconds: 1 });
     const headers = new Headers(held.h);
     headers.set(REPLAYED_HEADER, "true");
     // A null-body status cannot carry even an empty string in the Fetch API.
-    return new Response(held.s === 204 || held.s === 205 || held.s === 304 ? null : held.b, { status: held.s, headers });
+    return new Response(held.s === 204 || held.s === 205 || held.s === 304 ? null : held.b, {
+      status: held.s,
+      headers,
+    });
   }
 
   let done: string | null = null;
@@ -245,14 +291,25 @@ async function guard<E extends AppEnv>(c: Context<E>, next: Next, callerOf: Call
     await next();
     if (c.error === undefined && c.res.status < 400) {
       const record = await doneRecord(c.res, fingerprint, config.IDEMPOTENCY_MAX_RESPONSE_BYTES);
-      if (record === null) c.get("log").warn("idempotent response not stored (too large or not text)", { path: c.req.path, status: c.res.status });
+      if (record === null)
+        c.get("log").warn("idempotent response not stored (too large or not text)", {
+          path: c.req.path,
+          status: c.res.status,
+        });
       done = record === "refusal" ? null : record;
     }
   } finally {
     // Awaited, not background: a retry that arrives after this response must see the outcome.
     try {
-      const ours = await scripts.idempotencyFinish.exec([recordKey], [running, done ?? "", String(config.IDEMPOTENCY_TTL_SECONDS)]);
-      if (ours !== 1) c.get("log").warn("idempotency lease ended before the request did; outcome not stored", { path: c.req.path, leaseMs: config.IDEMPOTENCY_LOCK_MS });
+      const ours = await scripts.idempotencyFinish.exec(
+        [recordKey],
+        [running, done ?? "", String(config.IDEMPOTENCY_TTL_SECONDS)],
+      );
+      if (ours !== 1)
+        c.get("log").warn("idempotency lease ended before the request did; outcome not stored", {
+          path: c.req.path,
+          leaseMs: config.IDEMPOTENCY_LOCK_MS,
+        });
     } catch (err) {
       // The route's work is done: answer it. The key stays "running" until its lease ends.
       c.get("log").error("idempotency finish failed", { err, path: c.req.path });
@@ -266,7 +323,9 @@ async function guard<E extends AppEnv>(c: Context<E>, next: Next, callerOf: Call
  * route has not read yet (JSON routes' jsonBody runs first and its text is reused).
  */
 export function idempotentUser(maxBodyBytes: BodyCap) {
-  return idempotencyDoc(createMiddleware<UserEnv>((c, next) => guard(c, next, () => `u:${c.get("user").id}`, maxBodyBytes)));
+  return idempotencyDoc(
+    createMiddleware<UserEnv>((c, next) => guard(c, next, () => `u:${c.get("user").id}`, maxBodyBytes)),
+  );
 }
 
 /**
@@ -275,6 +334,13 @@ export function idempotentUser(maxBodyBytes: BodyCap) {
  */
 export function idempotentOperator(maxBodyBytes: BodyCap) {
   return idempotencyDoc(
-    createMiddleware<AppEnv>((c, next) => guard(c, next, async () => `op:${await sha256Hex(encoder.encode(bearer(c.req.header("authorization")) ?? ""))}`, maxBodyBytes)),
+    createMiddleware<AppEnv>((c, next) =>
+      guard(
+        c,
+        next,
+        async () => `op:${await sha256Hex(encoder.encode(bearer(c.req.header("authorization")) ?? ""))}`,
+        maxBodyBytes,
+      ),
+    ),
   );
 }

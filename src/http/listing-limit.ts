@@ -33,7 +33,13 @@ import type { AppEnv } from "../types.ts";
 import { limitAddress } from "./client-ip.ts";
 
 /** The routed paths the limit applies to (Hono patterns); the fast lane checks /api/shop-type/list itself. */
-export const LISTING_PATHS = ["/api/shop/of/type", "/api/shop/of/name", "/api/blog/hot", "/api/voucher/list/:shopId", "/api/shop-type/list"];
+export const LISTING_PATHS = [
+  "/api/shop/of/type",
+  "/api/shop/of/name",
+  "/api/blog/hot",
+  "/api/voucher/list/:shopId",
+  "/api/shop-type/list",
+];
 
 /** Re-exported: the address rule is shared by every per-address limit (http/client-ip.ts). */
 export { limitKeyOf } from "./client-ip.ts";
@@ -75,7 +81,10 @@ export interface ListingLimitSnapshot {
   top: { address: string; estimate: number; blocked: boolean }[];
 }
 
-export type ListingLimitConfig = Pick<Config, "LISTING_IP_LIMIT" | "LISTING_IP_WINDOW_MS" | "LISTING_SYNC_MS" | "LISTING_IP_MAX">;
+export type ListingLimitConfig = Pick<
+  Config,
+  "LISTING_IP_LIMIT" | "LISTING_IP_WINDOW_MS" | "LISTING_SYNC_MS" | "LISTING_IP_MAX"
+>;
 
 /** One isolate's listing limiter (deps.isolate.listingLimit). */
 export class ListingLimiter {
@@ -124,7 +133,8 @@ export class ListingLimiter {
     // When the estimate drops below the limit with no more requests: within this window only the
     // previous window's share decays; past it, this window's count becomes the decaying share.
     // (+1 ms: at the boundary itself the estimate still equals the limit.)
-    if (cur < this.limit) return Math.max(1, Math.ceil(this.windowMs * (1 - (this.limit - cur) / e.prev) - elapsed) + 1);
+    if (cur < this.limit)
+      return Math.max(1, Math.ceil(this.windowMs * (1 - (this.limit - cur) / e.prev) - elapsed) + 1);
     return Math.max(1, Math.ceil(this.windowMs - elapsed + this.windowMs * (1 - this.limit / cur)) + 1);
   }
 
@@ -241,7 +251,10 @@ export function listingLimit(deps: Deps): MiddlewareHandler<AppEnv> | undefined 
     const now = reqDeps.clock.now();
     const waitMs = limiter.check(limitAddress(c, reqDeps.config), now);
     limiter.maybeSync(reqDeps, now);
-    if (waitMs > 0) throw new AppError("RATE_LIMITED", "too many listing requests from this address", { retryAfterSeconds: waitMs / 1000 });
+    if (waitMs > 0)
+      throw new AppError("RATE_LIMITED", "too many listing requests from this address", {
+        retryAfterSeconds: waitMs / 1000,
+      });
     await next();
   };
 }

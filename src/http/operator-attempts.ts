@@ -23,7 +23,13 @@ export class OperatorAttempts {
     this.limiter =
       config.OPERATOR_AUTH_FAILURES === 0
         ? null
-        : new Ratelimit({ redis, analytics: false, timeout: RATELIMIT_FAIL_CLOSED, limiter: Ratelimit.slidingWindow(config.OPERATOR_AUTH_FAILURES, `${config.OPERATOR_AUTH_WINDOW_SECONDS} s`), prefix: "rl:op:fail" });
+        : new Ratelimit({
+            redis,
+            analytics: false,
+            timeout: RATELIMIT_FAIL_CLOSED,
+            limiter: Ratelimit.slidingWindow(config.OPERATOR_AUTH_FAILURES, `${config.OPERATOR_AUTH_WINDOW_SECONDS} s`),
+            prefix: "rl:op:fail",
+          });
   }
 
   /** ms this address is still refused for (0: it may try). Memory only. */

@@ -13,7 +13,10 @@ import { validationHook } from "../errors.ts";
  * schemas has an async refinement; should one ever get one, zod throws `$ZodAsyncError` from the
  * sync parse and we fall back to the async one, so results never differ.
  */
-function parseFast(schema: z.ZodType, value: unknown): z.ZodSafeParseResult<unknown> | Promise<z.ZodSafeParseResult<unknown>> {
+function parseFast(
+  schema: z.ZodType,
+  value: unknown,
+): z.ZodSafeParseResult<unknown> | Promise<z.ZodSafeParseResult<unknown>> {
   try {
     return schema.safeParse(value);
   } catch (err) {
@@ -61,7 +64,11 @@ export const Current = queryInt(1, 10_000).default(1);
  * A positive id in a JSON body: a JSON number (not `"1"`), integral, ≤ 2^53 − 1 (ids are BIGINT
  * UNSIGNED columns; larger ones never exist because JSON numbers above 2^53 are not exact).
  */
-export const JsonId = z.number({ error: "must be a number" }).int("must be an integer").min(1, "must be positive").max(Number.MAX_SAFE_INTEGER);
+export const JsonId = z
+  .number({ error: "must be a number" })
+  .int("must be an integer")
+  .min(1, "must be positive")
+  .max(Number.MAX_SAFE_INTEGER);
 
 /** Column bounds (src/db/migrations): MySQL answers a value outside them with an error, i.e. a 500. */
 export const INT_UNSIGNED_MAX = 4_294_967_295;

@@ -41,14 +41,34 @@ export function cronLockName(job: Pick<CronJob, "name">): string {
 }
 
 export const cronJobs = [
-  { name: "sweep-outbox", cron: "* * * * *", maxRunMs: MINUTE_JOB_MAX_RUN_MS, run: (deps: Deps, now: number, budget?: SubrequestBudget) => sweepOutbox(deps, now, budget) },
-  { name: "close-expired", cron: "* * * * *", maxRunMs: MINUTE_JOB_MAX_RUN_MS, run: (deps: Deps, now: number, budget?: SubrequestBudget) => closeExpired(deps, now, budget) },
+  {
+    name: "sweep-outbox",
+    cron: "* * * * *",
+    maxRunMs: MINUTE_JOB_MAX_RUN_MS,
+    run: (deps: Deps, now: number, budget?: SubrequestBudget) => sweepOutbox(deps, now, budget),
+  },
+  {
+    name: "close-expired",
+    cron: "* * * * *",
+    maxRunMs: MINUTE_JOB_MAX_RUN_MS,
+    run: (deps: Deps, now: number, budget?: SubrequestBudget) => closeExpired(deps, now, budget),
+  },
   // Reconcile runs on metered ports: past its share a call is refused before it is sent, and the
   // pass ends there (every step is safe to stop after; the next run starts over). It has no cursor
   // yet, so a registry whose pass needs more than the share is only partly reconciled per run.
   // Run by an operator (runJobNow, no budget) it is unmetered, as before.
-  { name: "reconcile", cron: "* * * * *", maxRunMs: MINUTE_JOB_MAX_RUN_MS, run: (deps: Deps, now: number, budget?: SubrequestBudget) => reconcile(budget ? metered(deps, budget) : deps, now) },
-  { name: "refund-retry", cron: "* * * * *", maxRunMs: MINUTE_JOB_MAX_RUN_MS, run: (deps: Deps, now: number, budget?: SubrequestBudget) => retryRefunds(deps, now, budget) },
+  {
+    name: "reconcile",
+    cron: "* * * * *",
+    maxRunMs: MINUTE_JOB_MAX_RUN_MS,
+    run: (deps: Deps, now: number, budget?: SubrequestBudget) => reconcile(budget ? metered(deps, budget) : deps, now),
+  },
+  {
+    name: "refund-retry",
+    cron: "* * * * *",
+    maxRunMs: MINUTE_JOB_MAX_RUN_MS,
+    run: (deps: Deps, now: number, budget?: SubrequestBudget) => retryRefunds(deps, now, budget),
+  },
 ] as const satisfies readonly CronJob[];
 
 type TableJob = (typeof cronJobs)[number];
@@ -61,9 +81,15 @@ export type JobResult<N extends CronJobName> = Awaited<ReturnType<Extract<TableJ
  * lock as its cron runs, with no subrequest share (an operator request is not a cron invocation).
  * `{ ran: false }` when a run holds the lock.
  */
-export async function runJobNow<N extends CronJobName>(deps: Deps, name: N, now = deps.clock.now()): Promise<{ ran: true; value: JobResult<N> } | { ran: false }> {
+export async function runJobNow<N extends CronJobName>(
+  deps: Deps,
+  name: N,
+  now = deps.clock.now(),
+): Promise<{ ran: true; value: JobResult<N> } | { ran: false }> {
   const job = cronJobs.find((j) => j.name === name) as CronJob;
-  return (await withLock(deps.redis, cronLockName(job), job.maxRunMs, () => job.run(deps, now))) as { ran: true; value: JobResult<N> } | { ran: false };
+  return (await withLock(deps.redis, cronLockName(job), job.maxRunMs, () => job.run(deps, now))) as
+    | { ran: true; value: JobResult<N> }
+    | { ran: false };
 }
 
 /** A job's lock: SET NX and the unlock script (+1 should the script need loading). */
@@ -104,7 +130,10 @@ export async function runCron(
       } catch (err) {
         if (err instanceof SubrequestBudgetExceeded) {
           // Stopped before a call that would not fit: what is left waits for the next run.
-          deps.log.warn("cron job stopped at its subrequest share; the next run continues", { job: job.name, cap: err.cap });
+          deps.log.warn("cron job stopped at its subrequest share; the next run continues", {
+            job: job.name,
+            cap: err.cap,
+          });
           return { name: job.name, ok: true };
         }
         deps.log.error("cron job failed", { job: job.name, err });

@@ -21,7 +21,18 @@ import { v as validate } from "../http/validate.ts";
 export type Access = "public" | "optional-user" | "user" | "operator" | "qstash" | "webhook";
 
 /** Groups of the reference, in the order they are listed (document.ts). */
-export type Tag = "site" | "service" | "user" | "shops" | "vouchers" | "orders" | "notes" | "follows" | "uploads" | "operator" | "callbacks";
+export type Tag =
+  | "site"
+  | "service"
+  | "user"
+  | "shops"
+  | "vouchers"
+  | "orders"
+  | "notes"
+  | "follows"
+  | "uploads"
+  | "operator"
+  | "callbacks";
 
 /** A JSON Schema (2020-12) object, as OpenAPI 3.1 embeds it. */
 export type JsonSchema = Record<string, unknown>;
@@ -78,7 +89,13 @@ export function parametersOf(where: In, schema: z.ZodType): Record<string, unkno
   const required = new Set((json.required ?? []) as string[]);
   return Object.entries(props).map(([name, s]) => {
     const { description, ...rest } = s;
-    return { name, in: where, required: where === "path" || required.has(name), schema: rest, ...(description ? { description } : {}) };
+    return {
+      name,
+      in: where,
+      required: where === "path" || required.has(name),
+      schema: rest,
+      ...(description ? { description } : {}),
+    };
   });
 }
 
@@ -93,13 +110,16 @@ function success(data: z.ZodType | JsonSchema | undefined): JsonSchema {
   return { allOf: [ref("Success"), { type: "object", properties: { data: outputSchema(data) } }] };
 }
 
-const RETRY_AFTER = { "Retry-After": { description: "seconds until a retry may succeed", schema: { type: "integer" } } };
+const RETRY_AFTER = {
+  "Retry-After": { description: "seconds until a retry may succeed", schema: { type: "integer" } },
+};
 
 /** What the five listing routes say about their per-address limit (http/listing-limit.ts). */
 export const LISTING_LIMIT_NOTE =
   "Listing/search routes share one budget per client address (IPv6: per /64): LISTING_IP_LIMIT requests per LISTING_IP_WINDOW_MS across them, answered from the isolate's memory; over it, 429 RATE_LIMITED with Retry-After.";
 /** What the non-core routes say about degrading (http/degrade.ts). */
-export const NON_CORE_NOTE = "Non-core: while Redis's circuit breaker is open or probing, answered 503 UNAVAILABLE with Retry-After at once, without calling Redis.";
+export const NON_CORE_NOTE =
+  "Non-core: while Redis's circuit breaker is open or probing, answered 503 UNAVAILABLE with Retry-After at once, without calling Redis.";
 
 const STATUS_TEXT: Record<number, string> = {
   400: "Malformed input (bad JSON, wrong types, out-of-range ids)",
@@ -121,7 +141,9 @@ function responsesOf(spec: RouteDoc, implied: readonly ErrorCode[]): Record<stri
   const ok = success(spec.data);
   const responses: Record<string, unknown> = {
     200: {
-      description: outcomes.length ? `Success, or a business outcome with \`success:false\`: ${outcomes.join(", ")}` : "Success",
+      description: outcomes.length
+        ? `Success, or a business outcome with \`success:false\`: ${outcomes.join(", ")}`
+        : "Success",
       content: json(outcomes.length ? { oneOf: [ok, failure(outcomes)] } : ok),
     },
   };
@@ -146,14 +168,21 @@ export function operationOf(spec: RouteDoc): DescribeRouteOptions {
   const implied: ErrorCode[] = [];
   if (spec.params || spec.query || spec.body) implied.push("INVALID_INPUT");
   if (spec.access !== "public" && spec.access !== "optional-user") implied.push("UNAUTHORIZED");
-  const parameters = [...(spec.params ? parametersOf("path", spec.params) : []), ...(spec.query ? parametersOf("query", spec.query) : [])];
+  const parameters = [
+    ...(spec.params ? parametersOf("path", spec.params) : []),
+    ...(spec.query ? parametersOf("query", spec.query) : []),
+  ];
   const op: DescribeRouteOptions & Record<string, unknown> = {
     tags: [spec.tag],
     summary: spec.summary,
     ...(spec.description ? { description: spec.description } : {}),
     ...(spec.access === "public" ? {} : { security: SECURITY[spec.access] }),
     ...(parameters.length ? { parameters: parameters as DescribeRouteOptions["parameters"] } : {}),
-    ...(spec.body ? { requestBody: { required: true, content: json(inputSchema(spec.body)) } } : spec.requestBody ? { requestBody: spec.requestBody as DescribeRouteOptions["requestBody"] } : {}),
+    ...(spec.body
+      ? { requestBody: { required: true, content: json(inputSchema(spec.body)) } }
+      : spec.requestBody
+        ? { requestBody: spec.requestBody as DescribeRouteOptions["requestBody"] }
+        : {}),
     responses: (spec.responses ?? responsesOf(spec, implied)) as DescribeRouteOptions["responses"],
   };
   if (spec.access === "qstash" || spec.access === "webhook") op["x-signed-callback"] = spec.access;
@@ -190,7 +219,12 @@ export function doc<H extends object>(spec: RouteDoc, target: H): H {
     const op = operationOf(spec);
     const base = own?.spec;
     if (!base) return op;
-    const merged: DescribeRouteOptions = { ...base, ...op, parameters: [...(base.parameters ?? []), ...(op.parameters ?? [])], responses: { ...base.responses, ...op.responses } };
+    const merged: DescribeRouteOptions = {
+      ...base,
+      ...op,
+      parameters: [...(base.parameters ?? []), ...(op.parameters ?? [])],
+      responses: { ...base.responses, ...op.responses },
+    };
     if (!merged.parameters?.length) delete merged.parameters;
     return merged;
   });
@@ -199,7 +233,9 @@ export function doc<H extends object>(spec: RouteDoc, target: H): H {
 /** Where a validator's schema goes in the document, by its target (`json`: the request body). */
 const PARAMETER_IN: Partial<Record<keyof ValidationTargets, In>> = { param: "path", query: "query" };
 
-const INVALID_INPUT_RESPONSE = { 400: { description: `${STATUS_TEXT[400]}: INVALID_INPUT`, content: json(failure(["INVALID_INPUT"])) } };
+const INVALID_INPUT_RESPONSE = {
+  400: { description: `${STATUS_TEXT[400]}: INVALID_INPUT`, content: json(failure(["INVALID_INPUT"])) },
+};
 
 /**
  * http/validate.ts's `v`, unchanged, plus its schema as OpenAPI parameters or a JSON request body
@@ -211,7 +247,9 @@ export const v = <T extends z.ZodType, Target extends keyof ValidationTargets>(t
     validate(target, schema),
     () =>
       ({
-        ...(where ? { parameters: parametersOf(where, schema) } : { requestBody: { required: true, content: json(inputSchema(schema)) } }),
+        ...(where
+          ? { parameters: parametersOf(where, schema) }
+          : { requestBody: { required: true, content: json(inputSchema(schema)) } }),
         responses: INVALID_INPUT_RESPONSE,
       }) as DescribeRouteOptions,
   );
@@ -222,20 +260,31 @@ export const v = <T extends z.ZodType, Target extends keyof ValidationTargets>(t
  * `Idempotency-Key`: the optional header and the answers only a keyed request can get.
  */
 export function idempotencyDoc<H extends object>(target: H): H {
-  return describe(target, () => ({
-    parameters: [
-      {
-        name: "Idempotency-Key",
-        in: "header",
-        required: false,
-        description:
-          "Makes a retry safe (draft-ietf-httpapi-idempotency-key-header): 1–255 visible ASCII characters, bare or as a quoted sf-string, scoped to the caller and this route and kept 24 h. A retry with the same request replays the stored response with `Idempotent-Replayed: true`; failures (4xx, 5xx) are not stored.",
-        schema: { type: "string", minLength: 1, maxLength: 512 },
-      },
-    ],
-    responses: {
-      409: { description: "A request with this Idempotency-Key is still running: CONFLICT", headers: RETRY_AFTER, content: json(failure(["CONFLICT"])) },
-      422: { description: "This Idempotency-Key was used with a different request: IDEMPOTENCY_KEY_REUSED", content: json(failure(["IDEMPOTENCY_KEY_REUSED"])) },
-    },
-  }) as DescribeRouteOptions);
+  return describe(
+    target,
+    () =>
+      ({
+        parameters: [
+          {
+            name: "Idempotency-Key",
+            in: "header",
+            required: false,
+            description:
+              "Makes a retry safe (draft-ietf-httpapi-idempotency-key-header): 1–255 visible ASCII characters, bare or as a quoted sf-string, scoped to the caller and this route and kept 24 h. A retry with the same request replays the stored response with `Idempotent-Replayed: true`; failures (4xx, 5xx) are not stored.",
+            schema: { type: "string", minLength: 1, maxLength: 512 },
+          },
+        ],
+        responses: {
+          409: {
+            description: "A request with this Idempotency-Key is still running: CONFLICT",
+            headers: RETRY_AFTER,
+            content: json(failure(["CONFLICT"])),
+          },
+          422: {
+            description: "This Idempotency-Key was used with a different request: IDEMPOTENCY_KEY_REUSED",
+            content: json(failure(["IDEMPOTENCY_KEY_REUSED"])),
+          },
+        },
+      }) as DescribeRouteOptions,
+  );
 }

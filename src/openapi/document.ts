@@ -30,7 +30,11 @@ const TAGS: { name: Tag; description: string }[] = [
   { name: "follows", description: "Following users." },
   { name: "uploads", description: "Note images: upload, delete, serve." },
   { name: "operator", description: "Operator routes: `authorization: Bearer <ADMIN_TOKEN>`; user tokens never pass." },
-  { name: "callbacks", description: "Signed callbacks (QStash deliveries, payment webhooks). Not for clients: every call is verified against its signature." },
+  {
+    name: "callbacks",
+    description:
+      "Signed callbacks (QStash deliveries, payment webhooks). Not for clients: every call is verified against its signature.",
+  },
 ];
 
 const CODES = Object.keys(codeToStatus) as ErrorCode[];
@@ -61,9 +65,23 @@ const COMPONENTS = {
         "When less than half of its lifetime (SESSION_MAX_AGE_SECONDS) is left, a response may carry `X-Session-Token`: a fresh token for the same session with a later expiry (never past SESSION_HARD_CAP_SECONDS after sign-in); send it from then on. " +
         "The old token keeps working until its own expiry; a logout with either ends both.",
     },
-    operatorBearer: { type: "http", scheme: "bearer", description: "`authorization: Bearer <ADMIN_TOKEN>` (the configured operator secret)." },
-    qstashSignature: { type: "apiKey", in: "header", name: "Upstash-Signature", description: "QStash's signature of the raw body, for this exact URL." },
-    paymentSignature: { type: "apiKey", in: "header", name: "x-payment-signature", description: "`t=<unix seconds>,v1=<hex HMAC-SHA256>` of the raw body with PAYMENT_WEBHOOK_SECRET." },
+    operatorBearer: {
+      type: "http",
+      scheme: "bearer",
+      description: "`authorization: Bearer <ADMIN_TOKEN>` (the configured operator secret).",
+    },
+    qstashSignature: {
+      type: "apiKey",
+      in: "header",
+      name: "Upstash-Signature",
+      description: "QStash's signature of the raw body, for this exact URL.",
+    },
+    paymentSignature: {
+      type: "apiKey",
+      in: "header",
+      name: "x-payment-signature",
+      description: "`t=<unix seconds>,v1=<hex HMAC-SHA256>` of the raw body with PAYMENT_WEBHOOK_SECRET.",
+    },
   },
   schemas: {
     ErrorCode: { type: "string", enum: CODES, description: "Stable machine-readable failure code (src/errors.ts)." },
@@ -80,7 +98,9 @@ const COMPONENTS = {
       },
       required: ["success"],
     },
-    Success: { allOf: [{ $ref: "#/components/schemas/Envelope" }, { type: "object", properties: { success: { const: true } } }] },
+    Success: {
+      allOf: [{ $ref: "#/components/schemas/Envelope" }, { type: "object", properties: { success: { const: true } } }],
+    },
     Failure: {
       allOf: [
         { $ref: "#/components/schemas/Envelope" },
@@ -93,7 +113,16 @@ const COMPONENTS = {
 const BODY_METHODS = new Set(["post", "put", "patch", "delete"]);
 const TOO_LARGE = {
   description: "Body too large: PAYLOAD_TOO_LARGE",
-  content: { "application/json": { schema: { allOf: [{ $ref: "#/components/schemas/Failure" }, { type: "object", properties: { code: { enum: ["PAYLOAD_TOO_LARGE"] } } }] } } },
+  content: {
+    "application/json": {
+      schema: {
+        allOf: [
+          { $ref: "#/components/schemas/Failure" },
+          { type: "object", properties: { code: { enum: ["PAYLOAD_TOO_LARGE"] } } },
+        ],
+      },
+    },
+  },
 };
 
 type Described = { [uniqueSymbol]?: { spec?: Record<string, unknown> } };
@@ -109,8 +138,17 @@ function wildcardPaths(app: Hono<AppEnv>): OpenApiDocument["paths"] {
     const spec = (findTargetHandler(route.handler) as Described)[uniqueSymbol]?.spec;
     if (!spec) continue;
     const path = `${route.path.slice(0, -2)}/{path}`.replace(/:([A-Za-z0-9_]+)/g, "{$1}");
-    const rest = { name: "path", in: "path", required: true, description: "the rest of the path, slashes included", schema: { type: "string" } };
-    paths[path] = { ...paths[path], [route.method.toLowerCase()]: { ...spec, parameters: [...((spec.parameters as unknown[]) ?? []), rest] } };
+    const rest = {
+      name: "path",
+      in: "path",
+      required: true,
+      description: "the rest of the path, slashes included",
+      schema: { type: "string" },
+    };
+    paths[path] = {
+      ...paths[path],
+      [route.method.toLowerCase()]: { ...spec, parameters: [...((spec.parameters as unknown[]) ?? []), rest] },
+    };
   }
   return paths;
 }

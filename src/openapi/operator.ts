@@ -26,7 +26,11 @@ import type { VoucherRow as VoucherRowType } from "../services/vouchers.ts";
  * `T` (a service's type) fits schema `S`: every value of `T` is what `S` documents, and `T` has no
  * top-level field `S` leaves out. Used as `type _ = Assert<Describes<typeof S, T>>`.
  */
-export type Describes<S extends z.ZodType, T> = [T] extends [z.output<S>] ? ([Exclude<keyof T, keyof z.output<S>>] extends [never] ? true : false) : false;
+export type Describes<S extends z.ZodType, T> = [T] extends [z.output<S>]
+  ? [Exclude<keyof T, keyof z.output<S>>] extends [never]
+    ? true
+    : false
+  : false;
 export type Assert<T extends true> = T;
 
 const int = () => z.number().int();
@@ -48,11 +52,25 @@ export const Guard = z.object({
   lastFailure: z.string().nullable().describe("the last failure's message, scrubbed"),
   retryAfterSeconds: int().describe("seconds until a probe may run (0 unless open)"),
 });
-export const Breakers = z.record(z.enum(DEPENDENCIES as [DependencyName, ...DependencyName[]]), Guard).describe("this isolate's breaker per dependency");
+export const Breakers = z
+  .record(z.enum(DEPENDENCIES as [DependencyName, ...DependencyName[]]), Guard)
+  .describe("this isolate's breaker per dependency");
 
-const Counters = z.object({ l1Hits: int(), l2Hits: int(), staleServes: int(), originLoads: int(), nullHits: int(), errors: int() });
+const Counters = z.object({
+  l1Hits: int(),
+  l2Hits: int(),
+  staleServes: int(),
+  originLoads: int(),
+  nullHits: int(),
+  errors: int(),
+});
 export const CacheReport = z.object({
-  modules: z.record(z.string(), Counters.extend({ hitRatio: z.number().describe("(l1Hits + l2Hits + staleServes) / served, 4 decimals") })).describe("per cache module, summed across isolates"),
+  modules: z
+    .record(
+      z.string(),
+      Counters.extend({ hitRatio: z.number().describe("(l1Hits + l2Hits + staleServes) / served, 4 decimals") }),
+    )
+    .describe("per cache module, summed across isolates"),
   isolates: int().describe("isolates that reported"),
   thisIsolate: z.record(z.string(), Counters).describe("the answering isolate's own counters"),
 });
@@ -61,8 +79,12 @@ const HotKeyRule = z.object({ reads: int(), windowMs: int(), l1TtlMs: int(), max
 export const HotReport = z.object({
   rule: HotKeyRule,
   minutes: z.array(int()).describe("the minutes merged (epoch minutes)"),
-  top: z.array(z.object({ module: z.string(), key: z.string(), reads: int(), isolates: int() })).describe("across isolates, hottest first"),
-  promotedHere: z.array(z.object({ module: z.string(), key: z.string() })).describe("keys promoted in the answering isolate"),
+  top: z
+    .array(z.object({ module: z.string(), key: z.string(), reads: int(), isolates: int() }))
+    .describe("across isolates, hottest first"),
+  promotedHere: z
+    .array(z.object({ module: z.string(), key: z.string() }))
+    .describe("keys promoted in the answering isolate"),
 });
 /** GET /admin/cache/hot: `rule` null when hot keys are off (HOT_KEY_READS=0). */
 export const HotReportOrOff = HotReport.extend({ rule: HotKeyRule.nullable() });
@@ -78,20 +100,31 @@ export const WriterStats = z.object({
   publishFailures: int(),
   closePublishes: int(),
   drained: int().describe("orders written to MySQL by this isolate's writer"),
-  lockConflicts: z.object({ retried: int(), exhausted: int() }).describe("MySQL lock conflicts met by the writer and closer"),
+  lockConflicts: z
+    .object({ retried: int(), exhausted: int() })
+    .describe("MySQL lock conflicts met by the writer and closer"),
 });
-const OutboxBacklog = { pending: int().describe("reservations waiting for MySQL"), lagMs: int().describe("how late the oldest claimable one is") };
+const OutboxBacklog = {
+  pending: int().describe("reservations waiting for MySQL"),
+  lagMs: int().describe("how late the oldest claimable one is"),
+};
 export const PipelineBacklog = z.object({
   at: EpochMs,
-  shops: z.array(
-    z.object({
-      shopId: int(),
-      ...OutboxBacklog,
-      shards: z
-        .array(z.object({ shard: int(), ...OutboxBacklog }))
-        .describe("the shop's outboxes in seckill shards that hold entries (empty when none); `pending` minus their sum is the main database's"),
-    }),
-  ).describe("shops with reservations waiting, summed over their outboxes (the main database's and one per seckill shard)"),
+  shops: z
+    .array(
+      z.object({
+        shopId: int(),
+        ...OutboxBacklog,
+        shards: z
+          .array(z.object({ shard: int(), ...OutboxBacklog }))
+          .describe(
+            "the shop's outboxes in seckill shards that hold entries (empty when none); `pending` minus their sum is the main database's",
+          ),
+      }),
+    )
+    .describe(
+      "shops with reservations waiting, summed over their outboxes (the main database's and one per seckill shard)",
+    ),
   isolate: WriterStats.describe("this isolate's writer counters"),
 });
 
@@ -135,10 +168,20 @@ const RefundFields = {
   lastError: z.string().nullable(),
   providerRef: z.string().nullable(),
 };
-export const RefundView = z.object({ ...RefundFields, nextAttemptAt: EpochMs.nullable(), createTime: EpochMs, updateTime: EpochMs });
+export const RefundView = z.object({
+  ...RefundFields,
+  nextAttemptAt: EpochMs.nullable(),
+  createTime: EpochMs,
+  updateTime: EpochMs,
+});
 const DateTime = z.string().describe("YYYY-MM-DDTHH:mm:ss in the service's time zone");
 /** GET /admin/refunds (times in the service zone, as it always answered). */
-export const RefundOut = z.object({ ...RefundFields, nextAttemptAt: DateTime.nullable(), createTime: DateTime, updateTime: DateTime });
+export const RefundOut = z.object({
+  ...RefundFields,
+  nextAttemptAt: DateTime.nullable(),
+  createTime: DateTime,
+  updateTime: DateTime,
+});
 
 // ---------------------------------------------------------------------------------------------
 // Limiters, visitors, the operations snapshot
@@ -147,7 +190,16 @@ const AdmissionSnapshot = z.object({
   limits: z.object({ perVoucher: int(), total: int() }).nullable().describe("null when admission is off"),
   stats: z.object({ leases: int(), granted: int(), refused: int(), blockedFromMemory: int() }),
   vouchers: int(),
-  gates: z.array(z.object({ voucherId: int(), shard: int().optional(), tokens: int(), spent: z.boolean(), seen: int(), leasing: z.boolean() })),
+  gates: z.array(
+    z.object({
+      voucherId: int(),
+      shard: int().optional(),
+      tokens: int(),
+      spent: z.boolean(),
+      seen: int(),
+      leasing: z.boolean(),
+    }),
+  ),
   blocks: int(),
   blocksActive: int(),
 });
@@ -161,11 +213,18 @@ const ListingLimitSnapshot = z.object({
   lastSyncAt: EpochMs.nullable(),
   top: z.array(z.object({ address: z.string(), estimate: z.number(), blocked: z.boolean() })),
 });
-const UvReport = z.object({ from: z.string(), to: z.string(), days: z.array(z.object({ date: z.string(), uv: int() })), total: int() });
+const UvReport = z.object({
+  from: z.string(),
+  to: z.string(),
+  days: z.array(z.object({ date: z.string(), uv: int() })),
+  total: int(),
+});
 
 export const OpsSnapshot = z.object({
   at: EpochMs,
-  unavailable: z.array(z.object({ section: z.string(), error: z.string() })).describe("sections shown empty because their dependency did not answer"),
+  unavailable: z
+    .array(z.object({ section: z.string(), error: z.string() }))
+    .describe("sections shown empty because their dependency did not answer"),
   breakers: Breakers,
   admission: AdmissionSnapshot.describe("this isolate's seckill admission memory"),
   listing: ListingLimitSnapshot.nullable().describe("this isolate's listing limiter; null when off"),
@@ -190,7 +249,9 @@ export const SaleRow = z.object({
   endMs: EpochMs,
   state: SaleState,
   shards: int().describe("seckill shard databases holding the voucher; 0 = the main database"),
-  unreadShards: int().describe("of `shards`, those this deployment does not have (not configured): left out of `stockLeft`"),
+  unreadShards: int().describe(
+    "of `shards`, those this deployment does not have (not configured): left out of `stockLeft`",
+  ),
 });
 
 const SeckillShard = z.object({
@@ -198,9 +259,17 @@ const SeckillShard = z.object({
   stock: int().describe("units left in the shard"),
   buckets: z.array(int()).describe("units left per bucket"),
   buyers: int().describe("buyers homed in the shard holding a unit: what it sold"),
-  share: int().nullable().describe("the shard's share of the stock (its initial, moved with the stock: stock + buyers = share); null = not loaded"),
+  share: int()
+    .nullable()
+    .describe(
+      "the shard's share of the stock (its initial, moved with the stock: stock + buyers = share); null = not loaded",
+    ),
   outbox: z.object({
-    pending: int().nullable().describe(`this voucher's reservations waiting for MySQL in the shard; null when the shop's outbox there is too big to count (over ${OUTBOX_COUNT_MAX} entries)`),
+    pending: int()
+      .nullable()
+      .describe(
+        `this voucher's reservations waiting for MySQL in the shard; null when the shop's outbox there is too big to count (over ${OUTBOX_COUNT_MAX} entries)`,
+      ),
     shopPending: int().describe("entries of the shop's outbox in the shard (every voucher of the shop)"),
     lagMs: int().describe("how late the oldest claimable entry of that outbox is"),
   }),
@@ -214,14 +283,18 @@ export const SeckillView = z.object({
   state: SaleState,
   initialStock: int(),
   buckets: int().describe("stock buckets per shard"),
-  shardCount: int().describe("seckill shard databases holding the voucher; 0 = the main database (`shards` is then one entry, shard 0)"),
+  shardCount: int().describe(
+    "seckill shard databases holding the voucher; 0 = the main database (`shards` is then one entry, shard 0)",
+  ),
   stock: int().describe("units left in Redis, all shards"),
   buyers: int().describe("buyers holding a unit, all shards"),
   sold: int().describe("initialStock − stock"),
   unaccounted: int().describe("sold − buyers: units in a move between shards or in a shard not loaded; 0 at rest"),
   mysqlStock: int().describe("tb_seckill_voucher.stock"),
   ordersInMysql: int().describe("the voucher's rows in tb_voucher_order, any status"),
-  outboxPending: int().nullable().describe("the voucher's reservations waiting for MySQL, all shards; null when a shard's could not be counted"),
+  outboxPending: int()
+    .nullable()
+    .describe("the voucher's reservations waiting for MySQL, all shards; null when a shard's could not be counted"),
   shards: z.array(SeckillShard),
 });
 export const VoucherRow = z.object({
@@ -240,7 +313,9 @@ export const OrderView = z.object({
   id: z.string().describe("64-bit order id, as a decimal string"),
   userId: int(),
   voucherId: int(),
-  status: z.enum([...(Object.keys(OrderStatus) as (keyof typeof OrderStatus)[]), "queued"]).describe("`queued`: reserved, in the outbox, not yet in MySQL"),
+  status: z
+    .enum([...(Object.keys(OrderStatus) as (keyof typeof OrderStatus)[]), "queued"])
+    .describe("`queued`: reserved, in the outbox, not yet in MySQL"),
   createdAt: EpochMs,
   paidAt: EpochMs.nullable(),
 });
@@ -261,7 +336,10 @@ export const DeadLetter = z.object({
   bodyExcerpt: z.string().describe("the start of the message body, secrets scrubbed"),
   labels: z.array(z.string()),
 });
-export const DeadLetterPage = z.object({ messages: z.array(DeadLetter), cursor: z.string().nullable().describe("pass as `cursor` for the next page; null on the last") });
+export const DeadLetterPage = z.object({
+  messages: z.array(DeadLetter),
+  cursor: z.string().nullable().describe("pass as `cursor` for the next page; null on the last"),
+});
 export const Redriven = z.object({ messageId: z.string().describe("the new message QStash published") });
 export const BulkOutcome = z.object({
   done: int().describe("entries re-driven or deleted by this call"),

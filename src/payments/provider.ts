@@ -41,13 +41,23 @@ export interface PaymentProvider {
 
 export class LocalPaymentProvider implements PaymentProvider {
   constructor(
-    private readonly opts: { webhookUrl: string; secret: string; delayMs: number; failRate: number; log: Logger; now: () => number; fetch?: typeof fetch },
+    private readonly opts: {
+      webhookUrl: string;
+      secret: string;
+      delayMs: number;
+      failRate: number;
+      log: Logger;
+      now: () => number;
+      fetch?: typeof fetch;
+    },
   ) {}
 
   async charge(req: ChargeRequest, waitUntil: (p: Promise<unknown>) => void): Promise<{ providerRef: string }> {
     const providerRef = `lp_${crypto.randomUUID()}`;
     const declined = Math.random() < this.opts.failRate;
-    waitUntil(this.callBack({ type: declined ? "payment.failed" : "payment.succeeded", paymentId: req.paymentId, providerRef }));
+    waitUntil(
+      this.callBack({ type: declined ? "payment.failed" : "payment.succeeded", paymentId: req.paymentId, providerRef }),
+    );
     return { providerRef };
   }
 
@@ -65,7 +75,10 @@ export class LocalPaymentProvider implements PaymentProvider {
       try {
         const res = await (this.opts.fetch ?? fetch)(this.opts.webhookUrl, {
           method: "POST",
-          headers: { "content-type": "application/json", "x-payment-signature": await signWebhook(this.opts.secret, body, this.opts.now()) },
+          headers: {
+            "content-type": "application/json",
+            "x-payment-signature": await signWebhook(this.opts.secret, body, this.opts.now()),
+          },
           body,
         });
         if (res.ok) return;
@@ -78,7 +91,12 @@ export class LocalPaymentProvider implements PaymentProvider {
   }
 }
 
-export function createPaymentProvider(config: Config, log: Logger, now: () => number, fetchImpl?: typeof fetch): PaymentProvider {
+export function createPaymentProvider(
+  config: Config,
+  log: Logger,
+  now: () => number,
+  fetchImpl?: typeof fetch,
+): PaymentProvider {
   return new LocalPaymentProvider({
     webhookUrl: internalUrl({ config }, PAYMENT_WEBHOOK_PATH),
     secret: config.PAYMENT_WEBHOOK_SECRET,

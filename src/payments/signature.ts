@@ -14,7 +14,13 @@ export async function signWebhook(secret: string, body: string, nowMs: number): 
 
 export type WebhookCheck = { ok: true } | { ok: false; reason: "missing" | "malformed" | "expired" | "mismatch" };
 
-export async function verifyWebhook(secret: string, header: string | undefined, body: string, nowMs: number, toleranceSeconds: number): Promise<WebhookCheck> {
+export async function verifyWebhook(
+  secret: string,
+  header: string | undefined,
+  body: string,
+  nowMs: number,
+  toleranceSeconds: number,
+): Promise<WebhookCheck> {
   if (!header) return { ok: false, reason: "missing" };
   const parts = Object.fromEntries(header.split(",").map((kv) => kv.trim().split("=", 2) as [string, string]));
   const t = Number(parts.t);

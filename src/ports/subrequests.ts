@@ -52,7 +52,10 @@ export function headroom(limit: number): number {
  * on Bun and Deno, which have none.
  */
 export function subrequestLimit(d: LimitSource): number {
-  return d.config.WORKERS_SUBREQUEST_LIMIT ?? (d.runtime?.name === "workerd" ? WORKERS_DEFAULT_SUBREQUESTS : Number.POSITIVE_INFINITY);
+  return (
+    d.config.WORKERS_SUBREQUEST_LIMIT ??
+    (d.runtime?.name === "workerd" ? WORKERS_DEFAULT_SUBREQUESTS : Number.POSITIVE_INFINITY)
+  );
 }
 
 /** What one invocation's metered loops may spend in all: the limit minus the headroom. */
@@ -67,7 +70,9 @@ export class SubrequestBudgetExceeded extends Error {
     readonly spent: number,
     readonly wanted: number,
   ) {
-    super(`subrequest budget of ${cap} spent (${spent} made, ${wanted} more wanted): the rest is left for the next invocation`);
+    super(
+      `subrequest budget of ${cap} spent (${spent} made, ${wanted} more wanted): the rest is left for the next invocation`,
+    );
     this.name = "SubrequestBudgetExceeded";
   }
 }
@@ -165,7 +170,8 @@ function meterRedis(redis: Deps["redis"], budget: SubrequestBudget): Deps["redis
       if (typeof value !== "function" || REDIS_PASS.has(prop)) return value;
       const fn = value as (...a: unknown[]) => unknown;
       // One request at exec, whatever was queued.
-      if (prop === "pipeline" || prop === "multi") return (...args: unknown[]) => meterPipeline(fn.apply(target, args) as object, budget);
+      if (prop === "pipeline" || prop === "multi")
+        return (...args: unknown[]) => meterPipeline(fn.apply(target, args) as object, budget);
       // The app's scripts: the client's cached handle, charged per exec (its rare NOSCRIPT → EVAL
       // retry comes out of the headroom). Any other script is built on the meter: its EVALSHA
       // (and EVAL after NOSCRIPT) go through it.
@@ -204,7 +210,12 @@ function meterDb(db: Deps["db"], budget: SubrequestBudget): Deps["db"] {
   };
 }
 
-function meterMethods<T extends object>(port: T, methods: readonly PropertyKey[], budget: SubrequestBudget, cost = 1): T {
+function meterMethods<T extends object>(
+  port: T,
+  methods: readonly PropertyKey[],
+  budget: SubrequestBudget,
+  cost = 1,
+): T {
   return new Proxy(port, {
     get(target, prop, receiver) {
       const value = Reflect.get(target, prop, receiver) as unknown;
@@ -229,6 +240,11 @@ export function metered<D extends Deps>(deps: D, budget: SubrequestBudget): D {
     seckillShards: deps.seckillShards.map((r) => meterRedis(r, budget)),
     db: meterDb(deps.db, budget),
     queue: meterMethods(deps.queue, ["publish", "publishJSON", "batchJSON"], budget),
-    payments: meterMethods(deps.payments, ["charge", "refund"], budget, deps.config.PAYMENT_PROVIDER === "local" ? 2 : 1),
+    payments: meterMethods(
+      deps.payments,
+      ["charge", "refund"],
+      budget,
+      deps.config.PAYMENT_PROVIDER === "local" ? 2 : 1,
+    ),
   };
 }

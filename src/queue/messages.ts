@@ -71,7 +71,11 @@ export type QueueMessage = Parameters<Deps["queue"]["batchJSON"]>[0][number];
 
 const ShopId = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);
 /** A seckill shard database's index (services/seckill/shards.ts); the route checks it is configured. */
-const ShardIndex = z.number().int().min(0).max(MAX_SECKILL_SHARDS - 1);
+const ShardIndex = z
+  .number()
+  .int()
+  .min(0)
+  .max(MAX_SECKILL_SHARDS - 1);
 
 /** `{ shard }` for a shard's outbox, nothing for the main database's (the unsharded body is unchanged). */
 const shardField = (shard: number | undefined) => (shard === undefined ? {} : { shard });
@@ -122,11 +126,18 @@ export const LegacyWriteBody = z.object({ shopId: ShopId, orderId: OrderId });
 /** The most order ids one close message carries (the writer's groups are smaller: ORDER_GROUP_MAX). */
 export const CLOSE_MAX_ORDERS = 5000;
 
-const GroupCloseBody = z.object({ shopId: ShopId, orderIds: z.array(OrderId).min(1).max(CLOSE_MAX_ORDERS), shard: ShardIndex.optional() });
+const GroupCloseBody = z.object({
+  shopId: ShopId,
+  orderIds: z.array(OrderId).min(1).max(CLOSE_MAX_ORDERS),
+  shard: ShardIndex.optional(),
+});
 /** Legacy (remove after LEGACY_ORDER_MESSAGES_UNTIL): the per-order close, read as a group of one. */
 const LegacyCloseBody = z
   .object({ orderId: OrderId, shopId: ShopId.optional() })
-  .transform((b): { shopId: number | undefined; orderIds: string[]; shard?: number } => ({ shopId: b.shopId, orderIds: [b.orderId] }));
+  .transform((b): { shopId: number | undefined; orderIds: string[]; shard?: number } => ({
+    shopId: b.shopId,
+    orderIds: [b.orderId],
+  }));
 
 /**
  * Close of a written group. Only ids and the shop travel; any other field (older messages carried
@@ -135,7 +146,12 @@ const LegacyCloseBody = z
 export const CloseBody = z.union([GroupCloseBody, LegacyCloseBody]);
 
 /** The delayed close of one written group (order ids of one shop, drained from shard `shard` when given). */
-export function closeMessage(deps: Pick<Deps, "config">, shopId: number, orderIds: readonly string[], shard?: number): QueueMessage {
+export function closeMessage(
+  deps: Pick<Deps, "config">,
+  shopId: number,
+  orderIds: readonly string[],
+  shard?: number,
+): QueueMessage {
   return {
     url: internalUrl(deps, ORDER_CLOSE_PATH),
     body: { shopId, orderIds, ...shardField(shard) },
@@ -148,8 +164,16 @@ export function closeMessage(deps: Pick<Deps, "config">, shopId: number, orderId
 // Payment webhook (built by the provider; payments/provider.ts WebhookEvent is its type)
 
 export const WebhookBody = z.discriminatedUnion("type", [
-  z.object({ type: z.enum(["payment.succeeded", "payment.failed"]), paymentId: id64Text("not a payment id"), providerRef: z.string().max(128) }),
-  z.object({ type: z.enum(["refund.succeeded", "refund.failed"]), refundId: id64Text("not a refund id"), providerRef: z.string().max(128) }),
+  z.object({
+    type: z.enum(["payment.succeeded", "payment.failed"]),
+    paymentId: id64Text("not a payment id"),
+    providerRef: z.string().max(128),
+  }),
+  z.object({
+    type: z.enum(["refund.succeeded", "refund.failed"]),
+    refundId: id64Text("not a refund id"),
+    providerRef: z.string().max(128),
+  }),
 ]) satisfies z.ZodType<WebhookEvent>;
 
 // ---------------------------------------------------------------------------------------------

@@ -82,7 +82,8 @@ export const keys = {
      * shop (its log is under the shop's tag, so the reservation script stays cluster-valid).
      */
     ruleShop: (shopId: number, userId: number) => `seckill:{s${shopId}}:pr:shop:${userId}`,
-    ruleCampaign: (shopId: number, campaign: string, userId: number) => `seckill:{s${shopId}}:pr:c:${campaign}:${userId}`,
+    ruleCampaign: (shopId: number, campaign: string, userId: number) =>
+      `seckill:{s${shopId}}:pr:c:${campaign}:${userId}`,
     /** Reservations not yet acknowledged by the MySQL writer: hash orderId → payload JSON. */
     outbox: (shopId: number) => `seckill:{s${shopId}}:outbox`,
     /** Same entries by reservation time (ZSET orderId → ms), for the sweep. */
@@ -162,7 +163,10 @@ function sessionKeyPart(token: string): string {
   const last = token.lastIndexOf(".");
   if (first > 0 && last > first) {
     try {
-      const b64 = token.slice(first + 1, last).replace(/-/g, "+").replace(/_/g, "/");
+      const b64 = token
+        .slice(first + 1, last)
+        .replace(/-/g, "+")
+        .replace(/_/g, "/");
       const jti = (JSON.parse(atob(b64 + "===".slice((b64.length + 3) % 4))) as { jti?: unknown }).jti;
       if (typeof jti === "string" && /^[A-Za-z0-9_-]{16,64}$/.test(jti)) return `j:${jti}`;
     } catch {

@@ -39,7 +39,12 @@ export function lockHandle(redis: Redis, key: string, token: string): LockHandle
 }
 
 /** Runs `fn` under the lock, or returns `{ ran: false }` at once if it is held elsewhere. */
-export async function withLock<T>(redis: Redis, name: string, ttlMs: number, fn: () => Promise<T>): Promise<{ ran: true; value: T } | { ran: false }> {
+export async function withLock<T>(
+  redis: Redis,
+  name: string,
+  ttlMs: number,
+  fn: () => Promise<T>,
+): Promise<{ ran: true; value: T } | { ran: false }> {
   const lock = await tryLock(redis, name, ttlMs);
   if (!lock) return { ran: false };
   try {

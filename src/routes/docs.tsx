@@ -79,7 +79,9 @@ function DocsPage() {
   );
 }
 
-const text = (type: string, description: string) => ({ 200: { description, content: { [type]: { schema: { type: "string" } } } } });
+const text = (type: string, description: string) => ({
+  200: { description, content: { [type]: { schema: { type: "string" } } } },
+});
 const VendorParam = z.object({ file: z.enum(Object.keys(VENDOR_FILES) as [VendorFile, ...VendorFile[]]) });
 
 /** Mounted at / (public). Needs the app whose routes it documents. */
@@ -92,21 +94,38 @@ export function createDocs(app: Hono<AppEnv>): Hono<AppEnv> {
           tag: "site",
           summary: "This document: OpenAPI 3.1, generated from the routes' own schemas",
           access: "public",
-          responses: { 200: { description: "The OpenAPI document", content: { "application/json": { schema: { type: "object" } } } } },
+          responses: {
+            200: {
+              description: "The OpenAPI document",
+              content: { "application/json": { schema: { type: "object" } } },
+            },
+          },
         },
         async (c) => c.json(await openApiDocument(app)),
       ),
     )
     .get(
       "/docs",
-      doc({ tag: "site", summary: "The API reference, browsable (Swagger UI served by this app)", access: "public", responses: text("text/html", "An HTML page") }, (c) =>
-        c.html(<DocsPage />),
+      doc(
+        {
+          tag: "site",
+          summary: "The API reference, browsable (Swagger UI served by this app)",
+          access: "public",
+          responses: text("text/html", "An HTML page"),
+        },
+        (c) => c.html(<DocsPage />),
       ),
     )
     .get(
       INIT_PATH,
-      doc({ tag: "site", summary: "Start-up script of the API reference page", access: "public", responses: text("text/javascript", "JavaScript") }, (c) =>
-        c.body(INIT_JS, 200, { "content-type": "text/javascript; charset=utf-8", "cache-control": "no-cache" }),
+      doc(
+        {
+          tag: "site",
+          summary: "Start-up script of the API reference page",
+          access: "public",
+          responses: text("text/javascript", "JavaScript"),
+        },
+        (c) => c.body(INIT_JS, 200, { "content-type": "text/javascript; charset=utf-8", "cache-control": "no-cache" }),
       ),
     )
     .get(
@@ -119,14 +138,20 @@ export function createDocs(app: Hono<AppEnv>): Hono<AppEnv> {
           params: VendorParam,
           responses: {
             ...text("text/css", "The stylesheet or script"),
-            404: { description: "Not one of the page's files: NOT_FOUND", content: { "application/json": { schema: { $ref: "#/components/schemas/Failure" } } } },
+            404: {
+              description: "Not one of the page's files: NOT_FOUND",
+              content: { "application/json": { schema: { $ref: "#/components/schemas/Failure" } } },
+            },
           },
         },
         async (c) => {
           const name = c.req.param("file") ?? "";
           const body = Object.hasOwn(VENDOR_FILES, name) ? await vendorFile(name as VendorFile) : null;
           if (!body) return c.json(fail("NOT_FOUND", `no asset ${name}`, c.get("requestId")), 404);
-          return c.body(body, 200, { "content-type": VENDOR_FILES[name as VendorFile], "cache-control": "public, max-age=3600" });
+          return c.body(body, 200, {
+            "content-type": VENDOR_FILES[name as VendorFile],
+            "cache-control": "public, max-age=3600",
+          });
         },
       ),
     );

@@ -7,9 +7,21 @@ import { Page } from "./site.tsx";
 
 /** Where the front door points. `/console` is the operators' console (issue 10, item 2). */
 export const HOME_LINKS = [
-  { href: "/console", title: "Console", text: "For operators: live sales, vouchers, operations. Sign in with the operator token." },
-  { href: "/docs", title: "API reference", text: "Every route, its parameters, responses and error codes, browsable and served by this app." },
-  { href: "/openapi.json", title: "OpenAPI document", text: "The same reference as OpenAPI 3.1 JSON, generated from the routes' own schemas." },
+  {
+    href: "/console",
+    title: "Console",
+    text: "For operators: live sales, vouchers, operations. Sign in with the operator token.",
+  },
+  {
+    href: "/docs",
+    title: "API reference",
+    text: "Every route, its parameters, responses and error codes, browsable and served by this app.",
+  },
+  {
+    href: "/openapi.json",
+    title: "OpenAPI document",
+    text: "The same reference as OpenAPI 3.1 JSON, generated from the routes' own schemas.",
+  },
   { href: "/health", title: "Health", text: "Redis and MySQL, probed separately; 503 when either is down." },
 ] as const;
 
@@ -33,9 +45,10 @@ function Home() {
         <h1>CityHub Edge</h1>
         <p class="tag">Flash-sale backend of the CityHub shops-and-vouchers app.</p>
         <p>
-          It serves the JSON API of the classic hm-dianping service under <code>/api</code> — shops, vouchers, notes, follows and seckill (flash-sale)
-          orders — so its existing clients keep working. A seckill order is reserved in Redis in one script call and written to MySQL behind a queue; the
-          same app runs on Bun, Deno and Cloudflare Workers.
+          It serves the JSON API of the classic hm-dianping service under <code>/api</code> — shops, vouchers, notes,
+          follows and seckill (flash-sale) orders — so its existing clients keep working. A seckill order is reserved in
+          Redis in one script call and written to MySQL behind a queue; the same app runs on Bun, Deno and Cloudflare
+          Workers.
         </p>
         <ul>
           {HOME_LINKS.map((l) => (
@@ -59,7 +72,13 @@ const HTML_PAGE = { 200: { description: "An HTML page", content: { "text/html": 
 /** Mounted at / (public). */
 export const home = new Hono<AppEnv>().get(
   "/",
-  doc({ tag: "site", summary: "Front door: what this service is, with links to the console, the API reference and /health", access: "public", responses: HTML_PAGE }, (c) =>
-    c.html(<Home />),
+  doc(
+    {
+      tag: "site",
+      summary: "Front door: what this service is, with links to the console, the API reference and /health",
+      access: "public",
+      responses: HTML_PAGE,
+    },
+    (c) => c.html(<Home />),
   ),
 );

@@ -31,7 +31,8 @@ function parse<T extends z.ZodType>(schema: T, raw: string): z.infer<T> {
     throw new AppError("INVALID_INPUT", "malformed JSON body");
   }
   const res = schema.safeParse(json);
-  if (!res.success) throw new AppError("INVALID_INPUT", res.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
+  if (!res.success)
+    throw new AppError("INVALID_INPUT", res.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
   return res.data;
 }
 
@@ -44,7 +45,8 @@ const CLOSE_EARLY_SLACK_MS = 5_000;
 
 /** QStash deliveries: idempotent, verified against `Upstash-Signature` for their exact URL. */
 const QSTASH = { tag: "callbacks", access: "qstash", errors: ["UNAUTHORIZED", "INVALID_INPUT"] } as const;
-const SIGNED = "Sent by QStash (at least once); a malformed body is a 400, which QStash dead-letters after its retries.";
+const SIGNED =
+  "Sent by QStash (at least once); a malformed body is a 400, which QStash dead-letters after its retries.";
 
 const signed = new Hono<SignedEnv>()
   // Registered before the guard, so each delivery's body is read through its own cap (JSON only)
@@ -53,40 +55,92 @@ const signed = new Hono<SignedEnv>()
   .post(routeOf(ORDER_WRITE_PATH), signedBody(BODY_LIMITS.legacyWrite, "upstash-signature"))
   .post(routeOf(ORDER_CLOSE_PATH), signedBody(BODY_LIMITS.close, "upstash-signature"))
   .use(verifyQstash)
-  .post(routeOf(ORDER_DRAIN_PATH), doc({ ...QSTASH, summary: "Write a shop's queued reservations (of one seckill shard, when named) to MySQL (the order writer)", description: SIGNED, body: DrainBody }, async (c) => {
-    const body = parse(DrainBody, c.get("rawBody"));
-    const res = await drainShop(c.get("deps"), body.shopId, body.shard === undefined ? {} : { shard: body.shard });
-    return c.json(ok(res));
-  }))
+  .post(
+    routeOf(ORDER_DRAIN_PATH),
+    doc(
+      {
+        ...QSTASH,
+        summary: "Write a shop's queued reservations (of one seckill shard, when named) to MySQL (the order writer)",
+        description: SIGNED,
+        body: DrainBody,
+      },
+      async (c) => {
+        const body = parse(DrainBody, c.get("rawBody"));
+        const res = await drainShop(c.get("deps"), body.shopId, body.shard === undefined ? {} : { shard: body.shard });
+        return c.json(ok(res));
+      },
+    ),
+  )
   // Legacy: remove with LegacyWriteBody after LEGACY_ORDER_MESSAGES_UNTIL (queue/messages.ts).
-  .post(routeOf(ORDER_WRITE_PATH), doc({ ...QSTASH, summary: "Per-order write messages still in flight from before the writer groups: treated as a drain of the shop", description: `${SIGNED} Legacy: accepted until ${LEGACY_ORDER_MESSAGES_UNTIL}.`, body: LegacyWriteBody }, async (c) => {
-    const res = await drainShop(c.get("deps"), parse(LegacyWriteBody, c.get("rawBody")).shopId);
-    return c.json(ok(res));
-  }))
-  .post(routeOf(ORDER_CLOSE_PATH), doc({ ...QSTASH, summary: "Close written orders left unpaid past their deadline, releasing their stock", description: SIGNED, body: CloseBody }, async (c) => {
-    const deps = c.get("deps");
-    const body = parse(CloseBody, c.get("rawBody"));
-    const deadlineMs = deps.clock.now() - deps.config.ORDER_PAY_TIMEOUT_SECONDS * 1000 + CLOSE_EARLY_SLACK_MS;
-    const res = await closeOrders(deps, body.orderIds, { shopId: body.shopId, shard: body.shard, deadlineMs });
-    return c.json(ok({ cancelled: res.cancelled, cancelledBeforeWrite: res.cancelledBeforeWrite, released: res.released, outcomes: Object.fromEntries(res.outcomes) }));
-  }));
+  .post(
+    routeOf(ORDER_WRITE_PATH),
+    doc(
+      {
+        ...QSTASH,
+        summary:
+          "Per-order write messages still in flight from before the writer groups: treated as a drain of the shop",
+        description: `${SIGNED} Legacy: accepted until ${LEGACY_ORDER_MESSAGES_UNTIL}.`,
+        body: LegacyWriteBody,
+      },
+      async (c) => {
+        const res = await drainShop(c.get("deps"), parse(LegacyWriteBody, c.get("rawBody")).shopId);
+        return c.json(ok(res));
+      },
+    ),
+  )
+  .post(
+    routeOf(ORDER_CLOSE_PATH),
+    doc(
+      {
+        ...QSTASH,
+        summary: "Close written orders left unpaid past their deadline, releasing their stock",
+        description: SIGNED,
+        body: CloseBody,
+      },
+      async (c) => {
+        const deps = c.get("deps");
+        const body = parse(CloseBody, c.get("rawBody"));
+        const deadlineMs = deps.clock.now() - deps.config.ORDER_PAY_TIMEOUT_SECONDS * 1000 + CLOSE_EARLY_SLACK_MS;
+        const res = await closeOrders(deps, body.orderIds, { shopId: body.shopId, shard: body.shard, deadlineMs });
+        return c.json(
+          ok({
+            cancelled: res.cancelled,
+            cancelledBeforeWrite: res.cancelledBeforeWrite,
+            released: res.released,
+            outcomes: Object.fromEntries(res.outcomes),
+          }),
+        );
+      },
+    ),
+  );
 
 const WEBHOOK = {
   tag: "callbacks",
   summary: "Payment provider webhook: settles a payment or a refund",
-  description: "Signed with PAYMENT_WEBHOOK_SECRET (`x-payment-signature: t=…,v1=…` over the raw body); older than PAYMENT_WEBHOOK_TOLERANCE_SECONDS is rejected.",
+  description:
+    "Signed with PAYMENT_WEBHOOK_SECRET (`x-payment-signature: t=…,v1=…` over the raw body); older than PAYMENT_WEBHOOK_TOLERANCE_SECONDS is rejected.",
   access: "webhook",
   body: WebhookBody,
   errors: ["UNAUTHORIZED", "INVALID_INPUT"],
 } as const;
 
 export const internal = new Hono<AppEnv>()
-  .post(routeOf(PAYMENT_WEBHOOK_PATH), signedBody(BODY_LIMITS.webhook, "x-payment-signature"), doc(WEBHOOK, async (c) => {
-    const deps = c.get("deps");
-    const raw = await c.req.text();
-    const check = await verifyWebhook(deps.config.PAYMENT_WEBHOOK_SECRET, c.req.header("x-payment-signature"), raw, deps.clock.now(), deps.config.PAYMENT_WEBHOOK_TOLERANCE_SECONDS);
-    if (!check.ok) throw new AppError("UNAUTHORIZED", `invalid webhook signature (${check.reason})`);
-    const outcome = await settleWebhook(deps, parse(WebhookBody, raw));
-    return c.json(ok({ outcome }));
-  }))
+  .post(
+    routeOf(PAYMENT_WEBHOOK_PATH),
+    signedBody(BODY_LIMITS.webhook, "x-payment-signature"),
+    doc(WEBHOOK, async (c) => {
+      const deps = c.get("deps");
+      const raw = await c.req.text();
+      const check = await verifyWebhook(
+        deps.config.PAYMENT_WEBHOOK_SECRET,
+        c.req.header("x-payment-signature"),
+        raw,
+        deps.clock.now(),
+        deps.config.PAYMENT_WEBHOOK_TOLERANCE_SECONDS,
+      );
+      if (!check.ok) throw new AppError("UNAUTHORIZED", `invalid webhook signature (${check.reason})`);
+      const outcome = await settleWebhook(deps, parse(WebhookBody, raw));
+      return c.json(ok({ outcome }));
+    }),
+  )
   .route("/", signed);

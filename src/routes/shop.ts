@@ -61,7 +61,10 @@ const ShopBody = z.object({
   score: ShopFields.score.optional(),
 });
 /** Only the fields sent are written: no defaults (zod applies a default inside `.partial()`, which blanked unsent columns). */
-const ShopPatch = z.object({ id: JsonId, ...ShopFields }).partial().required({ id: true });
+const ShopPatch = z
+  .object({ id: JsonId, ...ShopFields })
+  .partial()
+  .required({ id: true });
 
 export async function getShopCached(deps: Deps, id: number): Promise<Shop | null> {
   return await deps.isolate.caches.shop.get(deps, id);
@@ -95,13 +98,27 @@ export const shop = new Hono<AppEnv>()
   .get(
     "/of/type",
     doc(
-      { tag: "shops", summary: "Shops of a type, 5 a page; with x/y (together) nearest first within 5 km, each with `distance` in metres", description: LISTING_LIMIT_NOTE, access: "public", data: z.array(ShopSchema), errors: ["RATE_LIMITED"] },
-      v("query", z.object({ typeId: Id, current: Current, x: Lon.optional(), y: Lat.optional() }).refine((q) => (q.x === undefined) === (q.y === undefined), "x and y go together")),
+      {
+        tag: "shops",
+        summary:
+          "Shops of a type, 5 a page; with x/y (together) nearest first within 5 km, each with `distance` in metres",
+        description: LISTING_LIMIT_NOTE,
+        access: "public",
+        data: z.array(ShopSchema),
+        errors: ["RATE_LIMITED"],
+      },
+      v(
+        "query",
+        z
+          .object({ typeId: Id, current: Current, x: Lon.optional(), y: Lat.optional() })
+          .refine((q) => (q.x === undefined) === (q.y === undefined), "x and y go together"),
+      ),
     ),
     async (c) => {
       const deps = c.get("deps");
       const { typeId, current, x, y } = c.req.valid("query");
-      if (x === undefined || y === undefined) return c.json(ok(await shopsOfType(deps, typeId, current, TYPE_PAGE_SIZE)));
+      if (x === undefined || y === undefined)
+        return c.json(ok(await shopsOfType(deps, typeId, current, TYPE_PAGE_SIZE)));
       const hits = await searchNearby(deps, typeId, x, y, current, TYPE_PAGE_SIZE, NEARBY_RADIUS_M);
       const shops = await Promise.all(hits.map((h) => getShopCached(deps, h.id)));
       // A GEO member whose shop row vanished is skipped (the rebuild script prunes it).
@@ -109,44 +126,121 @@ export const shop = new Hono<AppEnv>()
       return c.json(ok(list));
     },
   )
-  .get("/of/name", doc({ tag: "shops", summary: "Shops whose name contains `name`, 10 a page", description: LISTING_LIMIT_NOTE, access: "public", data: z.array(ShopSchema), errors: ["RATE_LIMITED"] }, v("query", z.object({ name: z.string().trim().max(64).default(""), current: Current }))), async (c) => {
-    const { name, current } = c.req.valid("query");
-    return c.json(ok(await shopsByName(c.get("deps"), name, current, NAME_PAGE_SIZE)));
-  })
-  .get("/:id", doc({ tag: "shops", summary: "A shop (ETag / If-None-Match: 304)", description: "Lookups of shops that do not exist count against the caller's address (MISS_PER_ADDRESS per MISS_WINDOW_MS per isolate): past it, a lookup the isolate's memory cannot answer is a 429 with Retry-After, before any I/O.", access: "public", params: IdParam, data: ShopSchema, outcomes: ["NOT_FOUND"], errors: ["UNAVAILABLE", "RATE_LIMITED"] }, (c) => {
-    const deps = c.get("deps");
-    const shops = deps.isolate.caches.shop;
-    const id = parseParams(IdParam, c.req.param()).id;
-    // Memory misses are metered per address (http/address-window.ts): refused before any I/O once the
-    // address spent its budget of not-found lookups; a read that finds nothing costs one of it.
-    if (shops.inMemory(id)) return servePrepared(c, shops, id);
-    const address = limitAddress(c, deps.config);
-    const now = deps.clock.now();
-    const wait = deps.isolate.missMeter.refusedFor(address, now);
-    if (wait > 0) throw new AppError("RATE_LIMITED", "too many lookups of unknown shops from this address", { retryAfterSeconds: wait / 1000 });
-    return servePrepared(c, shops, id, (value) => {
-      if (value === null) deps.isolate.missMeter.count(address, now);
-    });
-  }))
-  .post("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Create a shop (MySQL first, then its cache entry and the GEO index)", access: "operator", data: NumericId, outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", ShopBody)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
-    const deps = c.get("deps");
-    const body = c.req.valid("json");
-    if (!(await shopTypeExists(deps, body.typeId))) return c.json(fail("NOT_FOUND", "shop type not found"));
-    const id = await insertShop(deps, body);
-    await afterShopCommit(deps, id);
-    return c.json(ok(id));
-  })
-  .put("/", requireOperator, jsonBody(BODY_LIMITS.operator), doc({ tag: "operator", summary: "Update a shop: only the fields sent are written", access: "operator", outcomes: ["NOT_FOUND"], errors: ["INVALID_INPUT"] }, v("json", ShopPatch)), idempotentOperator(BODY_LIMITS.operator), async (c) => {
-    const deps = c.get("deps");
-    const { id, ...patch } = c.req.valid("json");
-    if (patch.typeId !== undefined && !(await shopTypeExists(deps, patch.typeId))) return c.json(fail("NOT_FOUND", "shop type not found"));
-    const res = await updateShop(deps, id, patch);
-    if (!res) return c.json(fail("NOT_FOUND", "shop not found"));
-    await afterShopCommit(deps, id, res.previousTypeId);
-    return c.json(ok());
-  });
+  .get(
+    "/of/name",
+    doc(
+      {
+        tag: "shops",
+        summary: "Shops whose name contains `name`, 10 a page",
+        description: LISTING_LIMIT_NOTE,
+        access: "public",
+        data: z.array(ShopSchema),
+        errors: ["RATE_LIMITED"],
+      },
+      v("query", z.object({ name: z.string().trim().max(64).default(""), current: Current })),
+    ),
+    async (c) => {
+      const { name, current } = c.req.valid("query");
+      return c.json(ok(await shopsByName(c.get("deps"), name, current, NAME_PAGE_SIZE)));
+    },
+  )
+  .get(
+    "/:id",
+    doc(
+      {
+        tag: "shops",
+        summary: "A shop (ETag / If-None-Match: 304)",
+        description:
+          "Lookups of shops that do not exist count against the caller's address (MISS_PER_ADDRESS per MISS_WINDOW_MS per isolate): past it, a lookup the isolate's memory cannot answer is a 429 with Retry-After, before any I/O.",
+        access: "public",
+        params: IdParam,
+        data: ShopSchema,
+        outcomes: ["NOT_FOUND"],
+        errors: ["UNAVAILABLE", "RATE_LIMITED"],
+      },
+      (c) => {
+        const deps = c.get("deps");
+        const shops = deps.isolate.caches.shop;
+        const id = parseParams(IdParam, c.req.param()).id;
+        // Memory misses are metered per address (http/address-window.ts): refused before any I/O once the
+        // address spent its budget of not-found lookups; a read that finds nothing costs one of it.
+        if (shops.inMemory(id)) return servePrepared(c, shops, id);
+        const address = limitAddress(c, deps.config);
+        const now = deps.clock.now();
+        const wait = deps.isolate.missMeter.refusedFor(address, now);
+        if (wait > 0)
+          throw new AppError("RATE_LIMITED", "too many lookups of unknown shops from this address", {
+            retryAfterSeconds: wait / 1000,
+          });
+        return servePrepared(c, shops, id, (value) => {
+          if (value === null) deps.isolate.missMeter.count(address, now);
+        });
+      },
+    ),
+  )
+  .post(
+    "/",
+    requireOperator,
+    jsonBody(BODY_LIMITS.operator),
+    doc(
+      {
+        tag: "operator",
+        summary: "Create a shop (MySQL first, then its cache entry and the GEO index)",
+        access: "operator",
+        data: NumericId,
+        outcomes: ["NOT_FOUND"],
+        errors: ["INVALID_INPUT"],
+      },
+      v("json", ShopBody),
+    ),
+    idempotentOperator(BODY_LIMITS.operator),
+    async (c) => {
+      const deps = c.get("deps");
+      const body = c.req.valid("json");
+      if (!(await shopTypeExists(deps, body.typeId))) return c.json(fail("NOT_FOUND", "shop type not found"));
+      const id = await insertShop(deps, body);
+      await afterShopCommit(deps, id);
+      return c.json(ok(id));
+    },
+  )
+  .put(
+    "/",
+    requireOperator,
+    jsonBody(BODY_LIMITS.operator),
+    doc(
+      {
+        tag: "operator",
+        summary: "Update a shop: only the fields sent are written",
+        access: "operator",
+        outcomes: ["NOT_FOUND"],
+        errors: ["INVALID_INPUT"],
+      },
+      v("json", ShopPatch),
+    ),
+    idempotentOperator(BODY_LIMITS.operator),
+    async (c) => {
+      const deps = c.get("deps");
+      const { id, ...patch } = c.req.valid("json");
+      if (patch.typeId !== undefined && !(await shopTypeExists(deps, patch.typeId)))
+        return c.json(fail("NOT_FOUND", "shop type not found"));
+      const res = await updateShop(deps, id, patch);
+      if (!res) return c.json(fail("NOT_FOUND", "shop not found"));
+      await afterShopCommit(deps, id, res.previousTypeId);
+      return c.json(ok());
+    },
+  );
 
 export const shopType = new Hono<AppEnv>().get(
   "/list",
-  doc({ tag: "shops", summary: "Shop types, ordered by `sort` (ETag / If-None-Match: 304)", description: LISTING_LIMIT_NOTE, access: "public", data: z.array(ShopType), errors: ["RATE_LIMITED", "UNAVAILABLE"] }, (c) => servePrepared(c, c.get("deps").isolate.caches.shopTypes, "all")),
+  doc(
+    {
+      tag: "shops",
+      summary: "Shop types, ordered by `sort` (ETag / If-None-Match: 304)",
+      description: LISTING_LIMIT_NOTE,
+      access: "public",
+      data: z.array(ShopType),
+      errors: ["RATE_LIMITED", "UNAVAILABLE"],
+    },
+    (c) => servePrepared(c, c.get("deps").isolate.caches.shopTypes, "all"),
+  ),
 );

@@ -33,29 +33,67 @@ const LOGIN: RouteDoc = {
 
 const authed = new Hono<UserEnv>()
   .use(requireUser)
-  .post("/logout", jsonBody(BODY_LIMITS.none), doc({ tag: "user", summary: "End the session (honoured by every isolate within SESSION_TRUST_MS)", access: "user" }, async (c) => {
-    await logout(c.get("deps"), c.get("token"));
-    return c.json(ok());
-  }))
-  .get("/me", doc({ tag: "user", summary: "The signed-in user", access: "user", data: UserCard }, (c) => c.json(ok(c.get("user")))))
-  .get("/info/:id", doc({ tag: "user", summary: "A user's profile; `{\"success\":true}` without `data` when there is none", access: "user", data: { type: "object", description: "city, introduce, fans, followee, gender, birthday, credits, level" } }, v("param", IdParam)), async (c) => {
-    const profile = await getUserProfile(c.get("deps"), c.req.valid("param").id);
-    return c.json(profile ? ok(profile) : ok());
-  })
-  .get("/:id", doc({ tag: "user", summary: "A user's card", access: "user", data: UserCard, outcomes: ["NOT_FOUND"] }, v("param", IdParam)), async (c) => {
-    const deps = c.get("deps");
-    const user = await deps.isolate.caches.userCard.get(deps, c.req.valid("param").id);
-    return c.json(user ? ok(user) : fail("NOT_FOUND", "user not found"));
-  });
+  .post(
+    "/logout",
+    jsonBody(BODY_LIMITS.none),
+    doc(
+      { tag: "user", summary: "End the session (honoured by every isolate within SESSION_TRUST_MS)", access: "user" },
+      async (c) => {
+        await logout(c.get("deps"), c.get("token"));
+        return c.json(ok());
+      },
+    ),
+  )
+  .get(
+    "/me",
+    doc({ tag: "user", summary: "The signed-in user", access: "user", data: UserCard }, (c) =>
+      c.json(ok(c.get("user"))),
+    ),
+  )
+  .get(
+    "/info/:id",
+    doc(
+      {
+        tag: "user",
+        summary: 'A user\'s profile; `{"success":true}` without `data` when there is none',
+        access: "user",
+        data: { type: "object", description: "city, introduce, fans, followee, gender, birthday, credits, level" },
+      },
+      v("param", IdParam),
+    ),
+    async (c) => {
+      const profile = await getUserProfile(c.get("deps"), c.req.valid("param").id);
+      return c.json(profile ? ok(profile) : ok());
+    },
+  )
+  .get(
+    "/:id",
+    doc(
+      { tag: "user", summary: "A user's card", access: "user", data: UserCard, outcomes: ["NOT_FOUND"] },
+      v("param", IdParam),
+    ),
+    async (c) => {
+      const deps = c.get("deps");
+      const user = await deps.isolate.caches.userCard.get(deps, c.req.valid("param").id);
+      return c.json(user ? ok(user) : fail("NOT_FOUND", "user not found"));
+    },
+  );
 
 export const user = new Hono<AppEnv>()
-  .post("/code", publicBodyGate, jsonBody(BODY_LIMITS.none), doc(SEND_CODE, v("query", z.object({ phone: Phone }))), async (c) => {
-    const deps = c.get("deps");
-    const res = await sendLoginCode(deps, c.req.valid("query").phone, limitAddress(c, deps.config));
-    if (res.ok) return c.json(ok());
-    if (res.reason === "RATE_LIMITED") throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterSeconds });
-    throw new AppError("UNAVAILABLE", res.message);
-  })
+  .post(
+    "/code",
+    publicBodyGate,
+    jsonBody(BODY_LIMITS.none),
+    doc(SEND_CODE, v("query", z.object({ phone: Phone }))),
+    async (c) => {
+      const deps = c.get("deps");
+      const res = await sendLoginCode(deps, c.req.valid("query").phone, limitAddress(c, deps.config));
+      if (res.ok) return c.json(ok());
+      if (res.reason === "RATE_LIMITED")
+        throw new AppError("RATE_LIMITED", res.message, { retryAfterSeconds: res.retryAfterSeconds });
+      throw new AppError("UNAVAILABLE", res.message);
+    },
+  )
   .post("/login", publicBodyGate, jsonBody(BODY_LIMITS.login), doc(LOGIN, v("json", LoginBody)), async (c) => {
     const { phone, code } = c.req.valid("json");
     const res = await loginWithCode(c.get("deps"), phone, code);

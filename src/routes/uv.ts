@@ -15,14 +15,28 @@ const IsoDate = z
 const RangeQuery = z.object({ from: IsoDate.optional(), to: IsoDate.optional() });
 
 /** Mounted at /admin/uv (operator). `to` defaults to today, `from` to `to`; the range is inclusive and bounded. */
-export const uv = new Hono<AppEnv>().get("/", requireOperator, doc({ tag: "operator", summary: "Unique visitors per day and over the range (inclusive; `to` defaults to today, `from` to `to`)", access: "operator", data: { type: "object" }, errors: ["INVALID_INPUT"] }, v("query", RangeQuery)), async (c) => {
-  const deps = c.get("deps");
-  const q = c.req.valid("query");
-  const today = isoDay(deps.clock.now(), deps.config.SERVICE_TIME_ZONE);
-  const to = q.to ?? today;
-  const from = q.from ?? to;
-  if (from > to) throw new AppError("INVALID_INPUT", "from must not be after to");
-  const days = ((parseIsoDate(to) ?? 0) - (parseIsoDate(from) ?? 0)) / 86_400_000 + 1;
-  if (days > UV_MAX_RANGE_DAYS) throw new AppError("INVALID_INPUT", `at most ${UV_MAX_RANGE_DAYS} days per query`);
-  return c.json(ok(await uvReport(deps, from, to)));
-});
+export const uv = new Hono<AppEnv>().get(
+  "/",
+  requireOperator,
+  doc(
+    {
+      tag: "operator",
+      summary: "Unique visitors per day and over the range (inclusive; `to` defaults to today, `from` to `to`)",
+      access: "operator",
+      data: { type: "object" },
+      errors: ["INVALID_INPUT"],
+    },
+    v("query", RangeQuery),
+  ),
+  async (c) => {
+    const deps = c.get("deps");
+    const q = c.req.valid("query");
+    const today = isoDay(deps.clock.now(), deps.config.SERVICE_TIME_ZONE);
+    const to = q.to ?? today;
+    const from = q.from ?? to;
+    if (from > to) throw new AppError("INVALID_INPUT", "from must not be after to");
+    const days = ((parseIsoDate(to) ?? 0) - (parseIsoDate(from) ?? 0)) / 86_400_000 + 1;
+    if (days > UV_MAX_RANGE_DAYS) throw new AppError("INVALID_INPUT", `at most ${UV_MAX_RANGE_DAYS} days per query`);
+    return c.json(ok(await uvReport(deps, from, to)));
+  },
+);

@@ -20,8 +20,13 @@ import { createSession, type SessionUser } from "./session.ts";
 export const PHONE_RE = /^1[3-9]\d{9}$/;
 export const CODE_RE = /^\d{6}$/;
 
-export type SendCodeResult = { ok: true } | { ok: false; reason: "RATE_LIMITED"; retryAfterSeconds: number; message: string } | { ok: false; reason: "UNAVAILABLE"; message: string };
-export type LoginResult = { ok: true; token: string; user: SessionUser; created: boolean } | { ok: false; reason: "BAD_CODE"; message: string };
+export type SendCodeResult =
+  | { ok: true }
+  | { ok: false; reason: "RATE_LIMITED"; retryAfterSeconds: number; message: string }
+  | { ok: false; reason: "UNAVAILABLE"; message: string };
+export type LoginResult =
+  | { ok: true; token: string; user: SessionUser; created: boolean }
+  | { ok: false; reason: "BAD_CODE"; message: string };
 
 export interface LoginLimiters {
   perPhoneMinute: Ratelimit;
@@ -34,12 +39,23 @@ export interface LoginLimiters {
  * ephemeral cache of callers it has seen blocked, so a blocked caller is refused without Redis
  * until its window ends (@upstash/ratelimit's ephemeralCache; bounded by the callers it blocks).
  */
-export function createLoginLimiters(config: Pick<Deps["config"], "LOGIN_CODE_PHONE_INTERVAL_SECONDS" | "LOGIN_CODE_SENDS_PER_IP_HOUR">, redis: RedisPort): LoginLimiters {
+export function createLoginLimiters(
+  config: Pick<Deps["config"], "LOGIN_CODE_PHONE_INTERVAL_SECONDS" | "LOGIN_CODE_SENDS_PER_IP_HOUR">,
+  redis: RedisPort,
+): LoginLimiters {
   const base = { redis, analytics: false, timeout: RATELIMIT_FAIL_CLOSED, ephemeralCache: new Map<string, number>() };
   return {
-    perPhoneMinute: new Ratelimit({ ...base, limiter: Ratelimit.fixedWindow(1, `${config.LOGIN_CODE_PHONE_INTERVAL_SECONDS} s`), prefix: "rl:code:phone:gap" }),
+    perPhoneMinute: new Ratelimit({
+      ...base,
+      limiter: Ratelimit.fixedWindow(1, `${config.LOGIN_CODE_PHONE_INTERVAL_SECONDS} s`),
+      prefix: "rl:code:phone:gap",
+    }),
     perPhoneHour: new Ratelimit({ ...base, limiter: Ratelimit.slidingWindow(5, "1 h"), prefix: "rl:code:phone:1h" }),
-    perIpHour: new Ratelimit({ ...base, limiter: Ratelimit.slidingWindow(config.LOGIN_CODE_SENDS_PER_IP_HOUR, "1 h"), prefix: "rl:code:ip:1h" }),
+    perIpHour: new Ratelimit({
+      ...base,
+      limiter: Ratelimit.slidingWindow(config.LOGIN_CODE_SENDS_PER_IP_HOUR, "1 h"),
+      prefix: "rl:code:ip:1h",
+    }),
   };
 }
 
@@ -76,7 +92,12 @@ export async function sendLoginCode(deps: Deps, phone: string, ip: string): Prom
     const res = await limiter.limit(id);
     if (!res.success) {
       const retryAfterSeconds = Math.max(1, Math.ceil((res.reset - deps.clock.now()) / 1000));
-      return { ok: false, reason: "RATE_LIMITED", retryAfterSeconds, message: `too many codes requested; retry in ${retryAfterSeconds} s` };
+      return {
+        ok: false,
+        reason: "RATE_LIMITED",
+        retryAfterSeconds,
+        message: `too many codes requested; retry in ${retryAfterSeconds} s`,
+      };
     }
   }
   const code = randomCode();
@@ -101,12 +122,14 @@ export async function loginWithCode(deps: Deps, phone: string, code: string): Pr
   const key = keys.loginCode(phone);
   const scripts = scriptsFor(deps.redis);
   const stored = await deps.redis.hget<string | number>(key, "code");
-  if (stored === null || stored === undefined) return { ok: false, reason: "BAD_CODE", message: "code expired or not requested" };
+  if (stored === null || stored === undefined)
+    return { ok: false, reason: "BAD_CODE", message: "code expired or not requested" };
   // The SDK JSON-parses numeric strings ("012345" stays a string, "123456" becomes a number).
   const expected = String(stored).padStart(6, "0");
   if (!timingSafeEqual(expected, code)) {
     const left = await scripts.loginCodeMiss.exec([key], [String(deps.config.LOGIN_CODE_MAX_ATTEMPTS)]);
-    if (left <= 0) return { ok: false, reason: "BAD_CODE", message: "wrong code; too many attempts, request a new code" };
+    if (left <= 0)
+      return { ok: false, reason: "BAD_CODE", message: "wrong code; too many attempts, request a new code" };
     return { ok: false, reason: "BAD_CODE", message: `wrong code; ${left} attempt(s) left` };
   }
   if ((await scripts.loginCodeConsume.exec([key], [expected])) !== 1) {
@@ -123,7 +146,10 @@ export async function loginWithCode(deps: Deps, phone: string, code: string): Pr
 
 /** Race-safe registration: the UNIQUE(phone) index decides; a concurrent duplicate is ignored. */
 async function findOrCreateUser(deps: Deps, phone: string): Promise<{ user: SessionUser; created: boolean }> {
-  const ins = await deps.db.execute("INSERT IGNORE INTO tb_user (phone, nick_name) VALUES (?, ?)", [phone, randomNick()]);
+  const ins = await deps.db.execute("INSERT IGNORE INTO tb_user (phone, nick_name) VALUES (?, ?)", [
+    phone,
+    randomNick(),
+  ]);
   const row = (await deps.db.execute("SELECT id, nick_name, icon FROM tb_user WHERE phone = ?", [phone])).rows[0] as
     | { id: string | number; nick_name: string; icon: string }
     | undefined;

@@ -113,19 +113,18 @@ async function query(deps: Deps, sql: string, args: unknown[], viewerId: number 
  * Stores a note (MySQL only; publishing it to followers' feeds is services/notes.ts publishNote's
  * next step). `at`: its creation time, epoch ms (the feed score).
  */
-export async function insertBlog(deps: Deps, authorId: number, input: BlogInput): Promise<{ ok: true; id: number; at: number } | { ok: false; reason: "UNKNOWN_SHOP" }> {
+export async function insertBlog(
+  deps: Deps,
+  authorId: number,
+  input: BlogInput,
+): Promise<{ ok: true; id: number; at: number } | { ok: false; reason: "UNKNOWN_SHOP" }> {
   if (!(await shopExists(deps, input.shopId))) return { ok: false, reason: "UNKNOWN_SHOP" };
   const now = deps.clock.now();
   const at = toSqlUtc(now);
-  const res = await deps.db.execute("INSERT INTO tb_blog (shop_id, user_id, title, images, content, create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?)", [
-    input.shopId,
-    authorId,
-    input.title,
-    input.images,
-    input.content,
-    at,
-    at,
-  ]);
+  const res = await deps.db.execute(
+    "INSERT INTO tb_blog (shop_id, user_id, title, images, content, create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    [input.shopId, authorId, input.title, input.images, input.content, at, at],
+  );
   return { ok: true, id: Number(res.insertId), at: now };
 }
 
@@ -135,12 +134,27 @@ export async function getBlog(deps: Deps, id: number, viewerId: number | null): 
 
 /** Most liked first; ties newest first, so pages are stable. */
 export async function hotBlogs(deps: Deps, page: number, viewerId: number | null): Promise<Blog[]> {
-  return await query(deps, `${BLOG_SELECT} ORDER BY b.liked DESC, b.id DESC LIMIT ? OFFSET ?`, [BLOG_PAGE_SIZE, (page - 1) * BLOG_PAGE_SIZE], viewerId);
+  return await query(
+    deps,
+    `${BLOG_SELECT} ORDER BY b.liked DESC, b.id DESC LIMIT ? OFFSET ?`,
+    [BLOG_PAGE_SIZE, (page - 1) * BLOG_PAGE_SIZE],
+    viewerId,
+  );
 }
 
 /** A user's notes, newest first. */
-export async function blogsOfUser(deps: Deps, authorId: number, page: number, viewerId: number | null): Promise<Blog[]> {
-  return await query(deps, `${BLOG_SELECT} WHERE b.user_id = ? ORDER BY b.id DESC LIMIT ? OFFSET ?`, [authorId, BLOG_PAGE_SIZE, (page - 1) * BLOG_PAGE_SIZE], viewerId);
+export async function blogsOfUser(
+  deps: Deps,
+  authorId: number,
+  page: number,
+  viewerId: number | null,
+): Promise<Blog[]> {
+  return await query(
+    deps,
+    `${BLOG_SELECT} WHERE b.user_id = ? ORDER BY b.id DESC LIMIT ? OFFSET ?`,
+    [authorId, BLOG_PAGE_SIZE, (page - 1) * BLOG_PAGE_SIZE],
+    viewerId,
+  );
 }
 
 /**
@@ -163,8 +177,12 @@ export async function followedBlogsByIds(deps: Deps, ids: number[], followerId: 
 /** Public cards of users, in the order of `ids` (unknown ids are skipped). */
 export async function userCards(deps: Deps, ids: number[]): Promise<SessionUser[]> {
   if (ids.length === 0) return [];
-  const rows = (await deps.db.execute(`SELECT id, nick_name, icon FROM tb_user WHERE id IN (${ids.map(() => "?").join(", ")})`, ids)).rows as Row[];
-  const byId = new Map(rows.map((r) => [Number(r.id), { id: Number(r.id), nickName: String(r.nick_name), icon: String(r.icon ?? "") }]));
+  const rows = (
+    await deps.db.execute(`SELECT id, nick_name, icon FROM tb_user WHERE id IN (${ids.map(() => "?").join(", ")})`, ids)
+  ).rows as Row[];
+  const byId = new Map(
+    rows.map((r) => [Number(r.id), { id: Number(r.id), nickName: String(r.nick_name), icon: String(r.icon ?? "") }]),
+  );
   return ids.flatMap((id) => byId.get(id) ?? []);
 }
 
@@ -173,12 +191,10 @@ export async function userCards(deps: Deps, ids: number[]): Promise<SessionUser[
  * to itself so a like does not count as an edit of the note (the column auto-updates otherwise).
  */
 async function writeLikedCount(deps: Deps, blogId: number, count: number, version: number): Promise<void> {
-  await deps.db.execute("UPDATE tb_blog SET liked = ?, liked_version = ?, update_time = update_time WHERE id = ? AND liked_version < ?", [
-    count,
-    version,
-    blogId,
-    version,
-  ]);
+  await deps.db.execute(
+    "UPDATE tb_blog SET liked = ?, liked_version = ?, update_time = update_time WHERE id = ? AND liked_version < ?",
+    [count, version, blogId, version],
+  );
 }
 
 /**
@@ -186,7 +202,11 @@ async function writeLikedCount(deps: Deps, blogId: number, count: number, versio
  * MULTI, so they belong together; the version guard makes this safe to run at any time.
  */
 export async function syncLikedCount(deps: Deps, blogId: number): Promise<void> {
-  const [count, version] = await deps.redis.multi().zcard(keys.blogLiked(blogId)).get<number | string>(keys.blogLikedVersion(blogId)).exec();
+  const [count, version] = await deps.redis
+    .multi()
+    .zcard(keys.blogLiked(blogId))
+    .get<number | string>(keys.blogLikedVersion(blogId))
+    .exec();
   if (version === null || version === undefined) return;
   await writeLikedCount(deps, blogId, Number(count), Number(version));
 }

@@ -21,7 +21,10 @@ export interface SessionRef {
  */
 export async function consoleSessionAlive(deps: Pick<Deps, "redis">, s: SessionRef, method: string): Promise<boolean> {
   try {
-    const [revoked, epoch] = await deps.redis.mget<(string | number | null)[]>(keys.consoleRevoked(s.nonce), keys.consoleEpoch());
+    const [revoked, epoch] = await deps.redis.mget<(string | number | null)[]>(
+      keys.consoleRevoked(s.nonce),
+      keys.consoleEpoch(),
+    );
     return revoked === null && (epoch === null || s.issuedMs >= Number(epoch));
   } catch {
     return method === "GET";

@@ -81,7 +81,11 @@ function excerpt(text: string | undefined, base64: string | undefined): string {
 
 function deadLetterOf(m: DlqMessage): DeadLetter {
   const extra = m as DlqMessage & { error?: unknown; labels?: unknown; label?: unknown };
-  const labels = Array.isArray(extra.labels) ? extra.labels.map(String) : typeof extra.label === "string" ? [extra.label] : [];
+  const labels = Array.isArray(extra.labels)
+    ? extra.labels.map(String)
+    : typeof extra.label === "string"
+      ? [extra.label]
+      : [];
   return {
     dlqId: m.dlqId,
     messageId: m.messageId,
@@ -98,9 +102,16 @@ function deadLetterOf(m: DlqMessage): DeadLetter {
 }
 
 /** One page of the DLQ, newest first. */
-export async function listDeadLetters(deps: Pick<Deps, "dlq">, opts: DlqFilter & { cursor?: string; count?: number } = {}): Promise<DeadLetterPage> {
+export async function listDeadLetters(
+  deps: Pick<Deps, "dlq">,
+  opts: DlqFilter & { cursor?: string; count?: number } = {},
+): Promise<DeadLetterPage> {
   const count = Math.min(DLQ_PAGE_MAX, Math.max(1, opts.count ?? 50));
-  const page = await deps.dlq.listMessages({ count, ...(opts.cursor ? { cursor: opts.cursor } : {}), ...(opts.url ? { filter: { url: opts.url } } : {}) });
+  const page = await deps.dlq.listMessages({
+    count,
+    ...(opts.cursor ? { cursor: opts.cursor } : {}),
+    ...(opts.url ? { filter: { url: opts.url } } : {}),
+  });
   return { messages: page.messages.map(deadLetterOf), cursor: page.cursor || null };
 }
 
@@ -141,14 +152,21 @@ export interface BulkOutcome {
   more: boolean;
 }
 
-type BulkRequest = { all: true; count: number; cursor?: string } | { filter: { url: string }; count: number; cursor?: string };
+type BulkRequest =
+  | { all: true; count: number; cursor?: string }
+  | { filter: { url: string }; count: number; cursor?: string };
 
 /** Pages through `act` (QStash processes at most `count` per call and hands back a cursor while some are left). */
-async function bulk(filter: DlqFilter, act: (req: BulkRequest) => Promise<{ done: number; ids: string[]; cursor?: string }>): Promise<BulkOutcome> {
+async function bulk(
+  filter: DlqFilter,
+  act: (req: BulkRequest) => Promise<{ done: number; ids: string[]; cursor?: string }>,
+): Promise<BulkOutcome> {
   const out: BulkOutcome = { done: 0, messageIds: [], more: false };
   let cursor: string | undefined;
   for (let page = 0; page < BULK_MAX_PAGES; page++) {
-    const base = filter.url ? { filter: { url: filter.url }, count: DLQ_PAGE_MAX } : { all: true as const, count: DLQ_PAGE_MAX };
+    const base = filter.url
+      ? { filter: { url: filter.url }, count: DLQ_PAGE_MAX }
+      : { all: true as const, count: DLQ_PAGE_MAX };
     const res = await act(cursor ? { ...base, cursor } : base);
     out.done += res.done;
     out.messageIds.push(...res.ids);

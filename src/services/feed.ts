@@ -33,8 +33,12 @@ export async function pushToFollowers(deps: Deps, authorId: number, blogId: numb
   let after = 0;
   let pushed = 0;
   for (;;) {
-    const rows = (await deps.db.execute("SELECT id, user_id FROM tb_follow WHERE follow_user_id = ? AND id > ? ORDER BY id LIMIT ?", [authorId, after, BATCH]))
-      .rows as Row[];
+    const rows = (
+      await deps.db.execute(
+        "SELECT id, user_id FROM tb_follow WHERE follow_user_id = ? AND id > ? ORDER BY id LIMIT ?",
+        [authorId, after, BATCH],
+      )
+    ).rows as Row[];
     if (rows.length === 0) break;
     const p = deps.redis.pipeline();
     for (const r of rows) {
@@ -57,7 +61,12 @@ export async function pushToFollowers(deps: Deps, authorId: number, blogId: numb
  */
 export async function backfillAuthor(deps: Deps, followerId: number, authorId: number): Promise<void> {
   const max = deps.config.FEED_MAX_LENGTH;
-  const rows = (await deps.db.execute("SELECT id, create_time FROM tb_blog WHERE user_id = ? ORDER BY id DESC LIMIT ?", [authorId, max])).rows as Row[];
+  const rows = (
+    await deps.db.execute("SELECT id, create_time FROM tb_blog WHERE user_id = ? ORDER BY id DESC LIMIT ?", [
+      authorId,
+      max,
+    ])
+  ).rows as Row[];
   if (rows.length === 0) return;
   const key = keys.feed(followerId);
   const members = rows.map((r) => ({ score: parseSqlUtc(String(r.create_time)), member: String(r.id) }));
@@ -74,7 +83,13 @@ export async function removeAuthorFromFeed(deps: Deps, followerId: number, autho
   const key = keys.feed(followerId);
   let after = 0;
   for (;;) {
-    const rows = (await deps.db.execute("SELECT id FROM tb_blog WHERE user_id = ? AND id > ? ORDER BY id LIMIT ?", [authorId, after, BATCH])).rows as Row[];
+    const rows = (
+      await deps.db.execute("SELECT id FROM tb_blog WHERE user_id = ? AND id > ? ORDER BY id LIMIT ?", [
+        authorId,
+        after,
+        BATCH,
+      ])
+    ).rows as Row[];
     if (rows.length === 0) break;
     await deps.redis.zrem(key, ...rows.map((r) => String(r.id)));
     after = Number(rows[rows.length - 1]?.id);
@@ -101,7 +116,9 @@ export function advanceCursor(cursor: FeedCursor, scores: number[]): FeedCursor 
   if (last === undefined) return cursor;
   let trailing = 0;
   for (let i = scores.length - 1; i >= 0 && scores[i] === last; i--) trailing++;
-  return last === cursor.minTime ? { minTime: last, offset: cursor.offset + trailing } : { minTime: last, offset: trailing };
+  return last === cursor.minTime
+    ? { minTime: last, offset: cursor.offset + trailing }
+    : { minTime: last, offset: trailing };
 }
 
 export interface FeedPage extends FeedCursor {
@@ -116,13 +133,24 @@ const MAX_ROUNDS = 4;
  * gone or whose author the user no longer follows are skipped (not removed: removing members
  * while a client pages would shift its offset), and the page is refilled from further down.
  */
-export async function readFeedPage(deps: Deps, userId: number, cursor: FeedCursor, pageSize: number): Promise<FeedPage> {
+export async function readFeedPage(
+  deps: Deps,
+  userId: number,
+  cursor: FeedCursor,
+  pageSize: number,
+): Promise<FeedPage> {
   const key = keys.feed(userId);
   const list: Blog[] = [];
   let at = cursor;
   for (let round = 0; round < MAX_ROUNDS && list.length < pageSize; round++) {
     const need = pageSize - list.length;
-    const raw = await deps.redis.zrange<(string | number)[]>(key, at.minTime, 0, { byScore: true, rev: true, withScores: true, offset: at.offset, count: need });
+    const raw = await deps.redis.zrange<(string | number)[]>(key, at.minTime, 0, {
+      byScore: true,
+      rev: true,
+      withScores: true,
+      offset: at.offset,
+      count: need,
+    });
     const ids: number[] = [];
     const scores: number[] = [];
     for (let i = 0; i + 1 < raw.length; i += 2) {

@@ -54,7 +54,10 @@ async function propagate(deps: Deps, fn: () => Promise<void>): Promise<void> {
 }
 
 export async function isFollowing(deps: Deps, me: number, target: number): Promise<boolean> {
-  return (await deps.db.execute("SELECT 1 FROM tb_follow WHERE user_id = ? AND follow_user_id = ?", [me, target])).rows.length > 0;
+  return (
+    (await deps.db.execute("SELECT 1 FROM tb_follow WHERE user_id = ? AND follow_user_id = ?", [me, target])).rows
+      .length > 0
+  );
 }
 
 /** Users both `me` and `other` follow (SINTER of the two sets), by id. */

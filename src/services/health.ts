@@ -65,6 +65,7 @@ export interface PublicHealth {
 }
 
 export function publicHealth(r: HealthReport): PublicHealth {
-  const status = (p: ProbeResult, breaker: GuardSnapshot | undefined): DependencyStatus => (!p.ok ? "down" : breaker && breaker.state !== "closed" ? "degraded" : "up");
+  const status = (p: ProbeResult, breaker: GuardSnapshot | undefined): DependencyStatus =>
+    !p.ok ? "down" : breaker && breaker.state !== "closed" ? "degraded" : "up";
   return { ok: r.ok, redis: status(r.redis, r.breakers.redis), mysql: status(r.mysql, r.breakers.mysql) };
 }

@@ -7,7 +7,11 @@ import type { Deps } from "../deps.ts";
 import { type BlogInput, insertBlog } from "./blog.ts";
 import { pushToFollowers } from "./feed.ts";
 
-export async function publishNote(deps: Deps, authorId: number, input: BlogInput): Promise<{ ok: true; id: number } | { ok: false; reason: "UNKNOWN_SHOP" }> {
+export async function publishNote(
+  deps: Deps,
+  authorId: number,
+  input: BlogInput,
+): Promise<{ ok: true; id: number } | { ok: false; reason: "UNKNOWN_SHOP" }> {
   const stored = await insertBlog(deps, authorId, input);
   if (!stored.ok) return stored;
   try {

@@ -93,7 +93,10 @@ function batchedReads() {
 }
 
 /** The databases holding a voucher's keys this deployment has: the main one when unsharded, else each configured shard; and how many shards it lacks. */
-function readableShards(deps: Pick<Deps, "redis" | "seckillShards">, cfg: Pick<SeckillConfig, "shards">): { dbs: RedisPort[]; unread: number } {
+function readableShards(
+  deps: Pick<Deps, "redis" | "seckillShards">,
+  cfg: Pick<SeckillConfig, "shards">,
+): { dbs: RedisPort[]; unread: number } {
   const n = shardCountOf(cfg);
   if (n === 0) return { dbs: [deps.redis], unread: 0 };
   const dbs = deps.seckillShards.slice(0, n);
@@ -135,10 +138,13 @@ export async function salesOverview(deps: Deps, limit = 100): Promise<SaleRow[]>
   await reads.run();
   const unread = plan.filter((x) => x.unread > 0);
   if (unread.length > 0) {
-    deps.log.error("seckill sales in shards that are not configured are shown without them (SECKILL_SHARD_URLS lost shards a live voucher uses)", {
-      configured: deps.seckillShards.length,
-      vouchers: unread.slice(0, 20).map((x) => x.cfg.voucherId),
-    });
+    deps.log.error(
+      "seckill sales in shards that are not configured are shown without them (SECKILL_SHARD_URLS lost shards a live voucher uses)",
+      {
+        configured: deps.seckillShards.length,
+        vouchers: unread.slice(0, 20).map((x) => x.cfg.voucherId),
+      },
+    );
   }
   return plan.map(({ cfg, stocks, unread }) => {
     let left = 0;
@@ -199,10 +205,10 @@ export interface SaleNumbers {
 
 /** The MySQL side of a sale: one statement. */
 async function mysqlSide(deps: Pick<Deps, "db">, voucherId: number): Promise<{ orders: number; stock: number }> {
-  const res = await deps.db.execute("SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) AS orders, (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock", [
-    voucherId,
-    voucherId,
-  ]);
+  const res = await deps.db.execute(
+    "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) AS orders, (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock",
+    [voucherId, voucherId],
+  );
   const row = (res.rows[0] ?? {}) as { orders?: string | number; stock?: string | number | null };
   return { orders: Number(row.orders ?? 0), stock: Number(row.stock ?? 0) };
 }
@@ -279,7 +285,10 @@ export interface SeckillView extends Omit<SeckillState, "shards"> {
   shards: SeckillShardView[];
 }
 
-export type SeckillViewResult = { ok: true; view: SeckillView } | { ok: false; reason: "NOT_FOUND" } | { ok: false; reason: "SHARDS_MISSING"; message: string };
+export type SeckillViewResult =
+  | { ok: true; view: SeckillView }
+  | { ok: false; reason: "NOT_FOUND" }
+  | { ok: false; reason: "SHARDS_MISSING"; message: string };
 
 /**
  * The voucher's reservations in one shard's outbox, from the entries themselves (reservation
@@ -309,7 +318,9 @@ export async function seckillView(deps: Deps, voucherId: number): Promise<Seckil
     if (err instanceof ShardUnavailable) return { ok: false, reason: "SHARDS_MISSING", message: err.message };
     throw err;
   }
-  const pending = await Promise.all(st.shards.map((s) => voucherPending(shardRedis(deps, cfg, s.shard), cfg, s.shopOutbox.entries)));
+  const pending = await Promise.all(
+    st.shards.map((s) => voucherPending(shardRedis(deps, cfg, s.shard), cfg, s.shopOutbox.entries)),
+  );
   const now = deps.clock.now();
   const { shards, ...totals } = st;
   const sold = cfg.initialStock - st.stock;
@@ -327,7 +338,14 @@ export async function seckillView(deps: Deps, voucherId: number): Promise<Seckil
       mysqlStock: mysql.stock,
       ordersInMysql: mysql.orders,
       outboxPending: pending.some((p) => p === null) ? null : pending.reduce<number>((a, p) => a + (p ?? 0), 0),
-      shards: shards.map(({ shopOutbox, ...s }, i) => ({ ...s, outbox: { pending: pending[i] ?? null, shopPending: shopOutbox.entries, lagMs: lagOf(shopOutbox.oldestDueMs, now) } })),
+      shards: shards.map(({ shopOutbox, ...s }, i) => ({
+        ...s,
+        outbox: {
+          pending: pending[i] ?? null,
+          shopPending: shopOutbox.entries,
+          lagMs: lagOf(shopOutbox.oldestDueMs, now),
+        },
+      })),
     },
   };
 }
@@ -369,7 +387,10 @@ export async function pipelineBacklog(deps: Deps): Promise<PipelineBacklog> {
   const now = deps.clock.now();
   const refs = reachableOutboxes(deps, outboxesOf(await registeredSeckills(deps, now)));
   const reads = batchedReads();
-  const queued = refs.map((ref) => ({ ref, replies: reads.queue(outboxRedis(deps, ref.shard), 2, (p) => queueOutbox(p, ref.shopId)) }));
+  const queued = refs.map((ref) => ({
+    ref,
+    replies: reads.queue(outboxRedis(deps, ref.shard), 2, (p) => queueOutbox(p, ref.shopId)),
+  }));
   await reads.run();
   const shops = new Map<number, ShopBacklog>();
   for (const { ref, replies } of queued) {
@@ -444,8 +465,13 @@ export async function opsSnapshot(deps: Deps): Promise<OpsSnapshot> {
     // The hot report right after the counters' flush: one pipeline more, no second flush.
     metrics
       .report(deps)
-      .then(async (cache) => ({ cache, hot: await metrics.hotReport(deps, { flushed: true }).catch(orElse(OPS_SECTIONS.hot, null)) }))
-      .catch(orElse(OPS_SECTIONS.cache, { cache: { modules: {}, isolates: 0, thisIsolate: {} } as CacheReport, hot: null })),
+      .then(async (cache) => ({
+        cache,
+        hot: await metrics.hotReport(deps, { flushed: true }).catch(orElse(OPS_SECTIONS.hot, null)),
+      }))
+      .catch(
+        orElse(OPS_SECTIONS.cache, { cache: { modules: {}, isolates: 0, thisIsolate: {} } as CacheReport, hot: null }),
+      ),
     uvReport(deps, from, to).catch(orElse(OPS_SECTIONS.uv, { from, to, days: [], total: 0 })),
     listRefunds(deps, { limit: 20 }).catch(orElse(OPS_SECTIONS.refunds, [] as RefundView[])),
   ]);
@@ -479,14 +505,23 @@ export interface OrderView {
   paidAt: number | null;
 }
 
-const viewOf = (o: OrderRow): OrderView => ({ id: o.id, userId: o.userId, voucherId: o.voucherId, status: statusName(o.status), createdAt: o.createTime, paidAt: o.payTime });
+const viewOf = (o: OrderRow): OrderView => ({
+  id: o.id,
+  userId: o.userId,
+  voucherId: o.voucherId,
+  status: statusName(o.status),
+  createdAt: o.createTime,
+  paidAt: o.payTime,
+});
 
 /** An order by id: its MySQL row, else its reservation still in the outbox, else null. */
 export async function orderById(deps: Deps, orderId: string): Promise<OrderView | null> {
   const row = await getOrderRow(deps, orderId);
   if (row) return viewOf(row);
   const r = await findReservation(deps, orderId);
-  return r ? { id: orderId, userId: r.userId, voucherId: r.voucherId, status: "queued", createdAt: r.reservedAt, paidAt: null } : null;
+  return r
+    ? { id: orderId, userId: r.userId, voucherId: r.voucherId, status: "queued", createdAt: r.reservedAt, paidAt: null }
+    : null;
 }
 
 /** A user's newest `limit` orders in MySQL (queued ones are found by id only). */

@@ -20,7 +20,17 @@ import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
 
 /** Outcomes of `reserve` as the route answers them. */
-export const OUTCOMES = ["ok", "SOLD_OUT", "DUPLICATE_ORDER", "RATE_LIMITED", "NOT_STARTED", "ENDED", "NOT_FOUND", "LIMIT_REACHED", "OUTCOME_UNKNOWN"] as const;
+export const OUTCOMES = [
+  "ok",
+  "SOLD_OUT",
+  "DUPLICATE_ORDER",
+  "RATE_LIMITED",
+  "NOT_STARTED",
+  "ENDED",
+  "NOT_FOUND",
+  "LIMIT_REACHED",
+  "OUTCOME_UNKNOWN",
+] as const;
 export type Outcome = (typeof OUTCOMES)[number];
 export type OutcomeCounts = Record<Outcome, number>;
 
@@ -33,7 +43,17 @@ export const MAX_FLUSH_VOUCHERS = 200;
 /** A voucher's summed hash is kept this long after its last flush, ms: past the jobs' registry (7 days after a sale ends). */
 export const SALE_COUNTS_TTL_MS = 8 * 86_400_000;
 
-const zero = (): OutcomeCounts => ({ ok: 0, SOLD_OUT: 0, DUPLICATE_ORDER: 0, RATE_LIMITED: 0, NOT_STARTED: 0, ENDED: 0, NOT_FOUND: 0, LIMIT_REACHED: 0, OUTCOME_UNKNOWN: 0 });
+const zero = (): OutcomeCounts => ({
+  ok: 0,
+  SOLD_OUT: 0,
+  DUPLICATE_ORDER: 0,
+  RATE_LIMITED: 0,
+  NOT_STARTED: 0,
+  ENDED: 0,
+  NOT_FOUND: 0,
+  LIMIT_REACHED: 0,
+  OUTCOME_UNKNOWN: 0,
+});
 
 interface Tracked {
   /** Since this isolate started. */
@@ -175,7 +195,10 @@ export interface SaleOutcomes {
  * isolate's counts not flushed yet. With Redis unreachable, this isolate's counts (`acrossIsolates`
  * false) rather than an error: the console is most needed during an outage.
  */
-export async function saleOutcomes(deps: Pick<Deps, "redis" | "runtime" | "isolate">, voucherId: number): Promise<SaleOutcomes> {
+export async function saleOutcomes(
+  deps: Pick<Deps, "redis" | "runtime" | "isolate">,
+  voucherId: number,
+): Promise<SaleOutcomes> {
   const c = deps.isolate.saleCounters;
   try {
     // No flush may land between reading the hash and reading what is still unflushed here, or

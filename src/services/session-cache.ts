@@ -42,7 +42,15 @@ import type { Deps } from "../deps.ts";
 import type { Config } from "../env.ts";
 import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
-import { LEGACY_TOKEN_RE, legacySid, readLegacySession, revokeSession, type SessionClaims, SessionKeys, type SessionUser } from "./session.ts";
+import {
+  LEGACY_TOKEN_RE,
+  legacySid,
+  readLegacySession,
+  revokeSession,
+  type SessionClaims,
+  SessionKeys,
+  type SessionUser,
+} from "./session.ts";
 
 /** Dead session ids an isolate remembers (~100 B each). */
 const REVOKED_MEMORY = 100_000;
@@ -129,7 +137,6 @@ export class SessionCache {
   private syncFailures = 0;
 
   private readonly ttlSeconds: number;
-  private readonly ttlMs: number;
   private readonly renewMs: number;
   private readonly syncMs: number;
   private readonly trustMs: number;
@@ -137,9 +144,13 @@ export class SessionCache {
   private readonly legacy: boolean;
 
   constructor(config: Config) {
-    this.keys = new SessionKeys(config.SESSION_SECRET, config.SESSION_SECRET_PREVIOUS, config.SESSION_MAX_AGE_SECONDS, config.SESSION_HARD_CAP_SECONDS);
+    this.keys = new SessionKeys(
+      config.SESSION_SECRET,
+      config.SESSION_SECRET_PREVIOUS,
+      config.SESSION_MAX_AGE_SECONDS,
+      config.SESSION_HARD_CAP_SECONDS,
+    );
     this.ttlSeconds = config.SESSION_TTL_SECONDS;
-    this.ttlMs = config.SESSION_TTL_SECONDS * 1000;
     this.renewMs = config.SESSION_RENEW_SECONDS * 1000;
     this.syncMs = config.SESSION_SYNC_MS;
     this.trustMs = config.SESSION_TRUST_MS;
@@ -184,10 +195,16 @@ export class SessionCache {
    */
   peek(deps: Deps, token: string): SessionUser | undefined {
     const e = this.entries.get(token);
-    if (!e || !e.user) return undefined;
+    if (!e?.user) return undefined;
     const now = deps.clock.now();
     // Due a re-issue: the full path answers (it adds the fresh token to the response).
-    if (this.lastSyncAt === undefined || now - this.lastSyncAt >= this.trustMs || now >= e.expiresAt || now >= e.reissueAt) return undefined;
+    if (
+      this.lastSyncAt === undefined ||
+      now - this.lastSyncAt >= this.trustMs ||
+      now >= e.expiresAt ||
+      now >= e.reissueAt
+    )
+      return undefined;
     this.entries.delete(token);
     this.entries.set(token, e);
     if (!e.queued && now - e.confirmedAt >= this.renewMs) this.enqueue(token, e);
@@ -221,7 +238,7 @@ export class SessionCache {
    */
   reissue(deps: Deps, token: string): Promise<Reissued | null | undefined> | undefined {
     const e = this.entries.get(token);
-    if (!e || !e.user || deps.clock.now() < e.reissueAt) return undefined;
+    if (!e?.user || deps.clock.now() < e.reissueAt) return undefined;
     const memo = e.reissued;
     if (memo?.entry.user) return Promise.resolve(view(memo.token, memo.entry));
     return this.reissueNow(deps, token, e);
@@ -230,7 +247,8 @@ export class SessionCache {
   /** Logout: dead here at once, deleted in Redis and announced to the other isolates (one command). */
   async revoke(deps: Deps, token: string): Promise<void> {
     const e = this.entries.get(token);
-    const sid = e?.sid ?? (await this.keys.verify(token))?.sid ?? (LEGACY_TOKEN_RE.test(token) ? legacySid(token) : null);
+    const sid =
+      e?.sid ?? (await this.keys.verify(token))?.sid ?? (LEGACY_TOKEN_RE.test(token) ? legacySid(token) : null);
     if (!sid) return;
     await revokeSession(deps.redis, token, sid);
     this.markDead(e, sid);
@@ -255,7 +273,13 @@ export class SessionCache {
   }
 
   stats(): SessionCacheStats {
-    return { entries: this.entries.size, pending: this.pending.size, syncs: this.syncs, syncFailures: this.syncFailures, lastSyncAt: this.lastSyncAt ?? null };
+    return {
+      entries: this.entries.size,
+      pending: this.pending.size,
+      syncs: this.syncs,
+      syncFailures: this.syncFailures,
+      lastSyncAt: this.lastSyncAt ?? null,
+    };
   }
 
   private async reissueNow(deps: Deps, token: string, e: Entry): Promise<Reissued | null | undefined> {
@@ -300,7 +324,15 @@ export class SessionCache {
         this.unknownLegacy.set(token, true);
         return null;
       }
-      e = { user, sid, confirmedAt: -Infinity, queued: false, expiresAt: Number.POSITIVE_INFINITY, authTime: 0, reissueAt: Number.POSITIVE_INFINITY };
+      e = {
+        user,
+        sid,
+        confirmedAt: -Infinity,
+        queued: false,
+        expiresAt: Number.POSITIVE_INFINITY,
+        authTime: 0,
+        reissueAt: Number.POSITIVE_INFINITY,
+      };
     } else {
       // Not cached: caching refusals would let garbage evict real sessions; refusing costs only CPU.
       return null;
@@ -429,7 +461,14 @@ function kill(e: Entry): void {
 
 /** An entry's fields from a verified token's claims (not yet confirmed, not queued). */
 function entryOf(claims: SessionClaims): Omit<Entry, "confirmedAt"> {
-  return { user: claims.user, sid: claims.sid, queued: false, expiresAt: claims.expiresAt, authTime: claims.authTime, reissueAt: claims.reissueAt };
+  return {
+    user: claims.user,
+    sid: claims.sid,
+    queued: false,
+    expiresAt: claims.expiresAt,
+    authTime: claims.authTime,
+    reissueAt: claims.reissueAt,
+  };
 }
 
 function view(token: string, entry: Entry): Reissued {

@@ -109,7 +109,10 @@ export class SessionKeys {
     if (this.imported) return this.imported;
     const enc = new TextEncoder();
     const load = (s: string) => crypto.subtle.importKey("raw", enc.encode(s), HMAC, false, ["sign", "verify"]);
-    const [current, previous] = await Promise.all([load(this.secret), this.previousSecret ? load(this.previousSecret) : null]);
+    const [current, previous] = await Promise.all([
+      load(this.secret),
+      this.previousSecret ? load(this.previousSecret) : null,
+    ]);
     this.imported ??= { current, previous };
     return this.imported;
   }
@@ -127,17 +130,32 @@ export class SessionKeys {
    * caller's current end) or `sid` is not a signed session's. CPU only: whether the session still
    * exists is the caller's to check (SessionCache.reissue).
    */
-  async reissue(user: SessionUser, sid: string, authTime: number, nowMs: number, notAfterMs: number): Promise<{ token: string; claims: SessionClaims } | null> {
+  async reissue(
+    user: SessionUser,
+    sid: string,
+    authTime: number,
+    nowMs: number,
+    notAfterMs: number,
+  ): Promise<{ token: string; claims: SessionClaims } | null> {
     if (!sid.startsWith("j:")) return null;
     const minted = await this.mint(user, sid.slice(2), authTime, nowMs);
     return minted.claims.expiresAt > notAfterMs ? minted : null;
   }
 
-  private async mint(user: SessionUser, jti: string, authTime: number, nowMs: number): Promise<{ token: string; claims: SessionClaims }> {
+  private async mint(
+    user: SessionUser,
+    jti: string,
+    authTime: number,
+    nowMs: number,
+  ): Promise<{ token: string; claims: SessionClaims }> {
     const { current } = await this.keys();
     const iat = Math.floor(nowMs / 1000);
     const exp = Math.min(iat + this.maxAgeSeconds, authTime + this.hardCapSeconds);
-    const token = await sign({ sub: String(user.id), nick: user.nickName, icon: user.icon, iat, exp, jti, auth_time: authTime }, current, "HS256");
+    const token = await sign(
+      { sub: String(user.id), nick: user.nickName, icon: user.icon, iat, exp, jti, auth_time: authTime },
+      current,
+      "HS256",
+    );
     return { token, claims: this.claims(user, jti, iat, exp, authTime) };
   }
 
@@ -168,7 +186,7 @@ export class SessionKeys {
     const first = token.indexOf(".");
     if (token.slice(0, first) !== JWT_HEADER) return null;
     const signature = base64urlBytes(token.slice(dot + 1));
-    if (!signature || signature.byteLength !== 32) return null;
+    if (signature?.byteLength !== 32) return null;
     // Canonical spelling only: 43 base64url chars carry 258 bits for 256, so the last char's two
     // spare bits gave every token three other spellings, each a separate cache key and record.
     if (base64url(signature) !== token.slice(dot + 1)) return null;
@@ -187,14 +205,21 @@ export class SessionKeys {
     }
     if (payload === null || typeof payload !== "object") return null;
     const { sub, nick, icon, iat, exp, jti, auth_time } = payload;
-    if (typeof sub !== "string" || !/^[1-9]\d{0,15}$/.test(sub) || typeof nick !== "string" || typeof icon !== "string") return null;
+    if (typeof sub !== "string" || !/^[1-9]\d{0,15}$/.test(sub) || typeof nick !== "string" || typeof icon !== "string")
+      return null;
     if (typeof jti !== "string" || !/^[A-Za-z0-9_-]{16,64}$/.test(jti) || typeof iat !== "number") return null;
     // Sign-in time: tokens from before re-issue existed were all issued at sign-in.
     const authTime = auth_time === undefined ? iat : auth_time;
     if (typeof authTime !== "number" || authTime > iat) return null;
     // Absolute lifetime: `exp` (or, for tokens issued before it existed, iat + the same maximum),
     // and never past the session's hard cap as configured now (lowering it ends older sessions too).
-    const claims = this.claims({ id: Number(sub), nickName: nick, icon }, jti, iat, typeof exp === "number" ? exp : iat + this.maxAgeSeconds, authTime);
+    const claims = this.claims(
+      { id: Number(sub), nickName: nick, icon },
+      jti,
+      iat,
+      typeof exp === "number" ? exp : iat + this.maxAgeSeconds,
+      authTime,
+    );
     if (nowMs >= claims.expiresAt) return null;
     return claims;
   }
@@ -226,7 +251,13 @@ export const legacySid = (token: string) => `l:${token}`;
  * `ttlSeconds`. Returns the raw token (what login hands the client). `keys` is the isolate's
  * (`deps.isolate.sessions.keys`), or `new SessionKeys(config.SESSION_SECRET)` in a script.
  */
-export async function createSession(redis: RedisPort, user: SessionUser, ttlSeconds: number, keys_: SessionKeys, nowMs = Date.now()): Promise<string> {
+export async function createSession(
+  redis: RedisPort,
+  user: SessionUser,
+  ttlSeconds: number,
+  keys_: SessionKeys,
+  nowMs = Date.now(),
+): Promise<string> {
   const token = await keys_.sign(user, nowMs);
   const key = keys.loginToken(token);
   const tx = redis.multi();
@@ -239,12 +270,20 @@ export async function createSession(redis: RedisPort, user: SessionUser, ttlSeco
 /** The user of a legacy (unsigned) token from its Redis record, or null. One HMGET; no renewal (the cache renews). */
 export async function readLegacySession(redis: RedisPort, token: string): Promise<SessionUser | null> {
   if (!LEGACY_TOKEN_RE.test(token)) return null;
-  const fields = await redis.hmget<{ id: string | number | null; nickName: string | null; icon: string | null }>(keys.loginToken(token), "id", "nickName", "icon");
+  const fields = await redis.hmget<{ id: string | number | null; nickName: string | null; icon: string | null }>(
+    keys.loginToken(token),
+    "id",
+    "nickName",
+    "icon",
+  );
   if (!fields || fields.id === null || fields.id === undefined) return null;
   return { id: Number(fields.id), nickName: String(fields.nickName ?? ""), icon: String(fields.icon ?? "") };
 }
 
 /** Ends a session everywhere: deletes the record and appends `sid` to the revocation stream (one command). */
 export async function revokeSession(redis: RedisPort, token: string, sid: string): Promise<void> {
-  await scriptsFor(redis).sessionRevoke.exec([keys.loginToken(token), keys.loginRevoked(), keys.loginRevokedSeq()], [sid, String(REVOKED_KEEP)]);
+  await scriptsFor(redis).sessionRevoke.exec(
+    [keys.loginToken(token), keys.loginRevoked(), keys.loginRevokedSeq()],
+    [sid, String(REVOKED_KEEP)],
+  );
 }

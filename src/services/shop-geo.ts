@@ -26,21 +26,33 @@ interface ShopPoint {
   y: number;
 }
 
-export async function addShopToGeo(redis: RedisPort, shop: { id: number; typeId: number; x: number; y: number }, previousTypeId?: number): Promise<void> {
+export async function addShopToGeo(
+  redis: RedisPort,
+  shop: { id: number; typeId: number; x: number; y: number },
+  previousTypeId?: number,
+): Promise<void> {
   const p = redis.pipeline();
-  if (previousTypeId !== undefined && previousTypeId !== shop.typeId) p.zrem(keys.shopGeo(previousTypeId), String(shop.id));
+  if (previousTypeId !== undefined && previousTypeId !== shop.typeId)
+    p.zrem(keys.shopGeo(previousTypeId), String(shop.id));
   geoAdd(p, keys.shopGeo(shop.typeId), [{ longitude: shop.x, latitude: shop.y, member: String(shop.id) }]);
   await p.exec();
 }
 
 /** Rebuilds every type's index from tb_shop, paging by id; returns the number of shops indexed. */
-export async function rebuildShopGeo(db: DbPort, redis: RedisPort, onProgress?: (done: number) => void, pageSize = 5000): Promise<number> {
+export async function rebuildShopGeo(
+  db: DbPort,
+  redis: RedisPort,
+  onProgress?: (done: number) => void,
+  pageSize = 5000,
+): Promise<number> {
   const tmpSuffix = `:rebuild:${Date.now()}`;
   const touched = new Set<number>();
   let lastId = 0;
   let total = 0;
   for (;;) {
-    const rows = (await db.execute("SELECT id, type_id, x, y FROM tb_shop WHERE id > ? ORDER BY id LIMIT ?", [lastId, pageSize])).rows as unknown as ShopPoint[];
+    const rows = (
+      await db.execute("SELECT id, type_id, x, y FROM tb_shop WHERE id > ? ORDER BY id LIMIT ?", [lastId, pageSize])
+    ).rows as unknown as ShopPoint[];
     if (rows.length === 0) break;
     const byType = new Map<number, ShopPoint[]>();
     for (const r of rows) {
@@ -52,7 +64,11 @@ export async function rebuildShopGeo(db: DbPort, redis: RedisPort, onProgress?: 
     const p = redis.pipeline();
     for (const [typeId, list] of byType) {
       touched.add(typeId);
-      geoAdd(p, keys.shopGeo(typeId) + tmpSuffix, list.map((r) => ({ longitude: Number(r.x), latitude: Number(r.y), member: String(r.id) })));
+      geoAdd(
+        p,
+        keys.shopGeo(typeId) + tmpSuffix,
+        list.map((r) => ({ longitude: Number(r.x), latitude: Number(r.y), member: String(r.id) })),
+      );
     }
     await p.exec();
     total += rows.length;

@@ -54,7 +54,8 @@ export interface Voucher {
 
 type Row = Record<string, string | number | null>;
 
-const SHOP_COLUMNS = "id, name, type_id, images, area, address, x, y, avg_price, sold, comments, score, open_hours, create_time, update_time";
+const SHOP_COLUMNS =
+  "id, name, type_id, images, area, address, x, y, avg_price, sold, comments, score, open_hours, create_time, update_time";
 
 export function mapShop(r: Row, zone: string): Shop {
   return {
@@ -77,7 +78,9 @@ export function mapShop(r: Row, zone: string): Shop {
 }
 
 export async function loadShop(deps: Deps, id: number): Promise<Shop | null> {
-  const row = (await deps.db.execute(`SELECT ${SHOP_COLUMNS} FROM tb_shop WHERE id = ?`, [id])).rows[0] as Row | undefined;
+  const row = (await deps.db.execute(`SELECT ${SHOP_COLUMNS} FROM tb_shop WHERE id = ?`, [id])).rows[0] as
+    | Row
+    | undefined;
   return row ? mapShop(row, deps.config.SERVICE_TIME_ZONE) : null;
 }
 
@@ -147,7 +150,20 @@ export async function shopTypeExists(deps: Deps, typeId: number): Promise<boolea
 export async function insertShop(deps: Deps, s: ShopInput): Promise<number> {
   const res = await deps.db.execute(
     "INSERT INTO tb_shop (name, type_id, images, area, address, x, y, avg_price, sold, comments, score, open_hours) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    [s.name, s.typeId, s.images, s.area, s.address, s.x, s.y, s.avgPrice, s.sold ?? 0, s.comments ?? 0, s.score ?? 0, s.openHours],
+    [
+      s.name,
+      s.typeId,
+      s.images,
+      s.area,
+      s.address,
+      s.x,
+      s.y,
+      s.avgPrice,
+      s.sold ?? 0,
+      s.comments ?? 0,
+      s.score ?? 0,
+      s.openHours,
+    ],
   );
   await forgetCeiling(deps, "shop");
   return Number(res.insertId);
@@ -164,7 +180,11 @@ export async function forgetCeiling(deps: Pick<Deps, "redis">, name: "shop" | "s
 }
 
 /** Applies only the given fields; returns the previous type id, or null when the shop does not exist. */
-export async function updateShop(deps: Deps, id: number, patch: Partial<ShopInput>): Promise<{ previousTypeId: number } | null> {
+export async function updateShop(
+  deps: Deps,
+  id: number,
+  patch: Partial<ShopInput>,
+): Promise<{ previousTypeId: number } | null> {
   const columns: Record<keyof ShopInput, string> = {
     name: "name",
     typeId: "type_id",
@@ -180,7 +200,9 @@ export async function updateShop(deps: Deps, id: number, patch: Partial<ShopInpu
     score: "score",
   };
   return await deps.db.transaction(async (tx) => {
-    const cur = (await tx.execute("SELECT type_id FROM tb_shop WHERE id = ? FOR UPDATE", [id])).rows[0] as Row | undefined;
+    const cur = (await tx.execute("SELECT type_id FROM tb_shop WHERE id = ? FOR UPDATE", [id])).rows[0] as
+      | Row
+      | undefined;
     if (!cur) return null;
     const sets: string[] = [];
     const args: unknown[] = [];
@@ -208,7 +230,15 @@ export interface NearbyHit {
 }
 
 /** GEOSEARCH nearest first within `radiusM`; returns one page of ids with distances in metres. */
-export async function searchNearby(deps: Deps, typeId: number, x: number, y: number, page: number, pageSize: number, radiusM: number): Promise<NearbyHit[]> {
+export async function searchNearby(
+  deps: Deps,
+  typeId: number,
+  x: number,
+  y: number,
+  page: number,
+  pageSize: number,
+  radiusM: number,
+): Promise<NearbyHit[]> {
   const end = page * pageSize;
   const raw = (await deps.redis.geosearch(
     keys.shopGeo(typeId),
@@ -217,11 +247,19 @@ export async function searchNearby(deps: Deps, typeId: number, x: number, y: num
     "ASC",
     { count: { limit: end }, withDist: true },
   )) as { member: string | number; dist?: number }[];
-  return raw.slice(end - pageSize, end).map((h) => ({ id: Number(h.member), distance: Math.round(Number(h.dist ?? 0) * 100) / 100 }));
+  return raw
+    .slice(end - pageSize, end)
+    .map((h) => ({ id: Number(h.member), distance: Math.round(Number(h.dist ?? 0) * 100) / 100 }));
 }
 
 export async function shopsOfType(deps: Deps, typeId: number, page: number, pageSize: number): Promise<Shop[]> {
-  const rows = (await deps.db.execute(`SELECT ${SHOP_COLUMNS} FROM tb_shop WHERE type_id = ? ORDER BY id LIMIT ? OFFSET ?`, [typeId, pageSize, (page - 1) * pageSize])).rows as Row[];
+  const rows = (
+    await deps.db.execute(`SELECT ${SHOP_COLUMNS} FROM tb_shop WHERE type_id = ? ORDER BY id LIMIT ? OFFSET ?`, [
+      typeId,
+      pageSize,
+      (page - 1) * pageSize,
+    ])
+  ).rows as Row[];
   return rows.map((r) => mapShop(r, deps.config.SERVICE_TIME_ZONE));
 }
 
@@ -229,7 +267,11 @@ export async function shopsOfType(deps: Deps, typeId: number, page: number, page
 export async function shopsByName(deps: Deps, name: string, page: number, pageSize: number): Promise<Shop[]> {
   const pattern = `%${name.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
   const rows = (
-    await deps.db.execute(`SELECT ${SHOP_COLUMNS} FROM tb_shop WHERE name LIKE ? ORDER BY id LIMIT ? OFFSET ?`, [pattern, pageSize, (page - 1) * pageSize])
+    await deps.db.execute(`SELECT ${SHOP_COLUMNS} FROM tb_shop WHERE name LIKE ? ORDER BY id LIMIT ? OFFSET ?`, [
+      pattern,
+      pageSize,
+      (page - 1) * pageSize,
+    ])
   ).rows as Row[];
   return rows.map((r) => mapShop(r, deps.config.SERVICE_TIME_ZONE));
 }
@@ -248,7 +290,11 @@ export async function shopExists(deps: Deps, id: number): Promise<boolean> {
 }
 
 /** Inserts a voucher on sale (type 0 normal, 1 seckill) through `db` or a transaction; returns its id. */
-export async function insertVoucher(db: Pick<Deps["db"], "execute">, v: VoucherInput, type: 0 | 1 = 0): Promise<number> {
+export async function insertVoucher(
+  db: Pick<Deps["db"], "execute">,
+  v: VoucherInput,
+  type: 0 | 1 = 0,
+): Promise<number> {
   const res = await db.execute(
     "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
     [v.shopId, v.title, v.subTitle, v.rules, v.payValue, v.actualValue, type],

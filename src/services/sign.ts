@@ -47,7 +47,12 @@ export async function signStreak(deps: Deps, userId: number): Promise<number> {
   let total = 0;
   for (let i = 0; i < MAX_MONTHS; i++) {
     // An explicit pipeline: the auto-pipelining client cannot chain BITFIELD's builder (SDK 1.39).
-    const [reply] = await deps.redis.pipeline().bitfield(keys.sign(userId, yyyyMM(year, month))).get(`u${day}`, 0).exec().exec<[number[]]>();
+    const [reply] = await deps.redis
+      .pipeline()
+      .bitfield(keys.sign(userId, yyyyMM(year, month)))
+      .get(`u${day}`, 0)
+      .exec()
+      .exec<[number[]]>();
     const bits = reply?.[0] ?? 0;
     const run = trailingOnes(Number(bits), day);
     total += run;

@@ -55,7 +55,15 @@ export interface WriteLimiters {
 
 type LimitConfig = Pick<
   Config,
-  "UPLOAD_BUCKET_SIZE" | "UPLOAD_BUCKET_REFILL" | "UPLOAD_BUCKET_INTERVAL_MS" | "NOTE_BUCKET_SIZE" | "NOTE_BUCKET_REFILL" | "NOTE_BUCKET_INTERVAL_MS" | "TOGGLE_BUCKET_SIZE" | "TOGGLE_BUCKET_REFILL" | "TOGGLE_BUCKET_INTERVAL_MS"
+  | "UPLOAD_BUCKET_SIZE"
+  | "UPLOAD_BUCKET_REFILL"
+  | "UPLOAD_BUCKET_INTERVAL_MS"
+  | "NOTE_BUCKET_SIZE"
+  | "NOTE_BUCKET_REFILL"
+  | "NOTE_BUCKET_INTERVAL_MS"
+  | "TOGGLE_BUCKET_SIZE"
+  | "TOGGLE_BUCKET_REFILL"
+  | "TOGGLE_BUCKET_INTERVAL_MS"
 >;
 
 /**
@@ -67,7 +75,14 @@ export function createWriteLimiters(c: LimitConfig, redis: RedisPort): WriteLimi
   const bucket = (size: number, refill: number, intervalMs: number, prefix: string) =>
     size === 0
       ? null
-      : new Ratelimit({ redis, analytics: false, timeout: RATELIMIT_FAIL_CLOSED, ephemeralCache: new BoundedMap<string, number>(BLOCK_CACHE_MAX), limiter: Ratelimit.tokenBucket(refill, `${intervalMs} ms`, size), prefix });
+      : new Ratelimit({
+          redis,
+          analytics: false,
+          timeout: RATELIMIT_FAIL_CLOSED,
+          ephemeralCache: new BoundedMap<string, number>(BLOCK_CACHE_MAX),
+          limiter: Ratelimit.tokenBucket(refill, `${intervalMs} ms`, size),
+          prefix,
+        });
   return {
     upload: bucket(c.UPLOAD_BUCKET_SIZE, c.UPLOAD_BUCKET_REFILL, c.UPLOAD_BUCKET_INTERVAL_MS, keys.uploadBucket()),
     note: bucket(c.NOTE_BUCKET_SIZE, c.NOTE_BUCKET_REFILL, c.NOTE_BUCKET_INTERVAL_MS, keys.noteBucket()),
@@ -78,14 +93,22 @@ export function createWriteLimiters(c: LimitConfig, redis: RedisPort): WriteLimi
 export type Refusal = { reason: "RATE_LIMITED" | "QUOTA_EXCEEDED"; message: string; retryAfterMs: number };
 
 /** Takes one token of the user's `kind` bucket; the refusal when it is empty. */
-export async function takeWriteToken(deps: Deps, kind: keyof WriteLimiters, userId: number): Promise<Refusal | undefined> {
+export async function takeWriteToken(
+  deps: Deps,
+  kind: keyof WriteLimiters,
+  userId: number,
+): Promise<Refusal | undefined> {
   const limiter = deps.isolate.writeLimiters[kind];
   if (!limiter) return undefined;
   const res = await limiter.limit(String(userId));
   if (res.success) return undefined;
   // `reset` is on the library's own clock (Date.now), not deps.clock.
   const retryAfterMs = Math.max(1000, res.reset - Date.now());
-  return { reason: "RATE_LIMITED", message: kind === "upload" ? "too many uploads; retry later" : "too many notes; retry later", retryAfterMs };
+  return {
+    reason: "RATE_LIMITED",
+    message: kind === "upload" ? "too many uploads; retry later" : "too many notes; retry later",
+    retryAfterMs,
+  };
 }
 
 /** Ms from `ms` to the next midnight in `zone` (a DST day may make it up to an hour off: a hint). */
@@ -109,7 +132,10 @@ export async function reserveUploadQuota(deps: Deps, userId: number, bytes: numb
   const now = deps.clock.now();
   const key = keys.uploadQuota(userId, serviceDay(now, deps.config.SERVICE_TIME_ZONE));
   // The key outlives its day by one, so a refund just after midnight still finds it.
-  const [ok, used] = await scriptsFor(deps.redis).uploadQuota.exec([key], [String(bytes), String(cap), String(2 * 86400)]);
+  const [ok, used] = await scriptsFor(deps.redis).uploadQuota.exec(
+    [key],
+    [String(bytes), String(cap), String(2 * 86400)],
+  );
   if (ok !== 1) {
     return {
       reason: "QUOTA_EXCEEDED",

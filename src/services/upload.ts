@@ -34,7 +34,8 @@ export function sniffImage(b: Uint8Array): ImageType | null {
 }
 
 /** The only names we hand out (and so the only ones we accept back). */
-const NAME_RE = /^\/blogs\/(?:[0-9]|1[0-5])\/(?:[0-9]|1[0-5])\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.(?:jpg|png|webp|gif)$/;
+const NAME_RE =
+  /^\/blogs\/(?:[0-9]|1[0-5])\/(?:[0-9]|1[0-5])\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.(?:jpg|png|webp|gif)$/;
 
 /**
  * Store key of a name the client sent back (`/blogs/…`, or `/imgs/blogs/…` as the front-end
@@ -52,7 +53,10 @@ function newName(ext: string): string {
   return `/blogs/${r & 0xf}/${(r >> 4) & 0xf}/${crypto.randomUUID()}.${ext}`;
 }
 
-export type UploadOutcome = { ok: true; name: string } | { ok: false; reason: "EMPTY" | "TOO_LARGE" | "UNSUPPORTED_TYPE" } | ({ ok: false } & Refusal);
+export type UploadOutcome =
+  | { ok: true; name: string }
+  | { ok: false; reason: "EMPTY" | "TOO_LARGE" | "UNSUPPORTED_TYPE" }
+  | ({ ok: false } & Refusal);
 
 /** Stores an image for `userId`; returns its public name (`/blogs/…`, served at `/imgs/blogs/…`). */
 export async function saveBlogImage(deps: Deps, userId: number, bytes: Uint8Array): Promise<UploadOutcome> {
@@ -68,7 +72,8 @@ export async function saveBlogImage(deps: Deps, userId: number, bytes: Uint8Arra
   if ("reason" in hold) return { ok: false, ...hold };
   // Whatever fails from here gives the bytes back (if the refund itself fails, they stay counted
   // for the day: over-counting, never under; the same if the process dies before the refund).
-  const refund = () => hold.refund().catch((e: unknown) => deps.log.warn("upload quota not refunded", { err: e, userId }));
+  const refund = () =>
+    hold.refund().catch((e: unknown) => deps.log.warn("upload quota not refunded", { err: e, userId }));
   const name = newName(TYPES[type]);
   const key = name.slice(1);
   try {
@@ -78,7 +83,12 @@ export async function saveBlogImage(deps: Deps, userId: number, bytes: Uint8Arra
     throw err;
   }
   try {
-    await deps.db.execute("INSERT INTO tb_blog_upload (name, user_id, content_type, size) VALUES (?, ?, ?, ?)", [key, userId, type, bytes.byteLength]);
+    await deps.db.execute("INSERT INTO tb_blog_upload (name, user_id, content_type, size) VALUES (?, ?, ?, ?)", [
+      key,
+      userId,
+      type,
+      bytes.byteLength,
+    ]);
   } catch (err) {
     // Without an owner row nobody could delete the file: remove it again (best effort) and fail.
     await deps.blobs.delete(key).catch((e: unknown) => deps.log.warn("orphan upload not removed", { err: e, key }));
@@ -97,7 +107,9 @@ export type DeleteOutcome = { ok: true } | { ok: false; reason: "NOT_FOUND" | "F
  * the row survives and a retry finishes the job (deleting a missing blob is a no-op).
  */
 export async function deleteBlogImage(deps: Deps, userId: number, key: string): Promise<DeleteOutcome> {
-  const row = (await deps.db.execute("SELECT user_id FROM tb_blog_upload WHERE name = ?", [key])).rows[0] as { user_id: string | number } | undefined;
+  const row = (await deps.db.execute("SELECT user_id FROM tb_blog_upload WHERE name = ?", [key])).rows[0] as
+    | { user_id: string | number }
+    | undefined;
   if (!row) return { ok: false, reason: "NOT_FOUND" };
   if (Number(row.user_id) !== userId) return { ok: false, reason: "FORBIDDEN" };
   await deps.blobs.delete(key);

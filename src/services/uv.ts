@@ -26,7 +26,6 @@ export function isoDay(ms: number, zone: string): string {
 /** `YYYY-MM-DD` → `yyyyMMdd` (the key format). */
 const compact = (isoDate: string) => isoDate.replaceAll("-", "");
 
-
 export type Visitor = { userId: number } | { address: string };
 
 /** The HLL element for a visitor: user id, or a hash of its address (limit key). */
@@ -38,7 +37,12 @@ export async function visitorId(v: Visitor): Promise<string> {
  * Adds visitors to a day (`YYYY-MM-DD`) in one PFADD; with `expire`, the day key's retention is
  * (re)set in the same round trip. PFADD is idempotent, so a repeated visitor costs nothing extra.
  */
-export async function recordVisits(deps: Pick<Deps, "redis">, isoDate: string, visitors: readonly string[], expire: boolean): Promise<void> {
+export async function recordVisits(
+  deps: Pick<Deps, "redis">,
+  isoDate: string,
+  visitors: readonly string[],
+  expire: boolean,
+): Promise<void> {
   const key = keys.uv(compact(isoDate));
   const [first, ...rest] = visitors;
   if (first === undefined) return;
@@ -65,7 +69,13 @@ export interface UvBatcherOptions {
   maxAttempts: number;
 }
 
-export const defaultUvBatcherOptions: UvBatcherOptions = { flushEveryMs: 2_000, maxSeen: 50_000, batchSize: 5_000, maxPending: 20_000, maxAttempts: 5 };
+export const defaultUvBatcherOptions: UvBatcherOptions = {
+  flushEveryMs: 2_000,
+  maxSeen: 50_000,
+  batchSize: 5_000,
+  maxPending: 20_000,
+  maxAttempts: 5,
+};
 
 /**
  * This isolate's side of UV counting (deps.isolate.uv): visitors are gathered in memory and sent
@@ -190,7 +200,8 @@ export class UvBatcher {
       for (const [day, visitors] of batch) {
         const ids = await Promise.all(visitors.map((v) => visitorId(v)));
         const expire = !this.expired.has(day);
-        for (let i = 0; i < ids.length; i += this.opts.batchSize) await recordVisits(deps, day, ids.slice(i, i + this.opts.batchSize), expire && i === 0);
+        for (let i = 0; i < ids.length; i += this.opts.batchSize)
+          await recordVisits(deps, day, ids.slice(i, i + this.opts.batchSize), expire && i === 0);
         if (expire) {
           // Only days seen recently matter (a flush carries today, rarely yesterday).
           if (this.expired.size >= 8) this.expired.clear();
@@ -215,7 +226,12 @@ export class UvBatcher {
       }
       this.pendingCount += left;
       if (Number.isNaN(this.dueAt)) this.dueAt = deps.clock.now() + this.opts.flushEveryMs;
-      deps.log.warn("uv flush failed; retrying next interval", { err, visitors: left, of: count, attempt: this.attempts });
+      deps.log.warn("uv flush failed; retrying next interval", {
+        err,
+        visitors: left,
+        of: count,
+        attempt: this.attempts,
+      });
     }
   }
 }
@@ -224,7 +240,8 @@ export class UvBatcher {
 export function daysBetween(from: string, to: string): string[] {
   const out: string[] = [];
   const end = Date.parse(`${to}T00:00:00Z`);
-  for (let t = Date.parse(`${from}T00:00:00Z`); t <= end; t += 86_400_000) out.push(new Date(t).toISOString().slice(0, 10));
+  for (let t = Date.parse(`${from}T00:00:00Z`); t <= end; t += 86_400_000)
+    out.push(new Date(t).toISOString().slice(0, 10));
   return out;
 }
 

@@ -31,7 +31,9 @@ import { insertVoucher, loadVouchersOfShop, shopExists, type VoucherInput } from
 export const SALE_HORIZON_MS = 366 * 86_400_000;
 export const SALE_MIN_MS = 1_000;
 
-export type SaleWindow = { ok: true; beginMs: number; endMs: number } | { ok: false; field: "beginTime" | "endTime"; message: string };
+export type SaleWindow =
+  | { ok: true; beginMs: number; endMs: number }
+  | { ok: false; field: "beginTime" | "endTime"; message: string };
 
 /**
  * Checks a sale window given as `YYYY-MM-DDTHH:mm:ss` in `zone` (or with a `Z`/`±HH:MM` offset) or
@@ -44,9 +46,11 @@ export function saleWindow(begin: string | number, end: string | number, zone: s
   const calendar = "beginTime/endTime must be real calendar times, YYYY-MM-DDTHH:mm:ss (or epoch ms)";
   if (b === null) return { ok: false, field: "beginTime", message: calendar };
   if (e === null) return { ok: false, field: "endTime", message: calendar };
-  if (Math.abs(b - now) > SALE_HORIZON_MS) return { ok: false, field: "beginTime", message: "beginTime must be within 366 days of now" };
+  if (Math.abs(b - now) > SALE_HORIZON_MS)
+    return { ok: false, field: "beginTime", message: "beginTime must be within 366 days of now" };
   // On the times as given: ≥ 1 s apart, they stay apart after truncation to whole seconds.
-  if (e - b < SALE_MIN_MS) return { ok: false, field: "endTime", message: "endTime must be at least 1 second after beginTime" };
+  if (e - b < SALE_MIN_MS)
+    return { ok: false, field: "endTime", message: "endTime must be at least 1 second after beginTime" };
   if (e - b > SALE_HORIZON_MS) return { ok: false, field: "endTime", message: "a sale lasts at most 366 days" };
   return { ok: true, beginMs: Math.floor(b / 1000) * 1000, endMs: Math.floor(e / 1000) * 1000 };
 }
@@ -54,7 +58,11 @@ export function saleWindow(begin: string | number, end: string | number, zone: s
 export type SaleState = "upcoming" | "on sale" | "sold out" | "ended";
 
 /** A seckill sale's state at `now`; `stockLeft` null = unknown (never "sold out"). */
-export function saleState(cfg: Pick<SeckillConfig, "beginMs" | "endMs">, stockLeft: number | null, now: number): SaleState {
+export function saleState(
+  cfg: Pick<SeckillConfig, "beginMs" | "endMs">,
+  stockLeft: number | null,
+  now: number,
+): SaleState {
   if (now >= cfg.endMs) return "ended";
   if (now < cfg.beginMs) return "upcoming";
   return stockLeft === 0 ? "sold out" : "on sale";
@@ -91,7 +99,12 @@ export type VoucherRefusal = {
 
 export type VoucherOutcome = { ok: true; voucherId: number } | VoucherRefusal;
 
-const invalid = (field: string, message: string): VoucherRefusal => ({ ok: false, code: "INVALID_INPUT", field, message });
+const invalid = (field: string, message: string): VoucherRefusal => ({
+  ok: false,
+  code: "INVALID_INPUT",
+  field,
+  message,
+});
 const NO_SHOP: VoucherRefusal = { ok: false, code: "NOT_FOUND", field: "shopId", message: "shop not found" };
 
 /** A voucher sells for at most what it is worth. */
@@ -204,7 +217,10 @@ export async function latestVouchers(deps: Deps, limit = 50): Promise<VoucherRow
       stock,
       beginMs,
       endMs,
-      state: beginMs !== null && endMs !== null ? saleState({ beginMs, endMs }, stock, now) : (STATUS_NAMES[Number(r.status)] ?? "?"),
+      state:
+        beginMs !== null && endMs !== null
+          ? saleState({ beginMs, endMs }, stock, now)
+          : (STATUS_NAMES[Number(r.status)] ?? "?"),
     };
   });
 }

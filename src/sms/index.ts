@@ -13,7 +13,10 @@ export interface SmsPort {
 export class DevSms implements SmsPort {
   /** Latest code per phone, bounded: a dev/test aid, never used for verification. */
   private readonly latest = new Map<string, string>();
-  constructor(private readonly log: Logger, private readonly max = 10_000) {}
+  constructor(
+    private readonly log: Logger,
+    private readonly max = 10_000,
+  ) {}
 
   async sendLoginCode(phone: string, code: string): Promise<void> {
     this.log.info("dev sms: login code", { phone, code });
@@ -33,12 +36,22 @@ export class DevSms implements SmsPort {
 /** Twilio Messages API: form-encoded POST with basic auth; 201 on success. Mainland numbers get +86. */
 export class TwilioSms implements SmsPort {
   constructor(
-    private readonly opts: { accountSid: string; authToken: string; from: string; apiUrl: string; fetch?: typeof fetch },
+    private readonly opts: {
+      accountSid: string;
+      authToken: string;
+      from: string;
+      apiUrl: string;
+      fetch?: typeof fetch;
+    },
   ) {}
 
   async sendLoginCode(phone: string, code: string): Promise<void> {
     const url = `${this.opts.apiUrl.replace(/\/$/, "")}/2010-04-01/Accounts/${encodeURIComponent(this.opts.accountSid)}/Messages.json`;
-    const body = new URLSearchParams({ To: `+86${phone}`, From: this.opts.from, Body: `【CityHub】验证码 ${code}，2 分钟内有效。` });
+    const body = new URLSearchParams({
+      To: `+86${phone}`,
+      From: this.opts.from,
+      Body: `【CityHub】验证码 ${code}，2 分钟内有效。`,
+    });
     const res = await (this.opts.fetch ?? fetch)(url, {
       method: "POST",
       headers: {

@@ -6,7 +6,8 @@
 
 const encoder = new TextEncoder();
 
-const bytesOf = (data: string | Uint8Array): Uint8Array<ArrayBuffer> => (typeof data === "string" ? encoder.encode(data) : (data as Uint8Array<ArrayBuffer>));
+const bytesOf = (data: string | Uint8Array): Uint8Array<ArrayBuffer> =>
+  typeof data === "string" ? encoder.encode(data) : (data as Uint8Array<ArrayBuffer>);
 
 /** Lower-case hex of bytes. */
 export function hex(data: ArrayBuffer | Uint8Array): string {
@@ -25,13 +26,19 @@ export async function sha256Hex(data: string | Uint8Array): Promise<string> {
 }
 
 /** HMAC-SHA256 of `message` under `key` (raw bytes). */
-export async function hmacSha256(key: string | Uint8Array | ArrayBuffer, message: string | Uint8Array): Promise<ArrayBuffer> {
+export async function hmacSha256(
+  key: string | Uint8Array | ArrayBuffer,
+  message: string | Uint8Array,
+): Promise<ArrayBuffer> {
   const raw = key instanceof ArrayBuffer ? new Uint8Array(key) : bytesOf(key);
   const k = await crypto.subtle.importKey("raw", raw, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
   return await crypto.subtle.sign("HMAC", k, bytesOf(message));
 }
 
-export async function hmacSha256Hex(key: string | Uint8Array | ArrayBuffer, message: string | Uint8Array): Promise<string> {
+export async function hmacSha256Hex(
+  key: string | Uint8Array | ArrayBuffer,
+  message: string | Uint8Array,
+): Promise<string> {
   return hex(await hmacSha256(key, message));
 }
 

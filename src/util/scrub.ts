@@ -15,7 +15,12 @@ const USERINFO = /\/\/[^/\s:@]+:[^/\s@]+@/g;
 const NAMED = /\b(token|password|secret|code|authorization|key)(["']?\s*[=:]\s*["']?)[^\s"',&]+/gi;
 
 export function scrub(text: string): string {
-  return text.replace(COMMAND_WAS, "").replace(USERINFO, "//***@").replace(JWT, "***").replace(NAMED, "$1$2***").replace(LONG_RUN, "***");
+  return text
+    .replace(COMMAND_WAS, "")
+    .replace(USERINFO, "//***@")
+    .replace(JWT, "***")
+    .replace(NAMED, "$1$2***")
+    .replace(LONG_RUN, "***");
 }
 
 /** An error's message, scrubbed; for anything else its string form, scrubbed. */

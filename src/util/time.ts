@@ -37,7 +37,14 @@ function zoneOffsetMs(ms: number, zone: string): number {
   if (cached !== undefined) return cached;
   const parts: Record<string, string> = {};
   for (const p of formatter(zone).formatToParts(new Date(slot))) parts[p.type] = p.value;
-  const asUtc = Date.UTC(Number(parts.year), Number(parts.month) - 1, Number(parts.day), Number(parts.hour), Number(parts.minute), Number(parts.second));
+  const asUtc = Date.UTC(
+    Number(parts.year),
+    Number(parts.month) - 1,
+    Number(parts.day),
+    Number(parts.hour),
+    Number(parts.minute),
+    Number(parts.second),
+  );
   const offset = asUtc - slot;
   if (offsets.size > 10_000) offsets.clear();
   offsets.set(key, offset);
@@ -114,7 +121,15 @@ export function parseIsoDate(value: string): number | null {
 export function parseDateTime(value: string, zone: string): number | null {
   const m = DATE_TIME_RE.exec(value);
   if (!m) return null;
-  const wall = wallClockMs(Number(m[1]), Number(m[2]), Number(m[3]), Number(m[4]), Number(m[5]), Number(m[6] ?? 0), Number((m[7] ?? "0").padEnd(3, "0")));
+  const wall = wallClockMs(
+    Number(m[1]),
+    Number(m[2]),
+    Number(m[3]),
+    Number(m[4]),
+    Number(m[5]),
+    Number(m[6] ?? 0),
+    Number((m[7] ?? "0").padEnd(3, "0")),
+  );
   if (wall === null) return null;
   const off = m[8];
   if (off === "Z") return wall;

@@ -44,19 +44,34 @@ describe("GET /admin/dlq", () => {
   test("pages by count and cursor, newest first", async () => {
     const url = target.url();
     const ids = await deadLetter(t, url, 3);
-    const page = async (q: string) => (await call<{ messages: { messageId: string }[]; cursor: string | null }>(t.app, "GET", `/admin/dlq?url=${encodeURIComponent(url)}&count=2${q}`, { token })).body.data;
+    const page = async (q: string) =>
+      (
+        await call<{ messages: { messageId: string }[]; cursor: string | null }>(
+          t.app,
+          "GET",
+          `/admin/dlq?url=${encodeURIComponent(url)}&count=2${q}`,
+          { token },
+        )
+      ).body.data;
     const first = await page("");
     expect(first?.messages).toHaveLength(2);
     expect(first?.cursor).toBeString();
     const second = await page(`&cursor=${encodeURIComponent(first?.cursor ?? "")}`);
     expect(second?.messages).toHaveLength(1);
     expect(second?.cursor).toBeNull();
-    expect([...(first?.messages ?? []), ...(second?.messages ?? [])].map((m) => m.messageId).sort()).toEqual([...ids].sort());
+    expect([...(first?.messages ?? []), ...(second?.messages ?? [])].map((m) => m.messageId).sort()).toEqual(
+      [...ids].sort(),
+    );
   });
 
   test("is operator-only, and a malformed filter, count or id is a 400", async () => {
     expect((await call(t.app, "GET", "/admin/dlq")).status).toBe(401);
-    for (const path of ["/admin/dlq?url=ftp%3A%2F%2Fx", "/admin/dlq?count=0", "/admin/dlq?count=101", "/admin/dlq?cursor=" + "c".repeat(201)]) {
+    for (const path of [
+      "/admin/dlq?url=ftp%3A%2F%2Fx",
+      "/admin/dlq?count=0",
+      "/admin/dlq?count=101",
+      `/admin/dlq?cursor=${"c".repeat(201)}`,
+    ]) {
       expect([path, (await call(t.app, "GET", path, { token })).status]).toEqual([path, 400]);
     }
     expect((await call(t.app, "POST", "/admin/dlq/bad%20id/retry", { token })).status).toBe(400);
@@ -71,7 +86,10 @@ describe("re-drive and delete", () => {
     const [entry] = await deadLettersOf(t, url);
     target.heal(url);
     const headers = { "idempotency-key": `redrive-${crypto.randomUUID()}` };
-    const res = await call<{ messageId: string }>(t.app, "POST", `/admin/dlq/${entry?.dlqId}/retry`, { token, headers });
+    const res = await call<{ messageId: string }>(t.app, "POST", `/admin/dlq/${entry?.dlqId}/retry`, {
+      token,
+      headers,
+    });
     expect(res.body.success).toBe(true);
     const redriven = res.body.data?.messageId;
     expect(redriven).toBeString();
@@ -79,7 +97,10 @@ describe("re-drive and delete", () => {
     await eventually("the re-driven message delivered", async () => target.delivered(url).length === 1);
     expect(JSON.parse(target.delivered(url)[0] ?? "{}")).toMatchObject({ orderId: "90" });
     expect(await deadLettersOf(t, url)).toEqual([]);
-    const replay = await call<{ messageId: string }>(t.app, "POST", `/admin/dlq/${entry?.dlqId}/retry`, { token, headers });
+    const replay = await call<{ messageId: string }>(t.app, "POST", `/admin/dlq/${entry?.dlqId}/retry`, {
+      token,
+      headers,
+    });
     expect([replay.headers.get("idempotent-replayed"), replay.body.data?.messageId]).toEqual(["true", redriven]);
     const again = await call(t.app, "POST", `/admin/dlq/${entry?.dlqId}/retry`, { token });
     expect(again.body).toMatchObject({ success: false, code: "NOT_FOUND" });
@@ -94,7 +115,10 @@ describe("re-drive and delete", () => {
     const res = await call(t.app, "DELETE", `/admin/dlq/${entry?.dlqId}`, { token });
     expect(res.body).toEqual({ success: true });
     expect(await deadLettersOf(t, url)).toEqual([]);
-    expect((await call(t.app, "DELETE", `/admin/dlq/${entry?.dlqId}`, { token })).body).toMatchObject({ success: false, code: "NOT_FOUND" });
+    expect((await call(t.app, "DELETE", `/admin/dlq/${entry?.dlqId}`, { token })).body).toMatchObject({
+      success: false,
+      code: "NOT_FOUND",
+    });
     expect(target.delivered(url)).toEqual([]);
   });
 
@@ -103,7 +127,12 @@ describe("re-drive and delete", () => {
     await deadLetter(t, a, 2);
     await deadLetter(t, b);
     target.heal(a);
-    const all = await call<{ done: number; messageIds: string[]; more: boolean }>(t.app, "POST", `/admin/dlq/retry-all?url=${encodeURIComponent(a)}`, { token });
+    const all = await call<{ done: number; messageIds: string[]; more: boolean }>(
+      t.app,
+      "POST",
+      `/admin/dlq/retry-all?url=${encodeURIComponent(a)}`,
+      { token },
+    );
     expect(all.body.data).toMatchObject({ done: 2, more: false });
     expect(all.body.data?.messageIds).toHaveLength(2);
     await eventually("both re-driven messages delivered", async () => target.delivered(a).length === 2);
@@ -120,7 +149,9 @@ describe("re-drive and delete", () => {
 
 describe("the reference", () => {
   test("documents the DLQ routes with their data schemas, NOT_FOUND outcomes and the operator scheme", async () => {
-    const doc = (await (await t.app.request("/openapi.json")).json()) as { paths: Record<string, Record<string, { security?: unknown; responses: Record<string, unknown> }>> };
+    const doc = (await (await t.app.request("/openapi.json")).json()) as {
+      paths: Record<string, Record<string, { security?: unknown; responses: Record<string, unknown> }>>;
+    };
     const ops = [
       ["get", "/admin/dlq"],
       ["post", "/admin/dlq/retry-all"],
@@ -133,7 +164,8 @@ describe("the reference", () => {
       expect([method, path, op?.security]).toEqual([method, path, [{ operatorBearer: [] }]]);
     }
     const list = JSON.stringify(doc.paths["/admin/dlq"]?.get?.responses["200"]);
-    for (const field of ["dlqId", "responseStatus", "responseExcerpt", "bodyExcerpt", "cursor"]) expect(list).toContain(`"${field}"`);
+    for (const field of ["dlqId", "responseStatus", "responseExcerpt", "bodyExcerpt", "cursor"])
+      expect(list).toContain(`"${field}"`);
     expect(JSON.stringify(doc.paths["/admin/dlq/{id}/retry"]?.post?.responses["200"])).toContain("NOT_FOUND");
   });
 });

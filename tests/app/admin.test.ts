@@ -24,7 +24,11 @@ beforeAll(async () => {
 });
 
 async function cookieOf(app: TestApp): Promise<string> {
-  const res = await app.app.request("/console/login", { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded", origin: "http://localhost" }, body: `token=${encodeURIComponent(app.deps.config.ADMIN_TOKEN)}` });
+  const res = await app.app.request("/console/login", {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded", origin: "http://localhost" },
+    body: `token=${encodeURIComponent(app.deps.config.ADMIN_TOKEN)}`,
+  });
   return `${SESSION_COOKIE}=${/cityhub_console=([^;]+)/.exec(res.headers.get("set-cookie") ?? "")?.[1] ?? ""}`;
 }
 
@@ -42,11 +46,20 @@ describe("operator snapshots as JSON", () => {
     const sale = await createSeckill(t, { stock: 5 });
     const [uid] = userIds(1);
     const [user] = await sessionsFor(t, [uid ?? 0]);
-    expect((await call(t.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token: user ?? "" })).body.success).toBe(true);
+    expect(
+      (await call(t.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token: user ?? "" })).body.success,
+    ).toBe(true);
     const rows = await snapshot(t, "/admin/sales", S.SaleRow.array());
-    expect(rows.find((r) => r.voucherId === sale.voucherId)).toMatchObject({ shopId: sale.shopId, initial: 5, stockLeft: 4, state: "on sale" });
+    expect(rows.find((r) => r.voucherId === sale.voucherId)).toMatchObject({
+      shopId: sale.shopId,
+      initial: 5,
+      stockLeft: 4,
+      state: "on sale",
+    });
     const html = await (await t.app.request("/console", { headers: { cookie: await cookieOf(t) } })).text();
-    expect(html).toMatch(new RegExp(`>${sale.voucherId}</a></td><td class="n">${sale.shopId}</td><td class="n">4 / 5</td>`));
+    expect(html).toMatch(
+      new RegExp(`>${sale.voucherId}</a></td><td class="n">${sale.shopId}</td><td class="n">4 / 5</td>`),
+    );
   });
 
   test("GET /admin/vouchers lists the newest vouchers with a seckill's stock and window", async () => {
@@ -61,9 +74,13 @@ describe("operator snapshots as JSON", () => {
     const sale = await createSeckill(t, { stock: 2 });
     const [uid] = userIds(1);
     const [user] = await sessionsFor(t, [uid ?? 0]);
-    const orderId = (await call<string>(t.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token: user ?? "" })).body.data ?? "";
+    const orderId =
+      (await call<string>(t.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token: user ?? "" })).body
+        .data ?? "";
     const queued = await snapshot(t, `/admin/orders?id=${orderId}`, S.OrderView.array());
-    expect(queued).toEqual([expect.objectContaining({ id: orderId, userId: uid, voucherId: sale.voucherId, status: "queued", paidAt: null })]);
+    expect(queued).toEqual([
+      expect.objectContaining({ id: orderId, userId: uid, voucherId: sale.voucherId, status: "queued", paidAt: null }),
+    ]);
     const r = await findReservation(t.deps, orderId);
     if (r) await writeOrder(t.deps, r);
     const byUser = await snapshot(t, `/admin/orders?userId=${uid}`, S.OrderView.array());
@@ -80,11 +97,18 @@ describe("operator snapshots as JSON", () => {
     expect(Object.keys(healthy.breakers).sort()).toEqual(["mysql", "payments", "qstash", "redis", "sms"]);
     const b = await createTestApp({ BREAKER_THRESHOLD: "2", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
     const guard = b.deps.isolate.resilience.redis;
-    for (let i = 0; i < 2; i++) await expect(guard.run(() => Promise.reject(new Error("connect ECONNREFUSED (injected)")))).rejects.toThrow("redis unavailable");
+    for (let i = 0; i < 2; i++)
+      await expect(guard.run(() => Promise.reject(new Error("connect ECONNREFUSED (injected)")))).rejects.toThrow(
+        "redis unavailable",
+      );
     const down = await snapshot(b, "/admin/ops", S.OpsSnapshot);
     expect(down.breakers.redis).toMatchObject({ state: "open", failures: 2 });
-    expect(down.unavailable.map((u) => u.section)).toEqual(expect.arrayContaining(["reconcile report", "cache hit rates and hot keys", "unique visitors"]));
-    expect(down.unavailable.find((u) => u.section === "reconcile report")?.error).toBe("redis unavailable (circuit open)");
+    expect(down.unavailable.map((u) => u.section)).toEqual(
+      expect.arrayContaining(["reconcile report", "cache hit rates and hot keys", "unique visitors"]),
+    );
+    expect(down.unavailable.find((u) => u.section === "reconcile report")?.error).toBe(
+      "redis unavailable (circuit open)",
+    );
     expect(down.reconcile).toBeNull();
   });
 
@@ -119,19 +143,46 @@ describe("GET /admin/seckill/{voucherId}", () => {
     await reserveAs(t, sale.voucherId, tokens.slice(0, 2));
     await reserveAs(t, other.voucherId, tokens.slice(2));
     const v = await snapshot(t, `/admin/seckill/${sale.voucherId}`, S.SeckillView);
-    expect(v).toMatchObject({ voucherId: sale.voucherId, shopId: sale.shopId, initialStock: 5, buckets: 2, shardCount: 0, state: "on sale", stock: 3, buyers: 2, sold: 2, unaccounted: 0, mysqlStock: 5, ordersInMysql: 0, outboxPending: 2 });
+    expect(v).toMatchObject({
+      voucherId: sale.voucherId,
+      shopId: sale.shopId,
+      initialStock: 5,
+      buckets: 2,
+      shardCount: 0,
+      state: "on sale",
+      stock: 3,
+      buyers: 2,
+      sold: 2,
+      unaccounted: 0,
+      mysqlStock: 5,
+      ordersInMysql: 0,
+      outboxPending: 2,
+    });
     expect(v.endMs).toBeGreaterThan(v.beginMs);
-    expect(v.shards).toEqual([{ shard: 0, stock: 3, buckets: [expect.any(Number), expect.any(Number)], buyers: 2, share: 5, outbox: { pending: 2, shopPending: 3, lagMs: expect.any(Number) } }]);
+    expect(v.shards).toEqual([
+      {
+        shard: 0,
+        stock: 3,
+        buckets: [expect.any(Number), expect.any(Number)],
+        buyers: 2,
+        share: 5,
+        outbox: { pending: 2, shopPending: 3, lagMs: expect.any(Number) },
+      },
+    ]);
     expect((v.shards[0]?.buckets ?? []).reduce((a, b) => a + b, 0)).toBe(3);
   });
 
   test("an unknown voucher, or one that is not a seckill voucher, is NOT_FOUND in a 200 envelope; a malformed id is a 400; operators only", async () => {
     const unknown = await call(t.app, "GET", "/admin/seckill/999999999", { token });
     expect([unknown.status, unknown.body.success, unknown.body.code]).toEqual([200, false, "NOT_FOUND"]);
-    const normal = await call<number>(t.app, "POST", "/api/voucher", { token, json: { shopId: (await createSeckill(t, { stock: 1 })).shopId, title: "plain", payValue: 100, actualValue: 200 } });
+    const normal = await call<number>(t.app, "POST", "/api/voucher", {
+      token,
+      json: { shopId: (await createSeckill(t, { stock: 1 })).shopId, title: "plain", payValue: 100, actualValue: 200 },
+    });
     expect(normal.body.success).toBe(true);
     expect((await call(t.app, "GET", `/admin/seckill/${normal.body.data}`, { token })).body.code).toBe("NOT_FOUND");
-    for (const id of ["0", "01", "-1", "1e3", "x"]) expect([id, (await call(t.app, "GET", `/admin/seckill/${id}`, { token })).status]).toEqual([id, 400]);
+    for (const id of ["0", "01", "-1", "1e3", "x"])
+      expect([id, (await call(t.app, "GET", `/admin/seckill/${id}`, { token })).status]).toEqual([id, 400]);
     const [user] = await sessionsFor(t, userIds(1));
     expect((await call(t.app, "GET", "/admin/seckill/1", { token: user ?? "" })).status).toBe(401);
     expect((await call(t.app, "GET", "/admin/seckill/1")).status).toBe(401);
@@ -144,15 +195,26 @@ describe("sharded sales in the operator views", () => {
   let sharded: TestApp;
   beforeAll(async () => {
     const shards = await getShardStack(N);
-    sharded = await createTestApp({ ...shards.env, SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", ORDER_PAY_TIMEOUT_SECONDS: "86400" });
+    sharded = await createTestApp({
+      ...shards.env,
+      SECKILL_USER_LIMIT: "0",
+      SECKILL_IP_LIMIT: "0",
+      ORDER_PAY_TIMEOUT_SECONDS: "86400",
+    });
   });
   // Later test files of this process run jobs on apps without these shards: the sales leave the registry.
   afterAll(async () => {
     if (created.length === 0) return;
     const inList = created.map(() => "?").join(", ");
     const end = Date.now() - RETIRE_AFTER_MS - 86_400_000;
-    await sharded.deps.db.execute(`UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`, [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created]);
-    await sharded.deps.db.execute(`UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`, created);
+    await sharded.deps.db.execute(
+      `UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`,
+      [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created],
+    );
+    await sharded.deps.db.execute(
+      `UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`,
+      created,
+    );
   });
 
   /** `count` fresh users homed in each of shards `homes`. */
@@ -160,7 +222,8 @@ describe("sharded sales in the operator views", () => {
     const out: number[] = [];
     for (const shard of homes) {
       const mine: number[] = [];
-      while (mine.length < count) for (const u of userIds(20)) if (homeShard(u, N) === shard && mine.length < count) mine.push(u);
+      while (mine.length < count)
+        for (const u of userIds(20)) if (homeShard(u, N) === shard && mine.length < count) mine.push(u);
       out.push(...mine);
     }
     return out;
@@ -172,7 +235,14 @@ describe("sharded sales in the operator views", () => {
     await reserveAs(sharded, sale.voucherId, await sessionsFor(sharded, homedIn([0, 1, 2], 2)));
 
     const v = await snapshot(sharded, `/admin/seckill/${sale.voucherId}`, S.SeckillView);
-    expect({ shardCount: v.shardCount, stock: v.stock, buyers: v.buyers, sold: v.sold, unaccounted: v.unaccounted, outboxPending: v.outboxPending }).toEqual({
+    expect({
+      shardCount: v.shardCount,
+      stock: v.stock,
+      buyers: v.buyers,
+      sold: v.sold,
+      unaccounted: v.unaccounted,
+      outboxPending: v.outboxPending,
+    }).toEqual({
       shardCount: N,
       stock: 34,
       buyers: 6,
@@ -188,7 +258,12 @@ describe("sharded sales in the operator views", () => {
     ]);
 
     const rows = await snapshot(sharded, "/admin/sales", S.SaleRow.array());
-    expect(rows.find((r) => r.voucherId === sale.voucherId)).toMatchObject({ stockLeft: 34, shards: N, unreadShards: 0, state: "on sale" });
+    expect(rows.find((r) => r.voucherId === sale.voucherId)).toMatchObject({
+      stockLeft: 34,
+      shards: N,
+      unreadShards: 0,
+      state: "on sale",
+    });
     const backlog = await snapshot(sharded, "/admin/orders/pipeline", S.PipelineBacklog);
     const shop = backlog.shops.find((b) => b.shopId === sale.shopId);
     expect({ pending: shop?.pending, shards: shop?.shards.map((x) => [x.shard, x.pending]) }).toEqual({
@@ -209,7 +284,11 @@ describe("sharded sales in the operator views", () => {
     expect([res.status, res.body.code]).toEqual([503, "UNAVAILABLE"]);
     expect(res.body.errorMsg).toContain(`voucher ${sale.voucherId} lives in ${N} seckill shards, 0 configured`);
     const rows = await snapshot(t, "/admin/sales", S.SaleRow.array());
-    expect(rows.find((r) => r.voucherId === sale.voucherId)).toMatchObject({ stockLeft: 0, shards: N, unreadShards: N });
+    expect(rows.find((r) => r.voucherId === sale.voucherId)).toMatchObject({
+      stockLeft: 0,
+      shards: N,
+      unreadShards: N,
+    });
     const backlog = await snapshot(t, "/admin/orders/pipeline", S.PipelineBacklog);
     expect(backlog.shops.find((b) => b.shopId === sale.shopId)).toBeUndefined();
   });

@@ -12,7 +12,15 @@ describe("app skeleton", () => {
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ success: true, data: { ok: true, redis: "up", mysql: "up" } });
     const op = await app.request("/health", { headers: { authorization: `Bearer ${deps.config.ADMIN_TOKEN}` } });
-    const body = (await op.json()) as { success: boolean; data: { ok: boolean; redis: { ok: boolean; latencyMs: number }; mysql: { ok: boolean }; breakers: Record<string, unknown> } };
+    const body = (await op.json()) as {
+      success: boolean;
+      data: {
+        ok: boolean;
+        redis: { ok: boolean; latencyMs: number };
+        mysql: { ok: boolean };
+        breakers: Record<string, unknown>;
+      };
+    };
     expect(body.data.redis.ok).toBe(true);
     expect(body.data.mysql.ok).toBe(true);
     expect(typeof body.data.redis.latencyMs).toBe("number");
@@ -26,7 +34,10 @@ describe("app skeleton", () => {
     expect(res.status).toBe(503);
     expect(await res.json()).toEqual({ success: false, data: { ok: false, redis: "down", mysql: "up" } });
     const op = await app.request("/health", { headers: { authorization: `Bearer ${deps.config.ADMIN_TOKEN}` } });
-    const body = (await op.json()) as { success: boolean; data: { redis: { ok: boolean; error?: string }; mysql: { ok: boolean } } };
+    const body = (await op.json()) as {
+      success: boolean;
+      data: { redis: { ok: boolean; error?: string }; mysql: { ok: boolean } };
+    };
     expect(body.data.redis.ok).toBe(false);
     expect(body.data.redis.error).toBeString();
     expect(body.data.mysql.ok).toBe(true);
@@ -53,7 +64,12 @@ describe("app skeleton", () => {
     expect(res.status).toBe(404);
     const rid = res.headers.get("x-request-id");
     expect(rid).toBeString();
-    expect(await res.json()).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "no route for GET /api/nope", requestId: rid as string });
+    expect(await res.json()).toEqual({
+      success: false,
+      code: "NOT_FOUND",
+      errorMsg: "no route for GET /api/nope",
+      requestId: rid as string,
+    });
   });
 
   test("every response carries a request id, and security headers", async () => {
@@ -65,7 +81,9 @@ describe("app skeleton", () => {
   });
 
   test("invalid configuration fails with every problem listed", () => {
-    expect(() => parseEnv({ UPSTASH_REDIS_REST_URL: "not a url", ADMIN_TOKEN: "short" })).toThrow(/UPSTASH_REDIS_REST_URL[\s\S]*DATABASE_URL[\s\S]*ADMIN_TOKEN/);
+    expect(() => parseEnv({ UPSTASH_REDIS_REST_URL: "not a url", ADMIN_TOKEN: "short" })).toThrow(
+      /UPSTASH_REDIS_REST_URL[\s\S]*DATABASE_URL[\s\S]*ADMIN_TOKEN/,
+    );
   });
 });
 

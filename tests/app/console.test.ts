@@ -35,7 +35,19 @@ function rowOf(html: string, first: string): string[] | null {
 
 /** The ops page's breaker row of one dependency, by column. */
 function breakerRow(html: string, dependency: string): Record<string, string> {
-  const cols = ["dependency", "state", "timeoutMs", "calls", "failures", "timeouts", "rejected", "opened", "lastOpenedAt", "lastFailure", "retryAfterSeconds"];
+  const cols = [
+    "dependency",
+    "state",
+    "timeoutMs",
+    "calls",
+    "failures",
+    "timeouts",
+    "rejected",
+    "opened",
+    "lastOpenedAt",
+    "lastFailure",
+    "retryAfterSeconds",
+  ];
   const cells = rowOf(html, dependency) ?? [];
   return Object.fromEntries(cols.map((c, i) => [c, cells[i] ?? ""]));
 }
@@ -66,14 +78,20 @@ function seckillFields(shopId: number, title: string): Record<string, string> {
     actualValue: "10000",
     stock: "20",
     beginTime: "2026-01-01T08:00:00Z",
-    endTime: new Date(Date.now() + 86_400_000).toISOString().slice(0, 19) + "Z",
+    endTime: `${new Date(Date.now() + 86_400_000).toISOString().slice(0, 19)}Z`,
     buckets: "2",
     shopDailyLimit: "0",
   };
 }
 
 async function vouchersTitled(title: string): Promise<number> {
-  return Number(((await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher WHERE title = ?", [title])).rows[0] as { n: string | number }).n);
+  return Number(
+    (
+      (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher WHERE title = ?", [title])).rows[0] as {
+        n: string | number;
+      }
+    ).n,
+  );
 }
 
 describe("console sign-in", () => {
@@ -98,7 +116,11 @@ describe("console sign-in", () => {
 
   test("the cookie is Secure when PUBLIC_URL is https", async () => {
     const secure = await createTestApp({ PUBLIC_URL: "https://console.example" });
-    const res = await secure.app.request("/console/login", { method: "POST", headers: { ...FORM, origin: "https://console.example" }, body: form({ token: secure.deps.config.ADMIN_TOKEN }) });
+    const res = await secure.app.request("/console/login", {
+      method: "POST",
+      headers: { ...FORM, origin: "https://console.example" },
+      body: form({ token: secure.deps.config.ADMIN_TOKEN }),
+    });
     expect(res.status).toBe(303);
     expect(res.headers.get("set-cookie")).toContain("Secure");
   });
@@ -131,27 +153,43 @@ describe("console sign-in", () => {
     ];
     const sale = await createSeckill(t, { stock: 3 });
     for (const path of [...PAGES, `/console/sale/${sale.voucherId}`]) {
-      const variants: Record<string, string>[] = [{}, { authorization: `Bearer ${t.deps.config.ADMIN_TOKEN}` }, { authorization: token }, ...forged.map((c) => ({ cookie: c }))];
+      const variants: Record<string, string>[] = [
+        {},
+        { authorization: `Bearer ${t.deps.config.ADMIN_TOKEN}` },
+        { authorization: token },
+        ...forged.map((c) => ({ cookie: c })),
+      ];
       for (const headers of variants) {
         const res = await t.app.request(path, { headers });
         expect([path, res.status, res.headers.get("location")]).toEqual([path, 302, "/console/login"]);
       }
     }
-    const events = await t.app.request(`/console/sale/${sale.voucherId}/events`, { headers: { cookie: forged[0] ?? "" } });
+    const events = await t.app.request(`/console/sale/${sale.voucherId}/events`, {
+      headers: { cookie: forged[0] ?? "" },
+    });
     expect(events.status).toBe(401);
-    const post = await t.app.request("/console/ops/reconcile", { method: "POST", headers: { ...FORM, authorization: `Bearer ${t.deps.config.ADMIN_TOKEN}` }, body: "" });
+    const post = await t.app.request("/console/ops/reconcile", {
+      method: "POST",
+      headers: { ...FORM, authorization: `Bearer ${t.deps.config.ADMIN_TOKEN}` },
+      body: "",
+    });
     expect(post.status).toBe(401);
   });
 
   test("sign-out (CSRF-checked) clears the cookie", async () => {
     const { cookie, csrf } = await signIn();
-    const res = await t.app.request("/console/logout", { method: "POST", headers: { ...FORM, cookie }, body: form({ _csrf: csrf }) });
+    const res = await t.app.request("/console/logout", {
+      method: "POST",
+      headers: { ...FORM, cookie },
+      body: form({ _csrf: csrf }),
+    });
     expect(res.status).toBe(303);
     expect(res.headers.get("location")).toBe("/console/login");
     expect(res.headers.get("set-cookie")).toMatch(/cityhub_console=;.*Max-Age=0/);
     // Server-side too: a copy of the cookie kept by someone no longer works, in any isolate.
     const other = await createTestApp();
-    for (const app of [t, other]) expect((await app.app.request("/console/orders", { headers: { cookie } })).status).toBe(302);
+    for (const app of [t, other])
+      expect((await app.app.request("/console/orders", { headers: { cookie } })).status).toBe(302);
   });
 
   test("an operator can sign out every console session at once (POST /admin/console/revoke-sessions)", async () => {
@@ -160,7 +198,9 @@ describe("console sign-in", () => {
     const a = await signIn(app);
     expect((await app.app.request("/console/orders", { headers: { cookie: a.cookie } })).status).toBe(200);
     clock.ms += 10;
-    const res = await call(app.app, "POST", "/admin/console/revoke-sessions", { token: `Bearer ${app.deps.config.ADMIN_TOKEN}` });
+    const res = await call(app.app, "POST", "/admin/console/revoke-sessions", {
+      token: `Bearer ${app.deps.config.ADMIN_TOKEN}`,
+    });
     expect(res.body.success).toBe(true);
     expect((await app.app.request("/console/orders", { headers: { cookie: a.cookie } })).status).toBe(302);
     // A session issued after the revocation works.
@@ -185,7 +225,8 @@ describe("console sign-in", () => {
   test("failed operator sign-ins are limited per address, on the console and on /admin alike", async () => {
     const app = await createTestApp({ OPERATOR_AUTH_FAILURES: "3", OPERATOR_AUTH_WINDOW_SECONDS: "600" });
     const ip = `10.77.${Math.floor(Math.random() * 250)}.${1 + Math.floor(Math.random() * 250)}`;
-    const guess = (token: string) => app.app.request("/console/login", { method: "POST", headers: FORM, body: form({ token }) }, { clientIp: ip });
+    const guess = (token: string) =>
+      app.app.request("/console/login", { method: "POST", headers: FORM, body: form({ token }) }, { clientIp: ip });
     const statuses: number[] = [];
     for (let i = 0; i < 3; i++) statuses.push((await guess(`wrong-${i}`)).status);
     statuses.push((await call(app.app, "GET", "/admin/cache", { token: "Bearer wrong-again", ip })).status);
@@ -194,14 +235,21 @@ describe("console sign-in", () => {
     const right = await guess(app.deps.config.ADMIN_TOKEN);
     expect(right.status).toBe(429);
     expect(Number(right.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
-    expect((await call(app.app, "GET", "/admin/cache", { token: `Bearer ${app.deps.config.ADMIN_TOKEN}`, ip })).status).toBe(429);
+    expect(
+      (await call(app.app, "GET", "/admin/cache", { token: `Bearer ${app.deps.config.ADMIN_TOKEN}`, ip })).status,
+    ).toBe(429);
     // Another address is not affected.
-    expect((await call(app.app, "GET", "/admin/cache", { token: `Bearer ${app.deps.config.ADMIN_TOKEN}`, ip: "10.78.0.1" })).status).toBe(200);
+    expect(
+      (await call(app.app, "GET", "/admin/cache", { token: `Bearer ${app.deps.config.ADMIN_TOKEN}`, ip: "10.78.0.1" }))
+        .status,
+    ).toBe(200);
   });
 
   test("ADMIN_TOKEN must be at least 32 characters", async () => {
     const { parseEnv } = await import("../../src/env.ts");
-    expect(() => parseEnv({ ...t.stack.env, ADMIN_TOKEN: "x".repeat(31) })).toThrow(/ADMIN_TOKEN must be at least 32 characters/);
+    expect(() => parseEnv({ ...t.stack.env, ADMIN_TOKEN: "x".repeat(31) })).toThrow(
+      /ADMIN_TOKEN must be at least 32 characters/,
+    );
     expect(() => parseEnv({ ...t.stack.env, ADMIN_TOKEN: "x".repeat(32) })).not.toThrow();
   });
 });
@@ -219,7 +267,11 @@ describe("console forms", () => {
       ["another session's token", { ...FORM, cookie }, { ...fields, _csrf: other.csrf }],
       ["other origin", { ...FORM, cookie, origin: "https://evil.example" }, { ...fields, _csrf: csrf }],
       ["no origin", { "content-type": FORM["content-type"], cookie }, { ...fields, _csrf: csrf }],
-      ["cross-site fetch metadata", { "content-type": FORM["content-type"], cookie, "sec-fetch-site": "cross-site" }, { ...fields, _csrf: csrf }],
+      [
+        "cross-site fetch metadata",
+        { "content-type": FORM["content-type"], cookie, "sec-fetch-site": "cross-site" },
+        { ...fields, _csrf: csrf },
+      ],
     ];
     for (const [what, headers, body] of attempts) {
       for (const path of ["/console/vouchers/seckill", "/console/vouchers"]) {
@@ -227,7 +279,11 @@ describe("console forms", () => {
         expect([what, path, res.status]).toEqual([what, path, 403]);
       }
     }
-    const run = await t.app.request("/console/ops/reconcile", { method: "POST", headers: { ...FORM, cookie }, body: form({ _csrf: "nope" }) });
+    const run = await t.app.request("/console/ops/reconcile", {
+      method: "POST",
+      headers: { ...FORM, cookie },
+      body: form({ _csrf: "nope" }),
+    });
     expect(run.status).toBe(403);
     expect(await vouchersTitled(title)).toBe(0);
   });
@@ -236,12 +292,24 @@ describe("console forms", () => {
     const { cookie, csrf } = await signIn();
     const shopId = await createShop(t, await createShopType(t));
     const title = `form-${crypto.randomUUID().slice(0, 8)}`;
-    const res = await t.app.request("/console/vouchers/seckill", { method: "POST", headers: { ...FORM, cookie }, body: form({ ...seckillFields(shopId, title), _csrf: csrf }) });
+    const res = await t.app.request("/console/vouchers/seckill", {
+      method: "POST",
+      headers: { ...FORM, cookie },
+      body: form({ ...seckillFields(shopId, title), _csrf: csrf }),
+    });
     expect(res.status).toBe(303);
     const voucherId = Number(/^\/console\/sale\/(\d+)$/.exec(res.headers.get("location") ?? "")?.[1]);
     expect(voucherId).toBeGreaterThan(0);
-    const row = (await t.deps.db.execute("SELECT v.title, v.sub_title, v.rules, v.type, s.stock, c.buckets FROM tb_voucher v JOIN tb_seckill_voucher s ON s.voucher_id = v.id JOIN tb_seckill_config c ON c.voucher_id = v.id WHERE v.id = ?", [voucherId])).rows[0] as Record<string, string | number>;
-    expect({ ...row, type: Number(row.type), stock: Number(row.stock), buckets: Number(row.buckets) } as Record<string, unknown>).toEqual({ title, sub_title: "console test", rules: "one per person", type: 1, stock: 20, buckets: 2 });
+    const row = (
+      await t.deps.db.execute(
+        "SELECT v.title, v.sub_title, v.rules, v.type, s.stock, c.buckets FROM tb_voucher v JOIN tb_seckill_voucher s ON s.voucher_id = v.id JOIN tb_seckill_config c ON c.voucher_id = v.id WHERE v.id = ?",
+        [voucherId],
+      )
+    ).rows[0] as Record<string, string | number>;
+    expect({ ...row, type: Number(row.type), stock: Number(row.stock), buckets: Number(row.buckets) } as Record<
+      string,
+      unknown
+    >).toEqual({ title, sub_title: "console test", rules: "one per person", type: 1, stock: 20, buckets: 2 });
     const page = await t.app.request(`/console/sale/${voucherId}`, { headers: { cookie } });
     expect(page.status).toBe(200);
     expect(await page.text()).toContain(`data-events="/console/sale/${voucherId}/events"`);
@@ -254,13 +322,32 @@ describe("console forms", () => {
     const { cookie, csrf } = await signIn();
     const shopId = await createShop(t, await createShopType(t));
     const title = `rules-${crypto.randomUUID().slice(0, 8)}`;
-    const fields = { ...seckillFields(shopId, title), shopRuleLimit: "3", shopRuleDays: "7", campaign: "spring", campaignRuleLimit: "1", campaignRuleDays: "30", _csrf: csrf };
-    const res = await t.app.request("/console/vouchers/seckill", { method: "POST", headers: { ...FORM, cookie }, body: form(fields) });
+    const fields = {
+      ...seckillFields(shopId, title),
+      shopRuleLimit: "3",
+      shopRuleDays: "7",
+      campaign: "spring",
+      campaignRuleLimit: "1",
+      campaignRuleDays: "30",
+      _csrf: csrf,
+    };
+    const res = await t.app.request("/console/vouchers/seckill", {
+      method: "POST",
+      headers: { ...FORM, cookie },
+      body: form(fields),
+    });
     expect(res.status).toBe(303);
     const voucherId = Number(/^\/console\/sale\/(\d+)$/.exec(res.headers.get("location") ?? "")?.[1]);
-    const row = (await t.deps.db.execute("SELECT campaign, purchase_rules FROM tb_seckill_config WHERE voucher_id = ?", [voucherId])).rows[0] as { campaign: string; purchase_rules: string };
+    const row = (
+      await t.deps.db.execute("SELECT campaign, purchase_rules FROM tb_seckill_config WHERE voucher_id = ?", [
+        voucherId,
+      ])
+    ).rows[0] as { campaign: string; purchase_rules: string };
     expect(row.campaign).toBe("spring");
-    expect(JSON.parse(row.purchase_rules)).toEqual([{ scope: "shop", limit: 3, days: 7 }, { scope: "campaign", limit: 1, days: 30 }]);
+    expect(JSON.parse(row.purchase_rules)).toEqual([
+      { scope: "shop", limit: 3, days: 7 },
+      { scope: "campaign", limit: 1, days: 30 },
+    ]);
     expect(await t.deps.redis.hget(keys.seckill.meta(shopId, voucherId), "rules")).toBe("shop:3:7,campaign:1:30");
   });
 
@@ -268,7 +355,11 @@ describe("console forms", () => {
     const { cookie, csrf } = await signIn();
     const shopId = await createShop(t, await createShopType(t));
     const title = `normal-${crypto.randomUUID().slice(0, 8)}`;
-    const res = await t.app.request("/console/vouchers", { method: "POST", headers: { ...FORM, cookie }, body: form({ shopId: String(shopId), title, payValue: "100", actualValue: "200", _csrf: csrf }) });
+    const res = await t.app.request("/console/vouchers", {
+      method: "POST",
+      headers: { ...FORM, cookie },
+      body: form({ shopId: String(shopId), title, payValue: "100", actualValue: "200", _csrf: csrf }),
+    });
     expect(res.status).toBe(303);
     expect(res.headers.get("location")).toMatch(/^\/console\/vouchers\?created=\d+$/);
     expect(await vouchersTitled(title)).toBe(1);
@@ -293,11 +384,20 @@ describe("console forms", () => {
     ];
     for (const [field, change] of cases) {
       const title = `bad-${crypto.randomUUID().slice(0, 8)}`;
-      const res = await t.app.request("/console/vouchers/seckill", { method: "POST", headers: { ...FORM, cookie }, body: form({ ...seckillFields(shopId, title), ...change, _csrf: csrf }) });
+      const res = await t.app.request("/console/vouchers/seckill", {
+        method: "POST",
+        headers: { ...FORM, cookie },
+        body: form({ ...seckillFields(shopId, title), ...change, _csrf: csrf }),
+      });
       expect([field, res.status]).toEqual([field, 400]);
       const html = await res.text();
       // The message sits right after its own input, and the form keeps what was typed.
-      expect([field, new RegExp(`<input id="seckill-${field}"[^>]*aria-invalid="true"[^>]*/?><p class="err" id="seckill-${field}-err" data-field="${field}">[^<]+</p>`).test(html)]).toEqual([field, true]);
+      expect([
+        field,
+        new RegExp(
+          `<input id="seckill-${field}"[^>]*aria-invalid="true"[^>]*/?><p class="err" id="seckill-${field}-err" data-field="${field}">[^<]+</p>`,
+        ).test(html),
+      ]).toEqual([field, true]);
       expect(html.match(/data-field="/g)?.length).toBe(1);
       expect(html).toContain(`value="${title}"`);
       expect(await vouchersTitled(title)).toBe(0);
@@ -330,7 +430,14 @@ describe("live sale view", () => {
     }
     await reader.cancel();
     const data = JSON.parse(/^data: (.*)$/m.exec(event ?? "")?.[1] ?? "null");
-    expect(data).toMatchObject({ voucherId: sale.voucherId, shopId: sale.shopId, initial: 5, stockLeft: 3, reservations: 2, state: "on sale" });
+    expect(data).toMatchObject({
+      voucherId: sale.voucherId,
+      shopId: sale.shopId,
+      initial: 5,
+      stockLeft: 3,
+      reservations: 2,
+      state: "on sale",
+    });
     expect(data.buckets).toHaveLength(2);
     expect(data.buckets[0] + data.buckets[1]).toBe(3);
     expect(data.outcomes).toMatchObject({ ok: 2, SOLD_OUT: 0 });
@@ -343,10 +450,18 @@ describe("live sale view", () => {
 
   test("a sharded sale's page lists its shards (stock, buyers and share, kept live by their data-k keys) and its events carry them; an unsharded page has none and keeps its keys; an app without the shards says so", async () => {
     const shards = await getShardStack(4);
-    const app = await createTestApp({ ...shards.env, SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", ORDER_PAY_TIMEOUT_SECONDS: "86400" });
+    const app = await createTestApp({
+      ...shards.env,
+      SECKILL_USER_LIMIT: "0",
+      SECKILL_IP_LIMIT: "0",
+      ORDER_PAY_TIMEOUT_SECONDS: "86400",
+    });
     const sale = await createSeckill(app, { stock: 9 });
     try {
-      for (const token of await sessionsFor(app, userIds(5))) expect((await call(app.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token })).body.success).toBe(true);
+      for (const token of await sessionsFor(app, userIds(5)))
+        expect(
+          (await call(app.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token })).body.success,
+        ).toBe(true);
       await app.settle();
       const { cookie } = await signIn(app);
       const html = await (await app.app.request(`/console/sale/${sale.voucherId}`, { headers: { cookie } })).text();
@@ -356,10 +471,21 @@ describe("live sale view", () => {
         return m ? Number(m[1]) : null;
       };
       expect(html).toContain('<table id="shards">');
-      const perShard = [0, 1, 2, 3].map((i) => ({ stock: cell(`shard-${i}-stock`), buyers: cell(`shard-${i}-buyers`), share: cell(`shard-${i}-share`) }));
-      expect(perShard.every((x) => x.stock !== null && x.buyers !== null && x.share === (x.stock ?? 0) + (x.buyers ?? 0))).toBe(true);
+      const perShard = [0, 1, 2, 3].map((i) => ({
+        stock: cell(`shard-${i}-stock`),
+        buyers: cell(`shard-${i}-buyers`),
+        share: cell(`shard-${i}-share`),
+      }));
+      expect(
+        perShard.every((x) => x.stock !== null && x.buyers !== null && x.share === (x.stock ?? 0) + (x.buyers ?? 0)),
+      ).toBe(true);
       expect(perShard.reduce((a, x) => a + (x.buyers ?? 0), 0)).toBe(5);
-      expect({ stockLeft: cell("stockLeft"), reservations: cell("reservations"), okOutcomes: cell("o-ok"), soldOut: cell("o-SOLD_OUT") }).toEqual({ stockLeft: 4, reservations: 5, okOutcomes: 5, soldOut: 0 });
+      expect({
+        stockLeft: cell("stockLeft"),
+        reservations: cell("reservations"),
+        okOutcomes: cell("o-ok"),
+        soldOut: cell("o-SOLD_OUT"),
+      }).toEqual({ stockLeft: 4, reservations: 5, okOutcomes: 5, soldOut: 0 });
       for (const k of ["ordersInMysql", "state"]) expect([k, html.includes(`data-k="${k}"`)]).toEqual([k, true]);
 
       const res = await app.app.request(`/console/sale/${sale.voucherId}/events`, { headers: { cookie } });
@@ -372,15 +498,25 @@ describe("live sale view", () => {
         buf += dec.decode(value, { stream: true });
       }
       await reader.cancel();
-      const data = JSON.parse(/^data: (.*)$/m.exec(buf.split("\n\n").find((e) => e.includes("event: stats")) ?? "")?.[1] ?? "null");
-      expect({ shardCount: data.shardCount, shards: data.shards.map((x: { shard: number }) => x.shard), stockLeft: data.stockLeft, reservations: data.reservations }).toEqual({ shardCount: 4, shards: [0, 1, 2, 3], stockLeft: 4, reservations: 5 });
+      const data = JSON.parse(
+        /^data: (.*)$/m.exec(buf.split("\n\n").find((e) => e.includes("event: stats")) ?? "")?.[1] ?? "null",
+      );
+      expect({
+        shardCount: data.shardCount,
+        shards: data.shards.map((x: { shard: number }) => x.shard),
+        stockLeft: data.stockLeft,
+        reservations: data.reservations,
+      }).toEqual({ shardCount: 4, shards: [0, 1, 2, 3], stockLeft: 4, reservations: 5 });
       expect(data.outboxPending + data.ordersInMysql).toBeGreaterThanOrEqual(5);
 
       const plain = await createSeckill(t, { stock: 2 });
       const own = await signIn();
-      const unsharded = await (await t.app.request(`/console/sale/${plain.voucherId}`, { headers: { cookie: own.cookie } })).text();
+      const unsharded = await (
+        await t.app.request(`/console/sale/${plain.voucherId}`, { headers: { cookie: own.cookie } })
+      ).text();
       expect(unsharded).not.toContain('id="shards"');
-      for (const k of ["stockLeft", "reservations", "ordersInMysql", "state", "o-ok", "o-SOLD_OUT"]) expect([k, unsharded.includes(`data-k="${k}"`)]).toEqual([k, true]);
+      for (const k of ["stockLeft", "reservations", "ordersInMysql", "state", "o-ok", "o-SOLD_OUT"])
+        expect([k, unsharded.includes(`data-k="${k}"`)]).toEqual([k, true]);
       // This app has no shards configured: the sale cannot be read here, and the page says why.
       const elsewhere = await t.app.request(`/console/sale/${sale.voucherId}`, { headers: { cookie: own.cookie } });
       expect(elsewhere.status).toBe(503);
@@ -388,8 +524,14 @@ describe("live sale view", () => {
     } finally {
       // Later test files run jobs on apps without these shards: the sale leaves the registry.
       const end = Date.now() - RETIRE_AFTER_MS - 86_400_000;
-      await app.deps.db.execute("UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id = ?", [toSqlUtc(end - 3_600_000), toSqlUtc(end), sale.voucherId]);
-      await app.deps.db.execute("UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id = ?", [sale.voucherId]);
+      await app.deps.db.execute("UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id = ?", [
+        toSqlUtc(end - 3_600_000),
+        toSqlUtc(end),
+        sale.voucherId,
+      ]);
+      await app.deps.db.execute("UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id = ?", [
+        sale.voucherId,
+      ]);
     }
   });
 
@@ -397,10 +539,18 @@ describe("live sale view", () => {
     const served = await serveTestApp();
     try {
       const sale = await createSeckill(served, { stock: 3 });
-      const login = await fetch(`${served.url}/console/login`, { method: "POST", redirect: "manual", headers: { ...FORM, origin: served.url }, body: form({ token: served.deps.config.ADMIN_TOKEN }) });
+      const login = await fetch(`${served.url}/console/login`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { ...FORM, origin: served.url },
+        body: form({ token: served.deps.config.ADMIN_TOKEN }),
+      });
       const cookie = (login.headers.get("set-cookie") ?? "").split(";")[0] ?? "";
       const abort = new AbortController();
-      const res = await fetch(`${served.url}/console/sale/${sale.voucherId}/events`, { headers: { cookie }, signal: abort.signal });
+      const res = await fetch(`${served.url}/console/sale/${sale.voucherId}/events`, {
+        headers: { cookie },
+        signal: abort.signal,
+      });
       expect(res.status).toBe(200);
       const reader = (res.body as ReadableStream<Uint8Array>).getReader();
       const dec = new TextDecoder();
@@ -412,7 +562,9 @@ describe("live sale view", () => {
         buf += dec.decode(value, { stream: true });
       }
       abort.abort();
-      const [a, b] = stats().map((e) => JSON.parse(/^data: (.*)$/m.exec(e)?.[1] ?? "null") as { at: number; stockLeft: number });
+      const [a, b] = stats().map(
+        (e) => JSON.parse(/^data: (.*)$/m.exec(e)?.[1] ?? "null") as { at: number; stockLeft: number },
+      );
       expect(a?.stockLeft).toBe(3);
       expect((b?.at ?? 0) - (a?.at ?? 0)).toBeGreaterThanOrEqual(900);
     } finally {
@@ -422,15 +574,27 @@ describe("live sale view", () => {
 
   test("the sale page names the voucher's campaign and purchase limits (from its cached config)", async () => {
     const { cookie } = await signIn();
-    const sale = await createSeckill(t, { stock: 3, shopDailyLimit: 2, purchaseRules: [{ scope: "campaign", limit: 1, days: 30 }, { scope: "shop", limit: 4, days: 7 }], campaign: "autumn-26" });
+    const sale = await createSeckill(t, {
+      stock: 3,
+      shopDailyLimit: 2,
+      purchaseRules: [
+        { scope: "campaign", limit: 1, days: 30 },
+        { scope: "shop", limit: 4, days: 7 },
+      ],
+      campaign: "autumn-26",
+    });
     const html = await (await t.app.request(`/console/sale/${sale.voucherId}`, { headers: { cookie } })).text();
     const limits = /data-k="limits">([^<]*)</.exec(html)?.[1] ?? "";
     expect(limits).toContain("Campaign: autumn-26.");
     expect(limits).toContain("at most 2 seckill order(s) per user per service day in this shop");
     // Canonical order: shop rule, then campaign rule.
-    expect(limits).toMatch(/shop rule: at most 4 per user over 7 days.*campaign &quot;autumn-26&quot; rule: at most 1 per user over 30 days/);
+    expect(limits).toMatch(
+      /shop rule: at most 4 per user over 7 days.*campaign &quot;autumn-26&quot; rule: at most 1 per user over 30 days/,
+    );
     const plain = await createSeckill(t, { stock: 1 });
-    const none = /data-k="limits">([^<]*)</.exec(await (await t.app.request(`/console/sale/${plain.voucherId}`, { headers: { cookie } })).text())?.[1];
+    const none = /data-k="limits">([^<]*)</.exec(
+      await (await t.app.request(`/console/sale/${plain.voucherId}`, { headers: { cookie } })).text(),
+    )?.[1];
     expect(none).toContain("Campaign: none. Purchase limits besides one order per buyer: none.");
   });
 
@@ -445,7 +609,11 @@ describe("operations", () => {
   test("run now (CSRF-checked) stores a fresh reconcile report shown on the page", async () => {
     const { cookie, csrf } = await signIn();
     const sale = await createSeckill(t, { stock: 4 });
-    const res = await t.app.request("/console/ops/reconcile", { method: "POST", headers: { ...FORM, cookie }, body: form({ _csrf: csrf }) });
+    const res = await t.app.request("/console/ops/reconcile", {
+      method: "POST",
+      headers: { ...FORM, cookie },
+      body: form({ _csrf: csrf }),
+    });
     expect(res.status).toBe(303);
     expect(res.headers.get("location")).toMatch(/^\/console\/ops\?reconcile=(ran|busy)$/);
     const html = await (await t.app.request(res.headers.get("location") ?? "", { headers: { cookie } })).text();
@@ -461,17 +629,32 @@ describe("operations", () => {
     const before = breakerRow(await (await b.app.request("/console/ops", { headers: { cookie } })).text(), "sms");
     expect(before).toMatchObject({ state: "closed", failures: "0", retryAfterSeconds: "0", lastOpenedAt: "" });
     // Three failed calls through the SMS guard's own transport wrapper: a gateway that answers 502.
-    const gateway = b.deps.isolate.resilience.sms.fetch((async () => new Response("bad gateway", { status: 502 })) as unknown as typeof fetch);
+    const gateway = b.deps.isolate.resilience.sms.fetch(
+      (async () => new Response("bad gateway", { status: 502 })) as unknown as typeof fetch,
+    );
     for (let i = 0; i < 3; i++) expect((await gateway("http://sms.invalid/send")).status).toBe(502);
     await expect(gateway("http://sms.invalid/send")).rejects.toThrow("sms unavailable (circuit open)");
     const html = await (await b.app.request("/console/ops", { headers: { cookie } })).text();
     const row = breakerRow(html, "sms");
-    expect(row).toMatchObject({ state: "open", calls: "4", failures: "3", timeouts: "0", rejected: "1", opened: "1", lastFailure: "HTTP 502" });
+    expect(row).toMatchObject({
+      state: "open",
+      calls: "4",
+      failures: "3",
+      timeouts: "0",
+      rejected: "1",
+      opened: "1",
+      lastFailure: "HTTP 502",
+    });
     expect(row.lastOpenedAt).toMatch(/^\d{4}-\d{2}-\d{2}/);
     expect(Number(row.retryAfterSeconds)).toBeGreaterThan(50);
     expect(html).toMatch(/data-k="breakers-open">Not closed: sms /);
     expect(breakerRow(html, "redis").state).toBe("closed");
-    const admin = await call<Record<string, { state: string; failures: number; rejected: number }>>(b.app, "GET", "/admin/resilience", { token: `Bearer ${b.deps.config.ADMIN_TOKEN}` });
+    const admin = await call<Record<string, { state: string; failures: number; rejected: number }>>(
+      b.app,
+      "GET",
+      "/admin/resilience",
+      { token: `Bearer ${b.deps.config.ADMIN_TOKEN}` },
+    );
     expect(admin.body.data?.sms).toMatchObject({ state: "open", failures: 3, rejected: 1 });
   });
 
@@ -479,12 +662,19 @@ describe("operations", () => {
     const b = await createTestApp({ BREAKER_THRESHOLD: "2", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
     const { cookie } = await signIn(b);
     const guard = b.deps.isolate.resilience.redis;
-    for (let i = 0; i < 2; i++) await expect(guard.run(() => Promise.reject(new Error("connect ECONNREFUSED (injected)")))).rejects.toThrow("redis unavailable");
+    for (let i = 0; i < 2; i++)
+      await expect(guard.run(() => Promise.reject(new Error("connect ECONNREFUSED (injected)")))).rejects.toThrow(
+        "redis unavailable",
+      );
     expect(guard.state).toBe("open");
     const res = await b.app.request("/console/ops", { headers: { cookie } });
     expect(res.status).toBe(200);
     const html = await res.text();
-    expect(breakerRow(html, "redis")).toMatchObject({ state: "open", failures: "2", lastFailure: "connect ECONNREFUSED (injected)" });
+    expect(breakerRow(html, "redis")).toMatchObject({
+      state: "open",
+      failures: "2",
+      lastFailure: "connect ECONNREFUSED (injected)",
+    });
     expect(html).toMatch(/data-k="unavailable">[^<]*reconcile report: redis unavailable \(circuit open\)/);
     expect(html).toContain("Seckill admission");
   });
@@ -496,22 +686,31 @@ describe("operations", () => {
     // The first flush after a cache read anchors the write-log cursor; nothing is promoted before it.
     expect((await call(t.app, "GET", `/api/shop/${shopId}`)).status).toBe(200);
     await t.deps.isolate.caches.metrics.flush(t.deps);
-    for (let i = 0; i < 500 && !shops.isPromoted(shopId); i++) expect((await call(t.app, "GET", `/api/shop/${shopId}`)).status).toBe(200);
+    for (let i = 0; i < 500 && !shops.isPromoted(shopId); i++)
+      expect((await call(t.app, "GET", `/api/shop/${shopId}`)).status).toBe(200);
     expect(shops.isPromoted(shopId)).toBe(true);
     const html = await (await t.app.request("/console/ops", { headers: { cookie } })).text();
     expect(html).toMatch(new RegExp(`data-k="promoted-here">[^<]*\\b${shops.name}:${shopId}\\b`));
     // Hot-key rows are (module, key, reads, isolates, promotedHere); the hit-rate table's rows also start with the module.
-    const hotRow = [...html.matchAll(/<tr>(.*?)<\/tr>/gs)].map((m) => [...(m[1] ?? "").matchAll(/<td[^>]*>(.*?)<\/td>/gs)].map((c) => c[1])).find((cells) => cells[0] === shops.name && cells[1] === String(shopId));
+    const hotRow = [...html.matchAll(/<tr>(.*?)<\/tr>/gs)]
+      .map((m) => [...(m[1] ?? "").matchAll(/<td[^>]*>(.*?)<\/td>/gs)].map((c) => c[1]))
+      .find((cells) => cells[0] === shops.name && cells[1] === String(shopId));
     expect(hotRow?.[4]).toBe("yes");
     expect(Number(hotRow?.[2])).toBeGreaterThanOrEqual(1);
     // The same report as GET /admin/cache/hot.
-    const admin = await call<{ top: { module: string; key: string }[] }>(t.app, "GET", "/admin/cache/hot", { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` });
+    const admin = await call<{ top: { module: string; key: string }[] }>(t.app, "GET", "/admin/cache/hot", {
+      token: `Bearer ${t.deps.config.ADMIN_TOKEN}`,
+    });
     expect(admin.body.data?.top.some((k) => k.module === shops.name && k.key === String(shopId))).toBe(true);
   });
 
   test("the limiters of this isolate: an address over the listing limit is counted as blocked, and a voucher's admission gate is listed", async () => {
     // Both limiters are off in tests unless asked for (tests/support/stack.ts).
-    const b = await createTestApp({ LISTING_IP_LIMIT: "3", LISTING_SYNC_MS: "60000", SECKILL_ADMISSION_PER_SECOND: "100" });
+    const b = await createTestApp({
+      LISTING_IP_LIMIT: "3",
+      LISTING_SYNC_MS: "60000",
+      SECKILL_ADMISSION_PER_SECOND: "100",
+    });
     const { cookie } = await signIn(b);
     const ip = "203.0.113.77";
     for (let i = 0; i < 3; i++) expect((await call(b.app, "GET", "/api/shop/of/name?name=x", { ip })).status).toBe(200);
@@ -519,7 +718,9 @@ describe("operations", () => {
     const sale = await createSeckill(b, { stock: 2 });
     const [uid] = userIds(1);
     const [token] = await sessionsFor(b, [uid ?? 0]);
-    expect((await call(b.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token: token ?? "" })).body.success).toBe(true);
+    expect(
+      (await call(b.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token: token ?? "" })).body.success,
+    ).toBe(true);
     const html = await (await b.app.request("/console/ops", { headers: { cookie } })).text();
     expect(html).toMatch(/data-k="listing-blocked">1</);
     expect(rowOf(html, ip)?.[2]).toBe("true");
@@ -570,7 +771,12 @@ describe("assets", () => {
         if (/\.(js|css)$/.test(url)) urls.add(url);
       }
     }
-    expect([...urls].sort()).toEqual(["/console/assets/console.css", "/console/assets/sale.js", "/console/assets/uPlot.iife.min.js", "/console/assets/uPlot.min.css"]);
+    expect([...urls].sort()).toEqual([
+      "/console/assets/console.css",
+      "/console/assets/sale.js",
+      "/console/assets/uPlot.iife.min.js",
+      "/console/assets/uPlot.min.css",
+    ]);
     for (const url of urls) {
       const res = await t.app.request(url);
       expect([url, res.status]).toEqual([url, 200]);
@@ -591,7 +797,8 @@ describe("dead letters", () => {
     await target.stop();
   });
 
-  const page = async (cookie: string, url: string) => await (await t.app.request(`/console/dlq?url=${encodeURIComponent(url)}`, { headers: { cookie } })).text();
+  const page = async (cookie: string, url: string) =>
+    await (await t.app.request(`/console/dlq?url=${encodeURIComponent(url)}`, { headers: { cookie } })).text();
   /** The cells of the page's row for one entry. */
   const cellsOf = (html: string, dlqId: string) => {
     const row = new RegExp(`<tr data-dlq="${dlqId}">(.*?)</tr>`, "s").exec(html)?.[1];
@@ -600,15 +807,24 @@ describe("dead letters", () => {
 
   test("the page and its forms need a console session; its links, forms and files are all same-origin", async () => {
     expect((await t.app.request("/console/dlq")).status).toBe(302);
-    for (const path of ["/console/dlq/x/retry", "/console/dlq/x/delete", "/console/dlq/retry-all", "/console/dlq/delete-all"]) {
-      expect([path, (await t.app.request(path, { method: "POST", headers: FORM, body: "" })).status]).toEqual([path, 401]);
+    for (const path of [
+      "/console/dlq/x/retry",
+      "/console/dlq/x/delete",
+      "/console/dlq/retry-all",
+      "/console/dlq/delete-all",
+    ]) {
+      expect([path, (await t.app.request(path, { method: "POST", headers: FORM, body: "" })).status]).toEqual([
+        path,
+        401,
+      ]);
     }
     const { cookie } = await signIn();
     const url = target.url();
     await deadLetter(t, url);
     const html = await page(cookie, url);
     // The destinations are shown as text (they are http URLs); every src, href and action is ours.
-    for (const m of html.matchAll(/\b(?:src|href|action)="([^"]*)"/g)) expect(m[1] === NO_ICON || (m[1]?.startsWith("/") && !m[1].startsWith("//"))).toBe(true);
+    for (const m of html.matchAll(/\b(?:src|href|action)="([^"]*)"/g))
+      expect(m[1] === NO_ICON || (m[1]?.startsWith("/") && !m[1].startsWith("//"))).toBe(true);
   });
 
   test("the page lists a failed message with its status and scrubbed answer; its re-drive form (CSRF-checked) delivers it again and empties the list", async () => {
@@ -625,7 +841,12 @@ describe("dead letters", () => {
     expect(html).not.toContain(SECRET);
     expect(html).not.toContain("hunter2");
     expect(html).toContain(`action="/console/dlq/${dlqId}/retry"`);
-    const retry = (body: Record<string, string>, headers: Record<string, string> = FORM) => t.app.request(`/console/dlq/${dlqId}/retry`, { method: "POST", headers: { ...headers, cookie }, body: form(body) });
+    const retry = (body: Record<string, string>, headers: Record<string, string> = FORM) =>
+      t.app.request(`/console/dlq/${dlqId}/retry`, {
+        method: "POST",
+        headers: { ...headers, cookie },
+        body: form(body),
+      });
     // Without the session's token, or from another origin: refused, nothing re-driven.
     expect((await retry({})).status).toBe(403);
     expect((await retry({ _csrf: csrf }, { ...FORM, origin: "https://evil.example" })).status).toBe(403);
@@ -649,7 +870,8 @@ describe("dead letters", () => {
     const url = target.url();
     await deadLetter(t, url, 3);
     const [first] = await deadLettersOf(t, url);
-    const post = (path: string, body: Record<string, string>) => t.app.request(path, { method: "POST", headers: { ...FORM, cookie }, body: form({ _csrf: csrf, ...body }) });
+    const post = (path: string, body: Record<string, string>) =>
+      t.app.request(path, { method: "POST", headers: { ...FORM, cookie }, body: form({ _csrf: csrf, ...body }) });
     const del = await post(`/console/dlq/${first?.dlqId}/delete`, { url });
     expect(del.headers.get("location")).toContain("done=deleted");
     expect(await deadLettersOf(t, url)).toHaveLength(2);

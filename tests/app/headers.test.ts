@@ -37,7 +37,9 @@ describe("response headers", () => {
       expect(res.headers.get("x-request-id")).toMatch(UUID);
       expectSecurityHeaders(res);
       expect(res.headers.get("access-control-allow-origin")).toBe("*");
-      expect(res.headers.get("access-control-expose-headers")).toBe("x-request-id,retry-after,idempotent-replayed,x-session-token");
+      expect(res.headers.get("access-control-expose-headers")).toBe(
+        "x-request-id,retry-after,idempotent-replayed,x-session-token",
+      );
       const body = (await res.json()) as { requestId?: string };
       if (status !== 200) expect(body.requestId).toBe(res.headers.get("x-request-id") as string);
     }
@@ -47,12 +49,18 @@ describe("response headers", () => {
     const { app } = await createTestApp();
     const res = await app.request("/api/shop/1", {
       method: "OPTIONS",
-      headers: { origin: "https://front.example", "access-control-request-method": "PUT", "access-control-request-headers": "authorization" },
+      headers: {
+        origin: "https://front.example",
+        "access-control-request-method": "PUT",
+        "access-control-request-headers": "authorization",
+      },
     });
     expect(res.status).toBe(204);
     expect(res.headers.get("access-control-allow-origin")).toBe("*");
     expect(res.headers.get("access-control-allow-methods")).toBe("GET,HEAD,PUT,POST,DELETE,PATCH,QUERY");
-    expect(res.headers.get("access-control-allow-headers")).toBe("authorization,content-type,x-request-id,idempotency-key");
+    expect(res.headers.get("access-control-allow-headers")).toBe(
+      "authorization,content-type,x-request-id,idempotency-key",
+    );
     expect(res.headers.get("access-control-max-age")).toBe("600");
     expect(res.headers.get("x-request-id")).toMatch(UUID);
     expectSecurityHeaders(res);
@@ -93,8 +101,17 @@ describe("response headers", () => {
   test("cached GETs carry a strong ETag; a matching If-None-Match is a 304 with no body and every promised header", async () => {
     const t = await createTestApp();
     const shopId = await createShop(t, await createShopType(t));
-    for (const path of [`/api/shop/${shopId}`, "/api/shop-type/list", `/api/voucher/list/${shopId}`, "/api/shop/987654321"]) {
-      const first = await t.app.request(path, { headers: { origin: "https://front.example" } }, { clientIp: "10.9.9.8" });
+    for (const path of [
+      `/api/shop/${shopId}`,
+      "/api/shop-type/list",
+      `/api/voucher/list/${shopId}`,
+      "/api/shop/987654321",
+    ]) {
+      const first = await t.app.request(
+        path,
+        { headers: { origin: "https://front.example" } },
+        { clientIp: "10.9.9.8" },
+      );
       expect([path, first.status]).toEqual([path, 200]);
       const etag = first.headers.get("etag") as string;
       expect(etag).toMatch(/^"[0-9a-z]+-[0-9a-z]+"$/);
@@ -107,14 +124,20 @@ describe("response headers", () => {
       expect(await again.text()).toBe(body);
 
       for (const inm of [etag, `W/${etag}`, `"nope", ${etag}`, "*"]) {
-        const res = await t.app.request(path, { headers: { origin: "https://front.example", "if-none-match": inm } }, { clientIp: "10.9.9.8" });
+        const res = await t.app.request(
+          path,
+          { headers: { origin: "https://front.example", "if-none-match": inm } },
+          { clientIp: "10.9.9.8" },
+        );
         expect([path, inm, res.status]).toEqual([path, inm, 304]);
         expect(await res.text()).toBe("");
         expect(res.headers.get("etag")).toBe(etag);
         expect(res.headers.get("x-request-id")).toMatch(UUID);
         expectSecurityHeaders(res);
         expect(res.headers.get("access-control-allow-origin")).toBe("*");
-        expect(res.headers.get("access-control-expose-headers")).toBe("x-request-id,retry-after,idempotent-replayed,x-session-token");
+        expect(res.headers.get("access-control-expose-headers")).toBe(
+          "x-request-id,retry-after,idempotent-replayed,x-session-token",
+        );
       }
       const stale = await t.app.request(path, { headers: { "if-none-match": '"0-0"' } }, { clientIp: "10.9.9.8" });
       expect(stale.status).toBe(200);

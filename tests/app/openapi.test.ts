@@ -16,7 +16,11 @@ type Operation = {
   responses: Record<string, { description: string; content?: Record<string, { schema: unknown }> }>;
   "x-signed-callback"?: string;
 };
-type Doc = { openapi: string; paths: Record<string, Record<string, Operation>>; components: { securitySchemes: Record<string, { type: string; name?: string; scheme?: string; in?: string }> } };
+type Doc = {
+  openapi: string;
+  paths: Record<string, Record<string, Operation>>;
+  components: { securitySchemes: Record<string, { type: string; name?: string; scheme?: string; in?: string }> };
+};
 
 async function documentOf(app: Awaited<ReturnType<typeof createTestApp>>["app"]): Promise<Doc> {
   const res = await app.request("/openapi.json");
@@ -53,7 +57,9 @@ describe("OpenAPI document (/openapi.json)", () => {
     const doc = await documentOf(app);
     const routes = registeredRoutes(app);
     expect(routes.length).toBeGreaterThan(40);
-    const documented = Object.entries(doc.paths).flatMap(([path, item]) => Object.keys(item).map((m) => `${m} ${path}`));
+    const documented = Object.entries(doc.paths).flatMap(([path, item]) =>
+      Object.keys(item).map((m) => `${m} ${path}`),
+    );
     expect(routes.filter((r) => !documented.includes(r))).toEqual([]);
     // Nothing documented that the app does not answer.
     expect(documented.filter((d) => !routes.includes(d))).toEqual([]);
@@ -62,7 +68,10 @@ describe("OpenAPI document (/openapi.json)", () => {
       const op = doc.paths[path]?.[method] as Operation;
       expect([route, typeof op.summary, op.tags?.length]).toEqual([route, "string", 1]);
       const inPath = [...path.matchAll(/\{([^}]+)\}/g)].map((m) => m[1] as string).sort();
-      const declared = (op.parameters ?? []).filter((p) => p.in === "path" && p.required).map((p) => p.name).sort();
+      const declared = (op.parameters ?? [])
+        .filter((p) => p.in === "path" && p.required)
+        .map((p) => p.name)
+        .sort();
       expect([route, declared]).toEqual([route, inPath]);
     }
   });
@@ -83,22 +92,38 @@ describe("OpenAPI document (/openapi.json)", () => {
       if (!path.startsWith("/api/") && !path.startsWith("/admin") && !path.startsWith("/internal")) continue;
       for (const [method, op] of Object.entries(item)) {
         const where = `${method} ${path}`;
-        expect([where, JSON.stringify(jsonSchemaOf(op, "200"))]).toEqual([where, expect.stringContaining("#/components/schemas/Success")]);
+        expect([where, JSON.stringify(jsonSchemaOf(op, "200"))]).toEqual([
+          where,
+          expect.stringContaining("#/components/schemas/Success"),
+        ]);
         expect([where, codesIn(jsonSchemaOf(op, "500"))]).toEqual([where, ["INTERNAL"]]);
         for (const [status, response] of Object.entries(op.responses)) {
           if (status === "200") continue;
           const codes = codesIn(response.content?.["application/json"]?.schema);
           expect([where, status, codes.length > 0]).toEqual([where, status, true]);
-          for (const code of codes) expect([where, code, codeToStatus[code as keyof typeof codeToStatus] as number]).toEqual([where, code, Number(status)]);
+          for (const code of codes)
+            expect([where, code, codeToStatus[code as keyof typeof codeToStatus] as number]).toEqual([
+              where,
+              code,
+              Number(status),
+            ]);
         }
-        if (method === "post" || method === "put") expect([where, codesIn(jsonSchemaOf(op, "413"))]).toEqual([where, ["PAYLOAD_TOO_LARGE"]]);
+        if (method === "post" || method === "put")
+          expect([where, codesIn(jsonSchemaOf(op, "413"))]).toEqual([where, ["PAYLOAD_TOO_LARGE"]]);
         checked++;
       }
     }
     expect(checked).toBeGreaterThan(40);
     // The seckill route's business outcomes (200, success:false) and its 429.
     const seckill = doc.paths["/api/voucher-order/seckill/{voucherId}"]?.post as Operation;
-    expect(codesIn(jsonSchemaOf(seckill, "200")).sort()).toEqual(["DUPLICATE_ORDER", "ENDED", "LIMIT_REACHED", "NOT_FOUND", "NOT_STARTED", "SOLD_OUT"]);
+    expect(codesIn(jsonSchemaOf(seckill, "200")).sort()).toEqual([
+      "DUPLICATE_ORDER",
+      "ENDED",
+      "LIMIT_REACHED",
+      "NOT_FOUND",
+      "NOT_STARTED",
+      "SOLD_OUT",
+    ]);
     expect(codesIn(jsonSchemaOf(seckill, "429"))).toEqual(["RATE_LIMITED"]);
     expect(seckill.responses["429"]).toMatchObject({ headers: { "Retry-After": {} } });
   });
@@ -109,9 +134,20 @@ describe("OpenAPI document (/openapi.json)", () => {
     const op = (path: string, method: string) => doc.paths[path]?.[method] as Operation;
     const answers = (path: string, method: string, status: string) => {
       const o = op(path, method);
-      return { codes: codesIn(jsonSchemaOf(o, status)).sort(), retryAfter: (o.responses[status] as { headers?: Record<string, unknown> } | undefined)?.headers?.["Retry-After"] !== undefined };
+      return {
+        codes: codesIn(jsonSchemaOf(o, status)).sort(),
+        retryAfter:
+          (o.responses[status] as { headers?: Record<string, unknown> } | undefined)?.headers?.["Retry-After"] !==
+          undefined,
+      };
     };
-    for (const path of ["/api/shop/of/type", "/api/shop/of/name", "/api/blog/hot", "/api/voucher/list/{shopId}", "/api/shop-type/list"]) {
+    for (const path of [
+      "/api/shop/of/type",
+      "/api/shop/of/name",
+      "/api/blog/hot",
+      "/api/voucher/list/{shopId}",
+      "/api/shop-type/list",
+    ]) {
       expect([path, answers(path, "get", "429")]).toEqual([path, { codes: ["RATE_LIMITED"], retryAfter: true }]);
     }
     for (const [path, method] of [
@@ -124,14 +160,24 @@ describe("OpenAPI document (/openapi.json)", () => {
       expect([path, answers(path, method, "503")]).toEqual([path, { codes: ["UNAVAILABLE"], retryAfter: true }]);
     }
     // A reservation whose reply and settling check were both lost (issue 15): retry to learn the order.
-    expect(answers("/api/voucher-order/seckill/{voucherId}", "post", "503")).toEqual({ codes: ["OUTCOME_UNKNOWN", "UNAVAILABLE"], retryAfter: true });
-    expect(answers("/api/upload/blog", "post", "429")).toEqual({ codes: ["QUOTA_EXCEEDED", "RATE_LIMITED"], retryAfter: true });
+    expect(answers("/api/voucher-order/seckill/{voucherId}", "post", "503")).toEqual({
+      codes: ["OUTCOME_UNKNOWN", "UNAVAILABLE"],
+      retryAfter: true,
+    });
+    expect(answers("/api/upload/blog", "post", "429")).toEqual({
+      codes: ["QUOTA_EXCEEDED", "RATE_LIMITED"],
+      retryAfter: true,
+    });
   });
 
   test("protected routes name their security scheme and answer 401; operator routes take the operator Bearer, callbacks are signed", async () => {
     const { app } = await createTestApp();
     const doc = await documentOf(app);
-    expect(doc.components.securitySchemes.userToken).toMatchObject({ type: "apiKey", in: "header", name: "authorization" });
+    expect(doc.components.securitySchemes.userToken).toMatchObject({
+      type: "apiKey",
+      in: "header",
+      name: "authorization",
+    });
     expect(doc.components.securitySchemes.operatorBearer).toMatchObject({ type: "http", scheme: "bearer" });
     const op = (path: string, method: string) => doc.paths[path]?.[method] as Operation;
     expect(op("/api/user/me", "get").security).toEqual([{ userToken: [] }]);
@@ -140,9 +186,15 @@ describe("OpenAPI document (/openapi.json)", () => {
     expect(op("/api/blog/hot", "get").security).toEqual([{}, { userToken: [] }]);
     for (const [path, item] of Object.entries(doc.paths)) {
       for (const [method, o] of Object.entries(item)) {
-        if (path.startsWith("/admin")) expect([method, path, o.security]).toEqual([method, path, [{ operatorBearer: [] }]]);
+        if (path.startsWith("/admin"))
+          expect([method, path, o.security]).toEqual([method, path, [{ operatorBearer: [] }]]);
         if (path.startsWith("/internal")) {
-          expect([method, path, o.tags, o["x-signed-callback"] !== undefined]).toEqual([method, path, ["callbacks"], true]);
+          expect([method, path, o.tags, o["x-signed-callback"] !== undefined]).toEqual([
+            method,
+            path,
+            ["callbacks"],
+            true,
+          ]);
           expect(codesIn(jsonSchemaOf(o, "401"))).toEqual(["UNAUTHORIZED"]);
         }
       }
@@ -168,12 +220,28 @@ describe("OpenAPI document (/openapi.json)", () => {
       ["y", "query", false],
     ]);
     const seckill = doc.paths["/api/voucher/seckill"]?.post as Operation;
-    const body = seckill.requestBody?.content["application/json"] as { schema: { properties: Record<string, unknown>; required: string[] } };
-    expect(Object.keys(body.schema.properties)).toEqual(expect.arrayContaining(["shopId", "title", "payValue", "actualValue", "stock", "beginTime", "endTime", "buckets", "shopDailyLimit"]));
+    const body = seckill.requestBody?.content["application/json"] as {
+      schema: { properties: Record<string, unknown>; required: string[] };
+    };
+    expect(Object.keys(body.schema.properties)).toEqual(
+      expect.arrayContaining([
+        "shopId",
+        "title",
+        "payValue",
+        "actualValue",
+        "stock",
+        "beginTime",
+        "endTime",
+        "buckets",
+        "shopDailyLimit",
+      ]),
+    );
     expect(body.schema.required).toEqual(expect.arrayContaining(["shopId", "title", "stock", "beginTime", "endTime"]));
     expect(body.schema.required).not.toContain("buckets");
     const login = doc.paths["/api/user/login"]?.post as Operation;
-    expect(login.requestBody?.content["application/json"]).toMatchObject({ schema: { properties: { phone: { type: "string" }, code: { type: "string" } } } });
+    expect(login.requestBody?.content["application/json"]).toMatchObject({
+      schema: { properties: { phone: { type: "string" }, code: { type: "string" } } },
+    });
   });
 });
 
@@ -189,7 +257,9 @@ describe("API reference page (/docs)", () => {
     expect(html.startsWith("<!doctype html>")).toBe(true);
     const scripts = [...html.matchAll(/<script\b[^>]*\bsrc="([^"]*)"/g)].map((m) => m[1] as string);
     // The page's icon is the empty data URL (http/page.tsx): it loads nothing.
-    const styles = [...html.matchAll(/<link\b[^>]*\bhref="([^"]*)"/g)].map((m) => m[1] as string).filter((href) => href !== "data:,");
+    const styles = [...html.matchAll(/<link\b[^>]*\bhref="([^"]*)"/g)]
+      .map((m) => m[1] as string)
+      .filter((href) => href !== "data:,");
     expect(scripts).toEqual([`${VENDOR_PREFIX}swagger-ui-bundle.js`, INIT_PATH]);
     expect(styles).toEqual([`${VENDOR_PREFIX}swagger-ui.css`]);
     for (const url of [...scripts, ...styles]) {

@@ -56,7 +56,12 @@ function kindOf(method: string, path: string, op: Operation): Kind | "optional" 
   if (schemes.some((s) => s.length === 0)) return "optional";
   if (schemes.some((s) => s.includes("operatorBearer"))) return "operator";
   if (schemes.some((s) => s.includes("userToken"))) return "user";
-  if (path.startsWith("/console") && !PUBLIC_CONSOLE.includes(`${method} ${path}`) && CONSOLE_COOKIE.test(op.description ?? "")) return "console";
+  if (
+    path.startsWith("/console") &&
+    !PUBLIC_CONSOLE.includes(`${method} ${path}`) &&
+    CONSOLE_COOKIE.test(op.description ?? "")
+  )
+    return "console";
   return "public";
 }
 
@@ -73,7 +78,8 @@ function sampleOf(where: string, p: Parameter): string {
   if (!s.pattern) return p.in === "path" ? "x" : "1";
   const re = new RegExp(s.pattern, "u");
   const value = CANDIDATES.find((c) => re.test(c));
-  if (value === undefined) throw new Error(`${where}: no sample value for parameter ${p.name} (pattern ${s.pattern}); add one to CANDIDATES`);
+  if (value === undefined)
+    throw new Error(`${where}: no sample value for parameter ${p.name} (pattern ${s.pattern}); add one to CANDIDATES`);
   return value;
 }
 
@@ -103,7 +109,8 @@ function bodyOf(c: Checked): { headers: Record<string, string>; body?: BodyInit 
     return { headers: {}, body: form };
   }
   // Console form posts (documented as HTML pages, no requestBody) take a url-encoded form.
-  if (c.method === "post" || c.method === "put") return { headers: { "content-type": "application/x-www-form-urlencoded" }, body: "_csrf=x" };
+  if (c.method === "post" || c.method === "put")
+    return { headers: { "content-type": "application/x-www-form-urlencoded" }, body: "_csrf=x" };
   return { headers: {} };
 }
 
@@ -120,7 +127,11 @@ const nextAddress = () => {
 
 async function send(app: Hono<AppEnv>, c: Checked, headers: Record<string, string> = {}): Promise<Response> {
   const { headers: bodyHeaders, body } = bodyOf(c);
-  return await app.request(urlOf(c), { method: c.method.toUpperCase(), headers: { ...bodyHeaders, ...headers }, body, redirect: "manual" }, { clientIp: nextAddress() });
+  return await app.request(
+    urlOf(c),
+    { method: c.method.toUpperCase(), headers: { ...bodyHeaders, ...headers }, body, redirect: "manual" },
+    { clientIp: nextAddress() },
+  );
 }
 
 /** `null` when `res` is the 401 error envelope with a request id matching its header, else what it was instead. */
@@ -131,7 +142,14 @@ async function notEnvelope401(res: Response): Promise<string | null> {
     body = JSON.parse(text) as Record<string, unknown>;
   } catch {}
   const rid = res.headers.get("x-request-id");
-  const ok = res.status === 401 && body.success === false && body.code === "UNAUTHORIZED" && typeof body.errorMsg === "string" && typeof rid === "string" && rid.length > 0 && body.requestId === rid;
+  const ok =
+    res.status === 401 &&
+    body.success === false &&
+    body.code === "UNAUTHORIZED" &&
+    typeof body.errorMsg === "string" &&
+    typeof rid === "string" &&
+    rid.length > 0 &&
+    body.requestId === rid;
   return ok ? null : `${res.status} ${text.slice(0, 160)}`;
 }
 
@@ -140,11 +158,25 @@ async function contract() {
   const res = await t.app.request("/openapi.json");
   expect(res.status).toBe(200);
   const doc = (await res.json()) as Doc;
-  const byKind: Record<Kind | "optional" | "public", Checked[]> = { user: [], operator: [], qstash: [], webhook: [], console: [], optional: [], public: [] };
+  const byKind: Record<Kind | "optional" | "public", Checked[]> = {
+    user: [],
+    operator: [],
+    qstash: [],
+    webhook: [],
+    console: [],
+    optional: [],
+    public: [],
+  };
   for (const [path, item] of Object.entries(doc.paths)) {
     for (const [method, op] of Object.entries(item)) {
       const kind = kindOf(method, path, op);
-      byKind[kind].push({ id: `${method} ${path}`, method, path, op, guarded: kind !== "optional" && kind !== "public" });
+      byKind[kind].push({
+        id: `${method} ${path}`,
+        method,
+        path,
+        op,
+        guarded: kind !== "optional" && kind !== "public",
+      });
     }
   }
   return { ...t, doc, byKind };
@@ -155,20 +187,42 @@ const ids = (list: Checked[]) => list.map((c) => c.id);
 describe("route contract (generated from /openapi.json)", () => {
   test("the generated lists are not empty and hold a known operation of each kind; every /admin and /internal operation is guarded", async () => {
     const { byKind, doc } = await contract();
-    expect(ids(byKind.user)).toEqual(expect.arrayContaining(["post /api/voucher-order/seckill/{voucherId}", "get /api/user/me", "post /api/upload/blog"]));
-    expect(ids(byKind.operator)).toEqual(expect.arrayContaining(["get /admin/cache", "post /api/voucher/seckill", "post /admin/reconcile"]));
-    expect(ids(byKind.qstash)).toEqual(expect.arrayContaining([`post ${ORDER_DRAIN_PATH}`, `post ${ORDER_CLOSE_PATH}`]));
+    expect(ids(byKind.user)).toEqual(
+      expect.arrayContaining([
+        "post /api/voucher-order/seckill/{voucherId}",
+        "get /api/user/me",
+        "post /api/upload/blog",
+      ]),
+    );
+    expect(ids(byKind.operator)).toEqual(
+      expect.arrayContaining(["get /admin/cache", "post /api/voucher/seckill", "post /admin/reconcile"]),
+    );
+    expect(ids(byKind.qstash)).toEqual(
+      expect.arrayContaining([`post ${ORDER_DRAIN_PATH}`, `post ${ORDER_CLOSE_PATH}`]),
+    );
     expect(ids(byKind.webhook)).toEqual(["post /internal/payments/webhook"]);
-    expect(ids(byKind.console)).toEqual(expect.arrayContaining(["get /console", "get /console/sale/{voucherId}", "get /console/sale/{voucherId}/events", "post /console/vouchers", "post /console/logout"]));
+    expect(ids(byKind.console)).toEqual(
+      expect.arrayContaining([
+        "get /console",
+        "get /console/sale/{voucherId}",
+        "get /console/sale/{voucherId}/events",
+        "post /console/vouchers",
+        "post /console/logout",
+      ]),
+    );
     expect(ids(byKind.optional)).toEqual(expect.arrayContaining(["get /api/blog/hot"]));
     // The public exceptions of the console still exist (a renamed login route would leave a stale one here).
-    const documented = Object.entries(doc.paths).flatMap(([path, item]) => Object.keys(item).map((m) => `${m} ${path}`));
+    const documented = Object.entries(doc.paths).flatMap(([path, item]) =>
+      Object.keys(item).map((m) => `${m} ${path}`),
+    );
     expect(documented).toEqual(expect.arrayContaining(PUBLIC_CONSOLE));
     const guarded = new Set(ids([...byKind.operator, ...byKind.qstash, ...byKind.webhook]));
     expect(documented.filter((d) => / \/(admin|internal)(\/|$)/.test(d) && !guarded.has(d))).toEqual([]);
     // And every /console operation is either the console's cookie or one of the named public ones.
     const consoleIds = new Set(ids(byKind.console));
-    expect(documented.filter((d) => / \/console(\/|$)/.test(d) && !consoleIds.has(d) && !PUBLIC_CONSOLE.includes(d))).toEqual([]);
+    expect(
+      documented.filter((d) => / \/console(\/|$)/.test(d) && !consoleIds.has(d) && !PUBLIC_CONSOLE.includes(d)),
+    ).toEqual([]);
   });
 
   test("every user-token operation answers the 401 envelope without a token, with a forged one and with the operator's", async () => {
@@ -208,7 +262,10 @@ describe("route contract (generated from /openapi.json)", () => {
 
   test("every signed callback answers the 401 envelope unsigned and with a forged signature", async () => {
     const { app, byKind, deps } = await contract();
-    const forged = { qstash: { "upstash-signature": "eyJhbGciOiJIUzI1NiJ9.e30.forged" }, webhook: { "x-payment-signature": `t=${Math.floor(deps.clock.now() / 1000)},v1=${"0".repeat(64)}` } };
+    const forged = {
+      qstash: { "upstash-signature": "eyJhbGciOiJIUzI1NiJ9.e30.forged" },
+      webhook: { "x-payment-signature": `t=${Math.floor(deps.clock.now() / 1000)},v1=${"0".repeat(64)}` },
+    };
     const wrong: string[] = [];
     for (const kind of ["qstash", "webhook"] as const) {
       for (const c of byKind[kind]) {
@@ -241,7 +298,8 @@ describe("route contract (generated from /openapi.json)", () => {
         if (page) {
           if (got !== `302 ${LOGIN}`) wrong.push(`${c.id} (${label}): ${got}, expected 302 ${LOGIN}`);
           else seen.redirect++;
-        } else if (res.status !== 401 || res.headers.get("set-cookie") !== null) wrong.push(`${c.id} (${label}): ${got}, expected 401`);
+        } else if (res.status !== 401 || res.headers.get("set-cookie") !== null)
+          wrong.push(`${c.id} (${label}): ${got}, expected 401`);
         else seen.refused++;
         await res.body?.cancel();
       }

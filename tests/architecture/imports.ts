@@ -33,7 +33,10 @@ function typeOnly(typeKeyword: string | undefined, clause: string): boolean {
   if (typeKeyword) return true;
   const m = /^\{([\s\S]*)\}$/.exec(clause.trim());
   if (!m) return false; // default or namespace import: a value
-  const names = (m[1] ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+  const names = (m[1] ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   return names.length > 0 && names.every((n) => n.startsWith("type "));
 }
 
@@ -48,7 +51,12 @@ export function importGraph(root: string): Edge[] {
       const target = resolve(dirname(file), spec);
       if (!/\.(ts|tsx)$/.test(target)) continue; // .lua, .css, .js text modules
       const line = text.slice(0, m.index).split("\n").length;
-      edges.push({ from: relative(root, file), to: relative(root, target), value: m[5] !== undefined || !typeOnly(m[2], m[3] ?? ""), line });
+      edges.push({
+        from: relative(root, file),
+        to: relative(root, target),
+        value: m[5] !== undefined || !typeOnly(m[2], m[3] ?? ""),
+        line,
+      });
     }
   }
   return edges;
@@ -58,23 +66,23 @@ const byFile: Record<string, number> = { "app.ts": 1, "deps.ts": 2, "isolate.ts"
 /** The ground: files every layer may import. */
 const GROUND = ["env.ts", "errors.ts", "log.ts", "resilience.ts", "runtime.ts", "types.ts"];
 const byDir: Record<string, number> = {
-    entry: 0,
-    routes: 3,
-    openapi: 6,
-    console: 4,
-    jobs: 5,
-    http: 6,
-    services: 7,
-    cache: 8,
-    redis: 9,
-    db: 9,
-    queue: 9,
-    blob: 9,
-    sms: 9,
-    payments: 9,
-    ports: 9,
-    util: 10,
-    types: 10,
+  entry: 0,
+  routes: 3,
+  openapi: 6,
+  console: 4,
+  jobs: 5,
+  http: 6,
+  services: 7,
+  cache: 8,
+  redis: 9,
+  db: 9,
+  queue: 9,
+  blob: 9,
+  sms: 9,
+  payments: 9,
+  ports: 9,
+  util: 10,
+  types: 10,
 };
 
 /** Whether `path` (a file of src/) sits in a folder or file this map places (a new one must be placed here). */

@@ -59,10 +59,12 @@ describe("the checker", () => {
 
   test("fails on an upward value import added back (cache → services, http → routes, services → isolate.ts), not on a type-only or downward one", () => {
     const root = tree({
-      "cache/module.ts": 'import { loadShop } from "../services/shops.ts";\nimport type { Shop } from "../services/shops.ts";\nimport { type Deps } from "../deps.ts";\n',
+      "cache/module.ts":
+        'import { loadShop } from "../services/shops.ts";\nimport type { Shop } from "../services/shops.ts";\nimport { type Deps } from "../deps.ts";\n',
       "http/fast-lane.ts": 'import {\n  seckillEnvelope,\n} from "../routes/voucher-order.ts";\n',
-      "services/seckill/reserve.ts": 'import { holderMemoMs } from "../../isolate.ts";\nimport { keys } from "../../redis/keys.ts";\n',
-      "services/shops.ts": 'export const loadShop = 1;\nexport type Shop = {};\n',
+      "services/seckill/reserve.ts":
+        'import { holderMemoMs } from "../../isolate.ts";\nimport { keys } from "../../redis/keys.ts";\n',
+      "services/shops.ts": "export const loadShop = 1;\nexport type Shop = {};\n",
       "routes/voucher-order.ts": "export const seckillEnvelope = 1;\n",
       "isolate.ts": "export const holderMemoMs = 1;\n",
       "deps.ts": "export type Deps = {};\n",

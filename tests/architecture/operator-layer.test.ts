@@ -14,7 +14,9 @@ const SRC = join(ROOT, "src");
 
 /** .ts/.tsx files of a src/ folder, relative to src/. */
 function filesOf(dir: string): string[] {
-  return (readdirSync(join(SRC, dir), { recursive: true }) as string[]).filter((f) => /\.tsx?$/.test(f) && !f.endsWith(".d.ts")).map((f) => `${dir}/${f}`);
+  return (readdirSync(join(SRC, dir), { recursive: true }) as string[])
+    .filter((f) => /\.tsx?$/.test(f) && !f.endsWith(".d.ts"))
+    .map((f) => `${dir}/${f}`);
 }
 
 describe("routes/ and console/ are renderings", () => {
@@ -22,17 +24,29 @@ describe("routes/ and console/ are renderings", () => {
   const graph = importGraph(SRC);
 
   test("no SQL: no deps.db / transaction call in routes/ or console/", () => {
-    const offenders = files.filter((f) => /\bdb\.(execute|transaction)\(|\.transaction\(/.test(readFileSync(join(SRC, f), "utf8")));
+    const offenders = files.filter((f) =>
+      /\bdb\.(execute|transaction)\(|\.transaction\(/.test(readFileSync(join(SRC, f), "utf8")),
+    );
     expect(offenders).toEqual([]);
   });
 
   test("no Redis key or script of their own: nothing in routes/ or console/ imports redis/keys.ts or redis/scripts.ts", () => {
-    const offenders = [...new Set(graph.filter((e) => files.includes(e.from) && (e.to === "redis/keys.ts" || e.to === "redis/scripts.ts")).map((e) => `${e.from} → ${e.to}`))].sort();
+    const offenders = [
+      ...new Set(
+        graph
+          .filter((e) => files.includes(e.from) && (e.to === "redis/keys.ts" || e.to === "redis/scripts.ts"))
+          .map((e) => `${e.from} → ${e.to}`),
+      ),
+    ].sort();
     expect(offenders).toEqual([]);
   });
 
   test("the console imports nothing from routes/ (forms, views and the page shell sit below them)", () => {
-    expect(graph.filter((e) => e.from.startsWith("console/") && e.to.startsWith("routes/")).map((e) => `${e.from} → ${e.to}`)).toEqual([]);
+    expect(
+      graph
+        .filter((e) => e.from.startsWith("console/") && e.to.startsWith("routes/"))
+        .map((e) => `${e.from} → ${e.to}`),
+    ).toEqual([]);
   });
 });
 
@@ -42,7 +56,11 @@ describe("the console's browser files", () => {
 
   test("are served as their own text (not a path: the text-import trap), one route file per asset file", () => {
     expect(Object.keys(OWN_FILES).sort()).toEqual(own.sort());
-    for (const name of own) expect([name, OWN_FILES[name as keyof typeof OWN_FILES].body]).toEqual([name, readFileSync(join(dir, name), "utf8")]);
+    for (const name of own)
+      expect([name, OWN_FILES[name as keyof typeof OWN_FILES].body]).toEqual([
+        name,
+        readFileSync(join(dir, name), "utf8"),
+      ]);
   });
 
   test("every script is type-checked (// @ts-check under allowJs) and linted (biome includes it)", () => {

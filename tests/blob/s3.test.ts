@@ -37,7 +37,14 @@ describe("S3BlobStore against an S3-compatible endpoint", () => {
   const fake = startFakeS3();
   afterAll(() => fake.stop());
   const store = (secret = fake.secretAccessKey) =>
-    new S3BlobStore({ endpoint: fake.url, bucket: fake.bucket, region: fake.region, accessKeyId: fake.accessKeyId, secretAccessKey: secret, pathStyle: true });
+    new S3BlobStore({
+      endpoint: fake.url,
+      bucket: fake.bucket,
+      region: fake.region,
+      accessKeyId: fake.accessKeyId,
+      secretAccessKey: secret,
+      pathStyle: true,
+    });
 
   test("put, head, get and delete round-trip an object with its content type", async () => {
     const s = store();
@@ -64,7 +71,9 @@ describe("S3BlobStore against an S3-compatible endpoint", () => {
   });
 
   test("a wrong secret is refused by the store and surfaces as BlobStoreError 403", async () => {
-    const err = await store("not-the-secret").put(`blogs/1/1/${crypto.randomUUID()}.png`, png, { contentType: "image/png" }).catch((e: unknown) => e);
+    const err = await store("not-the-secret")
+      .put(`blogs/1/1/${crypto.randomUUID()}.png`, png, { contentType: "image/png" })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BlobStoreError);
     expect((err as BlobStoreError).status).toBe(403);
     expect((err as Error).message).toContain("SignatureDoesNotMatch");
@@ -81,9 +90,23 @@ describe("S3BlobStore against an S3-compatible endpoint", () => {
   });
 
   test("virtual-hosted style puts the bucket in the host name", () => {
-    const s = new S3BlobStore({ endpoint: "https://s3.eu-west-1.amazonaws.com", bucket: "pics", region: "eu-west-1", accessKeyId: "a", secretAccessKey: "b", pathStyle: false });
+    const s = new S3BlobStore({
+      endpoint: "https://s3.eu-west-1.amazonaws.com",
+      bucket: "pics",
+      region: "eu-west-1",
+      accessKeyId: "a",
+      secretAccessKey: "b",
+      pathStyle: false,
+    });
     expect(s.urlOf("blogs/1/2/x.png").href).toBe("https://pics.s3.eu-west-1.amazonaws.com/blogs/1/2/x.png");
-    const r2 = new S3BlobStore({ endpoint: "https://acc.r2.cloudflarestorage.com", bucket: "pics", region: "auto", accessKeyId: "a", secretAccessKey: "b", pathStyle: true });
+    const r2 = new S3BlobStore({
+      endpoint: "https://acc.r2.cloudflarestorage.com",
+      bucket: "pics",
+      region: "auto",
+      accessKeyId: "a",
+      secretAccessKey: "b",
+      pathStyle: true,
+    });
     expect(r2.urlOf("blogs/1/2/x.png").href).toBe("https://acc.r2.cloudflarestorage.com/pics/blogs/1/2/x.png");
   });
 });

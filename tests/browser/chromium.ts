@@ -12,7 +12,9 @@ import { type Browser, type BrowserContext, chromium, type Page } from "playwrig
 export function chromiumPath(): string {
   const path = process.env.CHROMIUM_PATH || Bun.which("chromium") || Bun.which("chromium-browser");
   if (!path) {
-    throw new Error("no chromium on PATH: `node scripts/setup.mjs --browser` installs it (or: sudo apt-get install -y chromium); CHROMIUM_PATH names another binary");
+    throw new Error(
+      "no chromium on PATH: `node scripts/setup.mjs --browser` installs it (or: sudo apt-get install -y chromium); CHROMIUM_PATH names another binary",
+    );
   }
   return path;
 }
@@ -60,7 +62,9 @@ export async function watchPage(context: BrowserContext, origin: string): Promis
   const expected: string[] = [];
   await context.addInitScript(() => {
     document.addEventListener("securitypolicyviolation", (e) => {
-      console.error(`CSP violation: ${e.violatedDirective} blocked ${e.blockedURI || "(inline)"} in ${e.sourceFile || document.URL}`);
+      console.error(
+        `CSP violation: ${e.violatedDirective} blocked ${e.blockedURI || "(inline)"} in ${e.sourceFile || document.URL}`,
+      );
     });
   });
   context.on("request", (r) => {

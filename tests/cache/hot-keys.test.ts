@@ -28,12 +28,16 @@ interface Clock {
 async function isolate(clock: Clock) {
   const faults = new Faults();
   const t = await createTestApp({}, { wrap: (deps) => faults.wrap(deps) });
-  const caches: Caches = createCaches({}, { hot: RULE, now: () => clock.now(), degraded: () => t.deps.isolate.resilience.redis.degraded });
+  const caches: Caches = createCaches(
+    {},
+    { hot: RULE, now: () => clock.now(), degraded: () => t.deps.isolate.resilience.redis.degraded },
+  );
   t.deps.isolate.caches = caches;
   // After installing: the fast lane binds the isolate's caches when the app is built.
   const app = createApp(t.deps);
   /** Redis commands this isolate sent, except the metrics flush's pipeline (the allowed background work). */
-  const redisReads = () => [...faults.calls].filter(([k]) => k.startsWith("redis.") && k !== "redis.pipeline").reduce((n, [, v]) => n + v, 0);
+  const redisReads = () =>
+    [...faults.calls].filter(([k]) => k.startsWith("redis.") && k !== "redis.pipeline").reduce((n, [, v]) => n + v, 0);
   const read = async (shopId: number, times = 1) => {
     for (let i = 0; i < times; i++) {
       const res = await call<{ id: number; name: string }>(app, "GET", `/api/shop/${shopId}`);
@@ -92,7 +96,10 @@ describe("hot keys", () => {
     await a.flush();
     await b.flush();
     expect((await call(a.app, "GET", "/admin/cache/hot")).status).toBe(401);
-    const res = await call<{ top: { module: string; key: string; reads: number; isolates: number }[]; promotedHere: { module: string; key: string }[] }>(b.app, "GET", "/admin/cache/hot", { token: operator(b) });
+    const res = await call<{
+      top: { module: string; key: string; reads: number; isolates: number }[];
+      promotedHere: { module: string; key: string }[];
+    }>(b.app, "GET", "/admin/cache/hot", { token: operator(b) });
     expect(res.status).toBe(200);
     const row = res.body.data?.top.find((r) => r.module === "shop" && r.key === String(hotShop));
     expect(row?.isolates).toBe(2);
@@ -140,7 +147,10 @@ describe("hot keys", () => {
     expect((await reader.read(shopId, 25))?.name).toBe("before");
     expect(reader.caches.shop.isPromoted(shopId)).toBe(true);
 
-    const put = await call(writer.app, "PUT", "/api/shop", { token: operator(writer), json: { id: shopId, name: "after" } });
+    const put = await call(writer.app, "PUT", "/api/shop", {
+      token: operator(writer),
+      json: { id: shopId, name: "after" },
+    });
     expect(put.body).toEqual({ success: true });
     // Until the reader's next flush (≤ one flush period) it may still serve its promoted copy;
     // right after it, the write wins — long before the hot TTL (the clock has not moved at all).

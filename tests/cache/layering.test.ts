@@ -15,7 +15,8 @@ test("nothing under src/cache imports a service, a route, the edge, the console 
     const src = readFileSync(join(CACHE_DIR, file), "utf8");
     for (const m of src.matchAll(/from\s+"([^"]+)"/g)) {
       const spec = m[1] ?? "";
-      if (/\/(services|routes|http|console|jobs)\//.test(spec) || /\.\.\/(caches|isolate|app|errors)\.tsx?$/.test(spec)) offending.push(`${file}: ${spec}`);
+      if (/\/(services|routes|http|console|jobs)\//.test(spec) || /\.\.\/(caches|isolate|app|errors)\.tsx?$/.test(spec))
+        offending.push(`${file}: ${spec}`);
     }
   }
   expect(offending).toEqual([]);

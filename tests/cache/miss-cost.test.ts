@@ -96,8 +96,15 @@ test("100 attempts on unknown voucher ids above the ceiling: one Redis command e
   await Promise.all(tokens.map((token) => call(t.app, "GET", "/api/user/me", { token })));
   await t.deps.redis.del(keys.cacheCeiling("seckill"));
   const spent = await cost([t], async () => {
-    expect((await call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId + 1_000}`, { token: tokens[0] })).body.code).toBe("NOT_FOUND");
-    const res = await Promise.all(tokens.slice(1).map((token, i) => call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId + 1_001 + i}`, { token })));
+    expect(
+      (await call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId + 1_000}`, { token: tokens[0] })).body
+        .code,
+    ).toBe("NOT_FOUND");
+    const res = await Promise.all(
+      tokens
+        .slice(1)
+        .map((token, i) => call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId + 1_001 + i}`, { token })),
+    );
     expect(res.every((r) => r.body.code === "NOT_FOUND")).toBe(true);
   });
   expect(spent).toEqual({ commands: 101, queries: 2 });

@@ -52,7 +52,10 @@ describe("cache modules on the real stack", () => {
   test("1,000 concurrent reads of one cold voucher list (mutex) load MySQL at most once per isolate, once in all", async () => {
     const writer = await isolate();
     const shopId = await createShop(writer, await createShopType(writer));
-    await call(writer.app, "POST", "/api/voucher", { token: operator(writer), json: { shopId, title: "10 off", payValue: 900, actualValue: 1000 } });
+    await call(writer.app, "POST", "/api/voucher", {
+      token: operator(writer),
+      json: { shopId, title: "10 off", payValue: 900, actualValue: 1000 },
+    });
     await writer.deps.redis.del(keys.cache("voucher-list", shopId));
     const a = await isolate();
     const b = await isolate();
@@ -104,8 +107,15 @@ describe("cache modules on the real stack", () => {
     const writer = await isolate();
     const shopId = await createShop(writer, await createShopType(writer), undefined, "fresh-name");
     const key = keys.cache("shop", shopId);
-    const entry = (await writer.deps.redis.get<{ v: number; d: { name: string }; x: number }>(key)) as { v: number; d: { name: string }; x: number };
-    await writer.deps.redis.set(key, JSON.stringify({ ...entry, d: { ...entry.d, name: "stale-name" }, x: Date.now() - 1000 }));
+    const entry = (await writer.deps.redis.get<{ v: number; d: { name: string }; x: number }>(key)) as {
+      v: number;
+      d: { name: string };
+      x: number;
+    };
+    await writer.deps.redis.set(
+      key,
+      JSON.stringify({ ...entry, d: { ...entry.d, name: "stale-name" }, x: Date.now() - 1000 }),
+    );
     const a = await isolate();
     const b = await isolate();
     const results = await Promise.all([
@@ -116,7 +126,10 @@ describe("cache modules on the real stack", () => {
     await Promise.all([a.settle(), b.settle()]);
     expect(a.caches.shop.counters.staleServes + b.caches.shop.counters.staleServes).toBeGreaterThanOrEqual(2);
     expect(a.caches.shop.counters.originLoads + b.caches.shop.counters.originLoads).toBe(1);
-    const rebuilt = (await writer.deps.redis.get<{ d: { name: string }; x: number }>(key)) as { d: { name: string }; x: number };
+    const rebuilt = (await writer.deps.redis.get<{ d: { name: string }; x: number }>(key)) as {
+      d: { name: string };
+      x: number;
+    };
     expect(rebuilt.d.name).toBe("fresh-name");
     expect(rebuilt.x).toBeGreaterThan(Date.now());
     const c = await isolate();
@@ -191,13 +204,21 @@ describe("cache modules on the real stack", () => {
     expect(t.caches.shopTypes.counters.staleServes).toBe(1);
     const cold = await call(t.app, "GET", `/api/shop/${800_000_000 + Math.floor(Math.random() * 1e6)}`);
     expect(cold.status).toBe(503);
-    expect(cold.body).toMatchObject({ success: false, code: "UNAVAILABLE", errorMsg: "shop data temporarily unavailable" });
+    expect(cold.body).toMatchObject({
+      success: false,
+      code: "UNAVAILABLE",
+      errorMsg: "shop data temporarily unavailable",
+    });
     // The MySQL breaker's failure is the cause: Retry-After says when to try again.
     expect(Number(cold.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
     // The same answer from every route that reads a module (one mapping, in the app's error handler).
     const coldList = await call(t.app, "GET", `/api/voucher/list/${800_000_000 + Math.floor(Math.random() * 1e6)}`);
     expect(coldList.status).toBe(503);
-    expect(coldList.body).toMatchObject({ success: false, code: "UNAVAILABLE", errorMsg: "vouchers temporarily unavailable" });
+    expect(coldList.body).toMatchObject({
+      success: false,
+      code: "UNAVAILABLE",
+      errorMsg: "vouchers temporarily unavailable",
+    });
     expect(Number(coldList.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
   });
 
@@ -207,11 +228,21 @@ describe("cache modules on the real stack", () => {
     const shopId = await createShop(a, await createShopType(a));
     expect((await call(a.app, "GET", "/admin/cache")).status).toBe(401);
     expect((await call(a.app, "GET", "/admin/cache", { token: "Bearer not-the-secret" })).status).toBe(401);
-    const before = (await call<{ modules: Record<string, { l1Hits: number }> }>(a.app, "GET", "/admin/cache", { token: operator(a) })).body.data?.modules.shop?.l1Hits ?? 0;
+    const before =
+      (
+        await call<{ modules: Record<string, { l1Hits: number }> }>(a.app, "GET", "/admin/cache", {
+          token: operator(a),
+        })
+      ).body.data?.modules.shop?.l1Hits ?? 0;
     for (let i = 0; i < 3; i++) await call(a.app, "GET", `/api/shop/${shopId}`);
     for (let i = 0; i < 4; i++) await call(b.app, "GET", `/api/shop/${shopId}`);
     await b.caches.metrics.flush(b.deps);
-    const res = await call<{ modules: Record<string, { l1Hits: number; hitRatio: number }>; isolates: number }>(a.app, "GET", "/admin/cache", { token: operator(a) });
+    const res = await call<{ modules: Record<string, { l1Hits: number; hitRatio: number }>; isolates: number }>(
+      a.app,
+      "GET",
+      "/admin/cache",
+      { token: operator(a) },
+    );
     expect(res.body.success).toBe(true);
     // a: 2 L1 hits after its first read; b: 3 after its first read.
     expect((res.body.data?.modules.shop?.l1Hits ?? 0) - before).toBeGreaterThanOrEqual(5);

@@ -27,7 +27,19 @@ import type { Logger } from "../../src/log.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { createSession } from "../../src/services/session.ts";
 import { pollUntil, within, type ManagedChild } from "../support/child.ts";
-import { buy as buyAt, createSaleOverHttp, mysqlOrderCount, orderFindings, outboxSize, reconcileVoucher, redisSide, settle as settleSale, stockFindings, type Buyer, type Outcome } from "../support/sale-checks.ts";
+import {
+  buy as buyAt,
+  createSaleOverHttp,
+  mysqlOrderCount,
+  orderFindings,
+  outboxSize,
+  reconcileVoucher,
+  redisSide,
+  settle as settleSale,
+  stockFindings,
+  type Buyer,
+  type Outcome,
+} from "../support/sale-checks.ts";
 import { TEST_DEADLINES } from "../support/stack.ts";
 import { startChaosStack, type ChaosStack } from "./stack.ts";
 
@@ -114,7 +126,9 @@ function guarded(fn: () => Promise<void>): () => Promise<void> {
     } catch (err) {
       failed = true;
       const tail = [...testLog.slice(-15), ...settleTrace.slice(-10)].join("\n  ");
-      console.error(`chaos: FAILED; logs kept in ${dir} (app.log, qstash.log)${tail ? `\n  test-side log tail:\n  ${tail}` : ""}`);
+      console.error(
+        `chaos: FAILED; logs kept in ${dir} (app.log, qstash.log)${tail ? `\n  test-side log tail:\n  ${tail}` : ""}`,
+      );
       throw err;
     }
   };
@@ -126,7 +140,11 @@ function requireSale(): SaleResult {
 }
 
 async function createVoucher(): Promise<{ shopId: number; voucherId: number }> {
-  return await createSaleOverHttp(stack?.appUrl as string, deps, { units: UNITS, label: "chaos", timeoutMs: REQUEST_TIMEOUT_MS });
+  return await createSaleOverHttp(stack?.appUrl as string, deps, {
+    units: UNITS,
+    label: "chaos",
+    timeoutMs: REQUEST_TIMEOUT_MS,
+  });
 }
 
 async function buy(voucherId: number, b: Buyer): Promise<Outcome> {
@@ -171,7 +189,17 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
       const buyers: Buyer[] = await within(
         20_000,
         "creating buyer sessions",
-        Promise.all(Array.from({ length: BUYERS }, async (_, i) => ({ userId: base + i, token: await createSession(deps.redis, { id: base + i, nickName: `c${i}`, icon: "" }, 3600, deps.isolate.sessions.keys) }))),
+        Promise.all(
+          Array.from({ length: BUYERS }, async (_, i) => ({
+            userId: base + i,
+            token: await createSession(
+              deps.redis,
+              { id: base + i, nickName: `c${i}`, icon: "" },
+              3600,
+              deps.isolate.sessions.keys,
+            ),
+          })),
+        ),
       );
 
       const outcomes: Outcome[] = new Array(BUYERS);
@@ -196,7 +224,10 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
             backlogAtMariadbKill = await pollUntil(
               "a writer backlog to restart MariaDB into",
               async () => {
-                const [taken, rows] = await Promise.all([deps.redis.scard(keys.seckill.buyers(shopId, voucherId)), mysqlOrderCount(deps, voucherId)]);
+                const [taken, rows] = await Promise.all([
+                  deps.redis.scard(keys.seckill.buyers(shopId, voucherId)),
+                  mysqlOrderCount(deps, voucherId),
+                ]);
                 const backlog = taken - rows;
                 return backlog > 0 ? backlog : undefined;
               },
@@ -211,12 +242,26 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
           faultLog.push(`${f.target}@${at}ms down ${downMs}ms`);
         }
       };
-      await within(SALE_MS + 90_000, "the sale and its faults", Promise.all([Promise.all(Array.from({ length: BUYERS }, (_, i) => arrive(i))), chaos()]));
+      await within(
+        SALE_MS + 90_000,
+        "the sale and its faults",
+        Promise.all([Promise.all(Array.from({ length: BUYERS }, (_, i) => arrive(i))), chaos()]),
+      );
       expect(s.app.alive && s.qstash.alive).toBe(true);
 
       const redisBeforeSettle = await within(5_000, "reading Redis stock", redisSide(deps, shopId, voucherId));
       const settled = await settle(shopId, voucherId);
-      sale = { shopId, voucherId, buyers, outcomes, backlogAtMariadbKill, faultLog, redisBeforeSettle, settleMs: settled.ms, settleRounds: settled.rounds };
+      sale = {
+        shopId,
+        voucherId,
+        buyers,
+        outcomes,
+        backlogAtMariadbKill,
+        faultLog,
+        redisBeforeSettle,
+        settleMs: settled.ms,
+        settleRounds: settled.rounds,
+      };
       expect(await within(5_000, "outbox size", outboxSize(deps, shopId))).toBe(0);
     }),
     SALE_MS + 160_000,
@@ -226,7 +271,11 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
     "every acknowledged order is in MySQL exactly once, with its buyer, and no buyer has two orders",
     guarded(async () => {
       const { voucherId, buyers, outcomes } = requireSale();
-      const found = await orderFindings(deps, voucherId, outcomes.map((outcome, i) => ({ buyer: buyers[i] as Buyer, outcome })));
+      const found = await orderFindings(
+        deps,
+        voucherId,
+        outcomes.map((outcome, i) => ({ buyer: buyers[i] as Buyer, outcome })),
+      );
       expect(found.missing).toEqual([]);
       expect(found.wrongUser).toEqual([]);
       expect(found.duplicateBuyers).toEqual([]);
@@ -280,7 +329,15 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
       const deadlocks = unhandled.filter((l) => /errno 1213|Deadlock found/i.test(l));
       const count = (k: Outcome["kind"]) => sr.outcomes.filter((o) => o.kind === k).length;
       const orders = await within(10_000, "MySQL order count", mysqlOrderCount(deps, sr.voucherId));
-      const dlq = await within(10_000, "QStash DLQ", new QstashClient({ baseUrl: s.env.QSTASH_URL, token: s.env.QSTASH_TOKEN as string, enableTelemetry: false }).dlq.listMessages())
+      const dlq = await within(
+        10_000,
+        "QStash DLQ",
+        new QstashClient({
+          baseUrl: s.env.QSTASH_URL,
+          token: s.env.QSTASH_TOKEN as string,
+          enableTelemetry: false,
+        }).dlq.listMessages(),
+      )
         .then((r) => r.messages.length)
         .catch(() => -1);
       console.log(
@@ -289,7 +346,8 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
           `settleMs=${sr.settleMs} settleRounds=${sr.settleRounds} orders=${orders} dlq=${dlq} unhandledErrors=${unhandled.length} deadlockErrors=${deadlocks.length}`,
       );
       console.log(`chaos: faults ${sr.faultLog.join(", ")}`);
-      if (process.env.CHAOS_VERBOSE) console.log(`chaos: settle ${settleTrace.filter((_, i) => i % 10 === 0).join(" · ")}`);
+      if (process.env.CHAOS_VERBOSE)
+        console.log(`chaos: settle ${settleTrace.filter((_, i) => i % 10 === 0).join(" · ")}`);
       if (unhandled.length > 0) {
         const causes = new Map<string, number>();
         for (const l of unhandled) {
@@ -302,7 +360,9 @@ describe("chaos: a flash sale survives kill -9 of the app, QStash and MariaDB", 
           }
           causes.set(cause, (causes.get(cause) ?? 0) + 1);
         }
-        console.log(`chaos: unhandled errors in the app log by cause: ${[...causes].map(([c, n]) => `${n}× ${c}`).join(" | ")}`);
+        console.log(
+          `chaos: unhandled errors in the app log by cause: ${[...causes].map(([c, n]) => `${n}× ${c}`).join(" | ")}`,
+        );
       }
       expect(s.app.kills).toBeGreaterThanOrEqual(3);
       expect(s.qstash.kills).toBeGreaterThanOrEqual(1);

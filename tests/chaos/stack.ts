@@ -60,9 +60,15 @@ export async function startChaosStack(opts: ChaosStackOptions): Promise<ChaosSta
   };
   try {
     const mariaDir = join(opts.dir, "mariadb");
-    const [redis, firstMaria] = await Promise.all([startRedis({ dir: join(opts.dir, "redis") }), startMariadb({ dir: mariaDir })]);
+    const [redis, firstMaria] = await Promise.all([
+      startRedis({ dir: join(opts.dir, "redis") }),
+      startMariadb({ dir: mariaDir }),
+    ]);
     let maria: MariaEngine = firstMaria;
-    stoppers.push(() => redis.stop(), () => maria.stop());
+    stoppers.push(
+      () => redis.stop(),
+      () => maria.stop(),
+    );
     await createDatabase(maria, database);
 
     const [rest, planetscale] = await Promise.all([
@@ -75,11 +81,18 @@ export async function startChaosStack(opts: ChaosStackOptions): Promise<ChaosSta
         idleTimeoutMs: 5_000,
       }),
     ]);
-    stoppers.push(() => rest.stop(), () => planetscale.stop());
+    stoppers.push(
+      () => rest.stop(),
+      () => planetscale.stop(),
+    );
     await runMigrations(planetscale.url);
 
     const bun = process.execPath;
-    const baseEnv = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? opts.dir, UPSTASH_DISABLE_TELEMETRY: "1" };
+    const baseEnv = {
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+      HOME: process.env.HOME ?? opts.dir,
+      UPSTASH_DISABLE_TELEMETRY: "1",
+    };
 
     const qstashPort = await freePort();
     const qstashLog = join(opts.dir, "qstash.log");
@@ -98,7 +111,12 @@ export async function startChaosStack(opts: ChaosStackOptions): Promise<ChaosSta
         "20",
       ],
       cwd: ROOT,
-      env: { ...baseEnv, QSTASH_TOKEN: qkeys.token, QSTASH_CURRENT_SIGNING_KEY: qkeys.currentSigningKey, QSTASH_NEXT_SIGNING_KEY: qkeys.nextSigningKey },
+      env: {
+        ...baseEnv,
+        QSTASH_TOKEN: qkeys.token,
+        QSTASH_CURRENT_SIGNING_KEY: qkeys.currentSigningKey,
+        QSTASH_NEXT_SIGNING_KEY: qkeys.nextSigningKey,
+      },
       logFile: qstashLog,
       ready: () => tcpOpen(qstashPort),
     });

@@ -1,5 +1,13 @@
 import { describe, expect, test } from "bun:test";
-import { attempts, FLUSH_EVERY_MS, MAX_FLUSH_VOUCHERS, OUTCOMES, SALE_COUNTS_TTL_MS, SaleCounters, saleOutcomes } from "../../src/services/sale-counters.ts";
+import {
+  attempts,
+  FLUSH_EVERY_MS,
+  MAX_FLUSH_VOUCHERS,
+  OUTCOMES,
+  SALE_COUNTS_TTL_MS,
+  SaleCounters,
+  saleOutcomes,
+} from "../../src/services/sale-counters.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { Faults } from "../support/faults.ts";
 import { call } from "../support/http.ts";
@@ -14,7 +22,8 @@ const freshVoucher = () => 8_000_000_000 + Math.floor(Math.random() * 1_000_000_
  * builds a handle and sends nothing. (No counted path here uses a pipeline, whose commands this
  * would not see.)
  */
-const callsOf = (faults: Faults) => [...faults.calls].reduce((n, [k, c]) => (k === "redis.createScript" ? n : n + c), 0);
+const callsOf = (faults: Faults) =>
+  [...faults.calls].reduce((n, [k, c]) => (k === "redis.createScript" ? n : n + c), 0);
 
 /** Loads the flush script into Redis (EVALSHA answers NOSCRIPT only the first time): flushes counted afterwards are warm. */
 async function warm(t: TestApp): Promise<void> {
@@ -38,8 +47,15 @@ describe("sale counters across isolates", () => {
     const sale = await createSeckill(a, { stock: 2 });
     const tokens = await sessionsFor(a, userIds(3));
     // Isolate a sells both units; on isolate b a winner's repeat is told DUPLICATE_ORDER, then a newcomer SOLD_OUT.
-    for (const token of tokens.slice(0, 2)) expect((await call(a.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token })).body.success).toBe(true);
-    for (const token of [tokens[0], tokens[2]]) expect((await call(b.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token: token ?? "" })).body.success).toBe(false);
+    for (const token of tokens.slice(0, 2))
+      expect((await call(a.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token })).body.success).toBe(
+        true,
+      );
+    for (const token of [tokens[0], tokens[2]])
+      expect(
+        (await call(b.app, "POST", `/api/voucher-order/seckill/${sale.voucherId}`, { token: token ?? "" })).body
+          .success,
+      ).toBe(false);
     await Promise.all([a.settle(), b.settle()]);
     await a.deps.isolate.saleCounters.flush(a.deps);
     await b.deps.isolate.saleCounters.flush(b.deps);

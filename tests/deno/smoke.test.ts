@@ -32,7 +32,17 @@ beforeAll(async () => {
   const port = await freePort();
   base = `http://127.0.0.1:${port}`;
   proc = Bun.spawn(
-    [deno, "run", "-A", "--no-prompt", "--node-modules-dir=manual", "--no-remote", "--cached-only", "--no-lock", "src/entry/deno.ts"],
+    [
+      deno,
+      "run",
+      "-A",
+      "--no-prompt",
+      "--node-modules-dir=manual",
+      "--no-remote",
+      "--cached-only",
+      "--no-lock",
+      "src/entry/deno.ts",
+    ],
     {
       cwd: repoRoot,
       env: {
@@ -65,7 +75,8 @@ beforeAll(async () => {
     } catch {
       /* not listening yet */
     }
-    if (Date.now() > deadline) throw new Error(`deno did not listen on ${base} within ${READY_TIMEOUT_MS} ms\n${recentOutput()}`);
+    if (Date.now() > deadline)
+      throw new Error(`deno did not listen on ${base} within ${READY_TIMEOUT_MS} ms\n${recentOutput()}`);
     await Bun.sleep(50);
   }
 }, READY_TIMEOUT_MS + 10_000);
@@ -96,6 +107,11 @@ describe("Deno entry (deno run src/entry/deno.ts)", () => {
     const res = await fetch(`${base}/api/nope`, { signal: AbortSignal.timeout(5000) });
     expect(res.status).toBe(404);
     const rid = res.headers.get("x-request-id");
-    expect(await res.json()).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "no route for GET /api/nope", requestId: rid as string });
+    expect(await res.json()).toEqual({
+      success: false,
+      code: "NOT_FOUND",
+      errorMsg: "no route for GET /api/nope",
+      requestId: rid as string,
+    });
   }, 10_000);
 });

@@ -25,10 +25,25 @@ describe("bounded bodies", () => {
         ctl.close();
       },
     });
-    expect((await t.app.request("/console/login", { method: "POST", headers: FORM, body: chunked, duplex: "half" } as RequestInit)).status).toBe(413);
+    expect(
+      (
+        await t.app.request("/console/login", {
+          method: "POST",
+          headers: FORM,
+          body: chunked,
+          duplex: "half",
+        } as RequestInit)
+      ).status,
+    ).toBe(413);
     const manyPairs = `token=${t.deps.config.ADMIN_TOKEN}&${Array.from({ length: MAX_FORM_PAIRS + 1 }, (_, i) => `p${i}=1`).join("&")}`;
-    expect((await t.app.request("/console/login", { method: "POST", headers: FORM, body: manyPairs })).status).toBe(401);
-    const ok = await t.app.request("/console/login", { method: "POST", headers: FORM, body: `token=${encodeURIComponent(t.deps.config.ADMIN_TOKEN)}` });
+    expect((await t.app.request("/console/login", { method: "POST", headers: FORM, body: manyPairs })).status).toBe(
+      401,
+    );
+    const ok = await t.app.request("/console/login", {
+      method: "POST",
+      headers: FORM,
+      body: `token=${encodeURIComponent(t.deps.config.ADMIN_TOKEN)}`,
+    });
     expect(ok.status).toBe(303);
   });
 
@@ -38,9 +53,15 @@ describe("bounded bodies", () => {
     const boundary = "----bounded";
     const part = (i: number) => `--${boundary}\r\ncontent-disposition: form-data; name="f${i}"\r\n\r\nx\r\n`;
     const body = `${Array.from({ length: 78_000 }, (_, i) => part(i)).join("")}--${boundary}--\r\n`;
-    const res = await t.app.request("/api/upload/blog", { method: "POST", headers: { authorization: user.token, "content-type": `multipart/form-data; boundary=${boundary}` }, body });
+    const res = await t.app.request("/api/upload/blog", {
+      method: "POST",
+      headers: { authorization: user.token, "content-type": `multipart/form-data; boundary=${boundary}` },
+      body,
+    });
     expect(res.status).toBe(413);
-    expect(((await res.json()) as { errorMsg: string }).errorMsg).toBe(`at most ${MAX_UPLOAD_PARTS} parts in a multipart body`);
+    expect(((await res.json()) as { errorMsg: string }).errorMsg).toBe(
+      `at most ${MAX_UPLOAD_PARTS} parts in a multipart body`,
+    );
     // Streamed (no Content-Length): refused once part 9 has passed, the rest never read.
     let pulled = 0;
     const stream = new ReadableStream<Uint8Array>({
@@ -49,10 +70,23 @@ describe("bounded bodies", () => {
         ctl.enqueue(new TextEncoder().encode(part(pulled++)));
       },
     });
-    const streamed = await t.app.request("/api/upload/blog", { method: "POST", headers: { authorization: user.token, "content-type": `multipart/form-data; boundary=${boundary}` }, body: stream, duplex: "half" } as RequestInit);
+    const streamed = await t.app.request("/api/upload/blog", {
+      method: "POST",
+      headers: { authorization: user.token, "content-type": `multipart/form-data; boundary=${boundary}` },
+      body: stream,
+      duplex: "half",
+    } as RequestInit);
     expect(streamed.status).toBe(413);
     expect(pulled).toBeLessThan(100);
     // A body that is not multipart at all: 415 before it is read (tests/http/content-types.test.ts).
-    expect((await t.app.request("/api/upload/blog", { method: "POST", headers: { authorization: user.token, "content-type": "text/plain" }, body: "x" })).status).toBe(415);
+    expect(
+      (
+        await t.app.request("/api/upload/blog", {
+          method: "POST",
+          headers: { authorization: user.token, "content-type": "text/plain" },
+          body: "x",
+        })
+      ).status,
+    ).toBe(415);
   });
 });

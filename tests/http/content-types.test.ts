@@ -22,7 +22,11 @@ import { createTestApp } from "../support/stack.ts";
 import { ORDER_CLOSE_PATH, ORDER_DRAIN_PATH, PAYMENT_WEBHOOK_PATH } from "../../src/queue/messages.ts";
 
 type BodyLimit = { maxBytes: number | { config: string; plus: number }; maxPairs?: number; maxParts?: number };
-type Operation = { security?: Record<string, string[]>[]; requestBody?: { content: Record<string, unknown> }; "x-body-limits"?: Record<string, BodyLimit> };
+type Operation = {
+  security?: Record<string, string[]>[];
+  requestBody?: { content: Record<string, unknown> };
+  "x-body-limits"?: Record<string, BodyLimit>;
+};
 type Route = { method: string; path: string; op: Operation };
 
 const BODY_METHODS = new Set(["post", "put", "patch", "delete"]);
@@ -45,7 +49,9 @@ const essence = (type: string | null) => (type ?? "").split(";")[0]?.trim().toLo
 const isJson = (type: string) => /^application\/([\w.-]+\+)?json$/.test(type);
 
 const t = await createTestApp({ UPLOAD_MAX_BYTES: "8192", OPERATOR_AUTH_FAILURES: "0" });
-const document = (await (await t.app.request("/openapi.json")).json()) as { paths: Record<string, Record<string, Operation>> };
+const document = (await (await t.app.request("/openapi.json")).json()) as {
+  paths: Record<string, Record<string, Operation>>;
+};
 const ROUTES: Route[] = Object.entries(document.paths).flatMap(([path, item]) =>
   Object.entries(item)
     .filter(([method]) => BODY_METHODS.has(method))
@@ -72,7 +78,10 @@ function bytesOf(limit: BodyLimit): number {
 
 /** Path parameters filled with ids nothing has (an empty-body probe that runs the route finds nothing). */
 function urlOf(route: Route): string {
-  return route.path.replace("{isFollow}", "true").replace("{voucherId}", "9007199254740991").replace(/\{id\}/, route.path.includes("voucher-order") ? "9223372036854775807" : "9007199254740991");
+  return route.path
+    .replace("{isFollow}", "true")
+    .replace("{voucherId}", "9007199254740991")
+    .replace(/\{id\}/, route.path.includes("voucher-order") ? "9223372036854775807" : "9007199254740991");
 }
 
 /** Headers that get a request past the route's guard to its body checks (a fresh user or console session each time). */
@@ -83,7 +92,15 @@ async function credentials(route: Route): Promise<Record<string, string>> {
   if (scheme === "qstashSignature") return { "upstash-signature": "not-verified-before-the-body-checks" };
   if (scheme === "paymentSignature") return { "x-payment-signature": "t=0,v1=0" };
   if (route.path.startsWith("/console/")) {
-    const login = await t.app.request("/console/login", { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded", origin: ORIGIN }, body: `token=${encodeURIComponent(t.deps.config.ADMIN_TOKEN)}` }, { clientIp: IP });
+    const login = await t.app.request(
+      "/console/login",
+      {
+        method: "POST",
+        headers: { "content-type": "application/x-www-form-urlencoded", origin: ORIGIN },
+        body: `token=${encodeURIComponent(t.deps.config.ADMIN_TOKEN)}`,
+      },
+      { clientIp: IP },
+    );
     const value = new RegExp(`${SESSION_COOKIE}=([^;]+)`).exec(login.headers.get("set-cookie") ?? "")?.[1];
     if (!value) throw new Error(`no console session (${login.status})`);
     return { origin: ORIGIN, cookie: `${SESSION_COOKIE}=${value}` };
@@ -107,12 +124,22 @@ function counted(bytes: Uint8Array) {
   return { stream, state };
 }
 
-async function send(route: Route, auth: Record<string, string>, type: string | null, body: Uint8Array, declared: boolean) {
+async function send(
+  route: Route,
+  auth: Record<string, string>,
+  type: string | null,
+  body: Uint8Array,
+  declared: boolean,
+) {
   const headers: Record<string, string> = { ...auth };
   if (type !== null) headers["content-type"] = type;
   if (declared) headers["content-length"] = String(body.byteLength);
   const { stream, state } = counted(body);
-  const res = await t.app.request(urlOf(route), { method: route.method.toUpperCase(), headers, body: stream, duplex: "half" } as RequestInit, { clientIp: IP });
+  const res = await t.app.request(
+    urlOf(route),
+    { method: route.method.toUpperCase(), headers, body: stream, duplex: "half" } as RequestInit,
+    { clientIp: IP },
+  );
   const text = await res.text();
   let code: string | undefined;
   try {
@@ -136,18 +163,22 @@ function bodyOf(type: string, size: number): Uint8Array {
   return encode(`{"a":"${"a".repeat(Math.max(0, size - 8))}"}`);
 }
 
-const headerFor = (mediaType: string) => (mediaType === "multipart/form-data" ? `multipart/form-data; boundary=${BOUNDARY}` : mediaType);
+const headerFor = (mediaType: string) =>
+  mediaType === "multipart/form-data" ? `multipart/form-data; boundary=${BOUNDARY}` : mediaType;
 
 describe("content types and limits of every body route (from /openapi.json)", () => {
   test("every route with a body method declares what it takes and its limits, each within MAX_BODY_BYTES (uploads excepted)", () => {
     expect(ROUTES.length).toBeGreaterThan(20);
-    const undeclared = ROUTES.filter((r) => Object.keys(r.op["x-body-limits"] ?? {}).length === 0).map((r) => `${r.method} ${r.path}`);
+    const undeclared = ROUTES.filter((r) => Object.keys(r.op["x-body-limits"] ?? {}).length === 0).map(
+      (r) => `${r.method} ${r.path}`,
+    );
     expect(undeclared).toEqual([]);
     for (const r of ROUTES) {
       for (const [type, limit] of Object.entries(r.op["x-body-limits"] ?? {})) {
         const where = `${r.method} ${r.path} ${type}`;
         expect([where, bytesOf(limit) > 0]).toEqual([where, true]);
-        if (r.path !== "/api/upload/blog") expect([where, bytesOf(limit) <= t.deps.config.MAX_BODY_BYTES]).toEqual([where, true]);
+        if (r.path !== "/api/upload/blog")
+          expect([where, bytesOf(limit) <= t.deps.config.MAX_BODY_BYTES]).toEqual([where, true]);
       }
     }
   });
@@ -169,9 +200,18 @@ describe("content types and limits of every body route (from /openapi.json)", ()
         // Empty: never refused for its type or size (classic clients send bodiless POST/PUT with or without a type).
         const empty: [string | null, string, number][] = [];
         for (const type of CANDIDATE_TYPES) {
-          for (const declared of [true, false]) empty.push([type, declared ? "declared" : "chunked", (await send(route, auth, type, new Uint8Array(0), declared)).status]);
+          for (const declared of [true, false])
+            empty.push([
+              type,
+              declared ? "declared" : "chunked",
+              (await send(route, auth, type, new Uint8Array(0), declared)).status,
+            ]);
         }
-        const none = await t.app.request(urlOf(route), { method: route.method.toUpperCase(), headers: auth }, { clientIp: IP });
+        const none = await t.app.request(
+          urlOf(route),
+          { method: route.method.toUpperCase(), headers: auth },
+          { clientIp: IP },
+        );
         await none.arrayBuffer();
         empty.push([null, "no body", none.status]);
         expect(empty.filter(([, , status]) => status === 413 || status === 415)).toEqual([]);
@@ -187,14 +227,26 @@ describe("content types and limits of every body route (from /openapi.json)", ()
           const max = bytesOf(limit);
           const body = bodyOf(mediaType, max + 32 * CHUNK);
           const declared = await send(route, auth, headerFor(mediaType), body, true);
-          expect([mediaType, "declared", declared.status, declared.code]).toEqual([mediaType, "declared", 413, "PAYLOAD_TOO_LARGE"]);
+          expect([mediaType, "declared", declared.status, declared.code]).toEqual([
+            mediaType,
+            "declared",
+            413,
+            "PAYLOAD_TOO_LARGE",
+          ]);
           expect([mediaType, "declared", declared.pulled <= 2 * CHUNK]).toEqual([mediaType, "declared", true]);
           const chunked = await send(route, auth, headerFor(mediaType), body, false);
-          expect([mediaType, "chunked", chunked.status, chunked.code]).toEqual([mediaType, "chunked", 413, "PAYLOAD_TOO_LARGE"]);
+          expect([mediaType, "chunked", chunked.status, chunked.code]).toEqual([
+            mediaType,
+            "chunked",
+            413,
+            "PAYLOAD_TOO_LARGE",
+          ]);
           expect([mediaType, "chunked", chunked.pulled <= max + 4 * CHUNK]).toEqual([mediaType, "chunked", true]);
           if (limit.maxParts !== undefined) {
             const part = (i: number) => `--${BOUNDARY}\r\ncontent-disposition: form-data; name="f${i}"\r\n\r\nx\r\n`;
-            const parts = encode(`${Array.from({ length: limit.maxParts + 1 }, (_, i) => part(i)).join("")}--${BOUNDARY}--\r\n`);
+            const parts = encode(
+              `${Array.from({ length: limit.maxParts + 1 }, (_, i) => part(i)).join("")}--${BOUNDARY}--\r\n`,
+            );
             const res = await send(route, auth, headerFor(mediaType), parts, false);
             expect([mediaType, "parts", res.status, res.code]).toEqual([mediaType, "parts", 413, "PAYLOAD_TOO_LARGE"]);
           }
@@ -206,15 +258,27 @@ describe("content types and limits of every body route (from /openapi.json)", ()
 
 describe("what clients send", () => {
   test("the classic client's requests pass (axios JSON with its charset, bodiless posts with or without a type, `{}`), what it never sends is a 415", async () => {
-    const login = (type: string, body: string) => t.app.request("/api/user/login", { method: "POST", headers: { "content-type": type }, body });
-    const axios = await login("application/json;charset=utf-8", JSON.stringify({ phone: "13900000000", code: "000000" }));
+    const login = (type: string, body: string) =>
+      t.app.request("/api/user/login", { method: "POST", headers: { "content-type": type }, body });
+    const axios = await login(
+      "application/json;charset=utf-8",
+      JSON.stringify({ phone: "13900000000", code: "000000" }),
+    );
     expect([axios.status, ((await axios.json()) as { code?: string }).code]).toEqual([200, "BAD_CODE"]);
     // `curl -d '{…}'` sends a form: it used to reach the validator as `{}` (a 400 naming every field).
-    const curl = await login("application/x-www-form-urlencoded", JSON.stringify({ phone: "13900000000", code: "000000" }));
+    const curl = await login(
+      "application/x-www-form-urlencoded",
+      JSON.stringify({ phone: "13900000000", code: "000000" }),
+    );
     expect([curl.status, ((await curl.json()) as { code?: string }).code]).toEqual([415, "UNSUPPORTED_MEDIA_TYPE"]);
     const user = await newUser(t);
-    const sign = (headers: Record<string, string>, body?: string) => t.app.request("/api/user/sign", { method: "POST", headers: { authorization: user.token, ...headers }, body });
-    const bodiless: Record<string, string>[] = [{}, { "content-type": "application/x-www-form-urlencoded" }, { "content-type": "application/json" }];
+    const sign = (headers: Record<string, string>, body?: string) =>
+      t.app.request("/api/user/sign", { method: "POST", headers: { authorization: user.token, ...headers }, body });
+    const bodiless: Record<string, string>[] = [
+      {},
+      { "content-type": "application/x-www-form-urlencoded" },
+      { "content-type": "application/json" },
+    ];
     for (const headers of bodiless) {
       const res = await sign(headers);
       expect([headers, res.status, ((await res.json()) as { success: boolean }).success]).toEqual([headers, 200, true]);
@@ -224,7 +288,16 @@ describe("what clients send", () => {
   });
 
   test("the close limit fits the largest legitimate message (5,000 ids of 19 digits) and nothing past it", async () => {
-    const close = (body: string) => t.app.request(ORDER_CLOSE_PATH, { method: "POST", headers: { "content-type": "application/json", "content-length": String(body.length), "upstash-signature": "forged" }, body });
+    const close = (body: string) =>
+      t.app.request(ORDER_CLOSE_PATH, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          "content-length": String(body.length),
+          "upstash-signature": "forged",
+        },
+        body,
+      });
     const orderIds = Array.from({ length: 5000 }, (_, i) => String(9_000_000_000_000_000_000n + BigInt(i)));
     const largest = JSON.stringify({ shopId: Number.MAX_SAFE_INTEGER, orderIds });
     // Reaches the signature check (401), which runs after the bounded read.
@@ -238,7 +311,12 @@ describe("what clients send", () => {
   test("an unsigned callback is refused before its body is read", async () => {
     for (const path of [ORDER_DRAIN_PATH, ORDER_CLOSE_PATH, PAYMENT_WEBHOOK_PATH]) {
       const { stream, state } = counted(encode(`{"a":"${"a".repeat(200 * CHUNK)}"}`));
-      const res = await t.app.request(path, { method: "POST", headers: { "content-type": "application/json" }, body: stream, duplex: "half" } as RequestInit);
+      const res = await t.app.request(path, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: stream,
+        duplex: "half",
+      } as RequestInit);
       expect([path, res.status, state.pulled <= 2 * CHUNK]).toEqual([path, 401, true]);
     }
   });
@@ -248,9 +326,22 @@ describe("public routes with a body are limited per address before any parsing",
   test("past PUBLIC_BODIES_PER_ADDRESS, sign-in and send-code are a 429 with Retry-After and not a byte of the body is read; another address is not affected", async () => {
     const gated = await createTestApp({ PUBLIC_BODIES_PER_ADDRESS: "5", PUBLIC_BODIES_WINDOW_MS: "60000" });
     const ip = `10.${Math.floor(Math.random() * 250)}.${Math.floor(Math.random() * 250)}.9`;
-    const post = async (path: string, from: string, body = encode(JSON.stringify({ phone: "13800000000", code: "000000" }))) => {
+    const post = async (
+      path: string,
+      from: string,
+      body = encode(JSON.stringify({ phone: "13800000000", code: "000000" })),
+    ) => {
       const { stream, state } = counted(body);
-      const res = await gated.app.request(path, { method: "POST", headers: { "content-type": "application/json" }, body: stream, duplex: "half" } as RequestInit, { clientIp: from });
+      const res = await gated.app.request(
+        path,
+        {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: stream,
+          duplex: "half",
+        } as RequestInit,
+        { clientIp: from },
+      );
       await res.arrayBuffer();
       return { status: res.status, retryAfter: res.headers.get("retry-after"), pulled: state.pulled };
     };

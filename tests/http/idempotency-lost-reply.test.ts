@@ -33,7 +33,9 @@ const sha1 = (text: string) => new Bun.CryptoHasher("sha1").update(text).digest(
 const sha256 = (text: string) => new Bun.CryptoHasher("sha256").update(text).digest("hex");
 
 async function notesOf(t: TestApp, userId: number): Promise<number> {
-  const row = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_blog WHERE user_id = ?", [userId])).rows[0] as { n: string };
+  const row = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_blog WHERE user_id = ?", [userId])).rows[0] as {
+    n: string;
+  };
   return Number(row.n);
 }
 
@@ -67,7 +69,11 @@ describe("Idempotency-Key: the claim ran but its reply was lost", () => {
     const stack = await getStack();
     const proxy = startFaultProxy(stack.env.UPSTASH_REDIS_REST_URL as string);
     try {
-      const t = await createTestApp({ UPSTASH_REDIS_REST_URL: proxy.url, REDIS_TIMEOUT_MS: String(REDIS_TIMEOUT_MS), IDEMPOTENCY_LOCK_MS: String(LOCK_MS) });
+      const t = await createTestApp({
+        UPSTASH_REDIS_REST_URL: proxy.url,
+        REDIS_TIMEOUT_MS: String(REDIS_TIMEOUT_MS),
+        IDEMPOTENCY_LOCK_MS: String(LOCK_MS),
+      });
       const author = await newUser(t);
       const shopId = await newShop(t);
       // A keyed note first, through the healthy proxy: the claim script is then loaded in Redis, so
@@ -92,7 +98,11 @@ describe("Idempotency-Key: the claim ran but its reply was lost", () => {
 
       // 2. The claim ran, and the request released its own claim in the background: no abandoned lease.
       await t.settle();
-      await eventually("the lost claim is released", async () => (await heldRecords(t, author.id)).filter((r) => !before.some((b) => b.key === r.key)).length === 0, 10_000);
+      await eventually(
+        "the lost claim is released",
+        async () => (await heldRecords(t, author.id)).filter((r) => !before.some((b) => b.key === r.key)).length === 0,
+        10_000,
+      );
 
       // 3. The network heals; the client retries the same request with the same key: one run, then replays.
       proxy.set({ kind: "pass" });

@@ -21,7 +21,9 @@ const key = () => `k-${crypto.randomUUID()}`;
 const REPLAYED = "idempotent-replayed";
 
 async function notesOf(t: TestApp, userId: number): Promise<number> {
-  const row = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_blog WHERE user_id = ?", [userId])).rows[0] as { n: string };
+  const row = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_blog WHERE user_id = ?", [userId])).rows[0] as {
+    n: string;
+  };
   return Number(row.n);
 }
 
@@ -76,7 +78,8 @@ describe("Idempotency-Key: concurrent duplicates and replays", () => {
     const fan = await newUser(t);
     const blogId = await postBlog(t, author, await newShop(t));
     const k = key();
-    const like = () => call(t.app, "PUT", `/api/blog/like/${blogId}`, { token: fan.token, headers: { "idempotency-key": k } });
+    const like = () =>
+      call(t.app, "PUT", `/api/blog/like/${blogId}`, { token: fan.token, headers: { "idempotency-key": k } });
     const results = await Promise.all(Array.from({ length: 10 }, like));
     expect(results.filter((r) => r.status === 200 && r.headers.get(REPLAYED) === null).length).toBe(1);
     const likedNow = async () => (await t.deps.redis.zscore(`blog:liked:{${blogId}}`, String(fan.id))) !== null;
@@ -92,15 +95,28 @@ describe("Idempotency-Key: concurrent duplicates and replays", () => {
     const me = await newUser(t);
     const star = await newUser(t);
     const k = key();
-    const follow = () => call(t.app, "PUT", `/api/follow/${star.id}/true`, { token: me.token, headers: { "idempotency-key": k } });
+    const follow = () =>
+      call(t.app, "PUT", `/api/follow/${star.id}/true`, { token: me.token, headers: { "idempotency-key": k } });
     const results = await Promise.all(Array.from({ length: 10 }, follow));
     expect(results.filter((r) => r.status === 200 && r.headers.get(REPLAYED) === null).length).toBe(1);
     expect(results.every((r) => r.status === 409 || r.body.success === true)).toBe(true);
-    expect((await call(t.app, "PUT", `/api/follow/${star.id}/false`, { token: me.token, headers: { "idempotency-key": key() } })).body.success).toBe(true);
+    expect(
+      (
+        await call(t.app, "PUT", `/api/follow/${star.id}/false`, {
+          token: me.token,
+          headers: { "idempotency-key": key() },
+        })
+      ).body.success,
+    ).toBe(true);
     // The original follow's lost reply is retried late: it must not undo the unfollow.
     const retry = await follow();
     expect(retry.headers.get(REPLAYED)).toBe("true");
-    const rows = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_follow WHERE user_id = ? AND follow_user_id = ?", [me.id, star.id])).rows[0] as { n: string };
+    const rows = (
+      await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_follow WHERE user_id = ? AND follow_user_id = ?", [
+        me.id,
+        star.id,
+      ])
+    ).rows[0] as { n: string };
     expect(Number(rows.n)).toBe(0);
   });
 });
@@ -111,7 +127,8 @@ describe("Idempotency-Key: quota", () => {
     const author = await newUser(t);
     const other = await newUser(t);
     const blogId = await postBlog(t, author, await newShop(t));
-    const like = (who: TestUser, k: string | null) => call(t.app, "PUT", `/api/blog/like/${blogId}`, { token: who.token, headers: k ? { "idempotency-key": k } : {} });
+    const like = (who: TestUser, k: string | null) =>
+      call(t.app, "PUT", `/api/blog/like/${blogId}`, { token: who.token, headers: k ? { "idempotency-key": k } : {} });
     const held = [key(), key(), key()];
     for (const k of held) expect((await like(author, k)).status).toBe(200);
     const refused = await like(author, key());
@@ -153,7 +170,11 @@ describe("Idempotency-Key: Redis budget", () => {
     expect(await counted(() => postNote(t, author, shopId, k))).toBe(2);
     expect(await counted(() => postNote(t, author, shopId, k))).toBe(1);
     expect(await counted(() => postNote(t, author, shopId, k, "other"))).toBe(1);
-    expect(await counted(() => call(t.app, "GET", "/api/blog/of/me", { token: author.token, headers: { "idempotency-key": k } }))).toBe(0);
+    expect(
+      await counted(() =>
+        call(t.app, "GET", "/api/blog/of/me", { token: author.token, headers: { "idempotency-key": k } }),
+      ),
+    ).toBe(0);
   });
 });
 
@@ -169,7 +190,11 @@ describe("Idempotency-Key: fingerprints and scopes", () => {
     expect(other.status).toBe(422);
     expect(other.body).toMatchObject({ success: false, code: "IDEMPOTENCY_KEY_REUSED" });
     // Same path, other query string: a different request too.
-    const query = await call(t.app, "POST", "/api/blog?x=1", { token: author.token, json: { shopId, title: "one", content: "same content" }, headers: { "idempotency-key": k } });
+    const query = await call(t.app, "POST", "/api/blog?x=1", {
+      token: author.token,
+      json: { shopId, title: "one", content: "same content" },
+      headers: { "idempotency-key": k },
+    });
     expect(query.status).toBe(422);
     const same = await postNote(t, author, shopId, k, "one");
     expect(same.headers.get(REPLAYED)).toBe("true");
@@ -194,13 +219,20 @@ describe("Idempotency-Key: fingerprints and scopes", () => {
     expect(await notesOf(t, b.id)).toBe(1);
     // a's key on another route (sign-in, a like of b's note) runs there as a fresh request.
     const sign = await call(t.app, "POST", "/api/user/sign", { token: a.token, headers: { "idempotency-key": k } });
-    const like = await call(t.app, "PUT", `/api/blog/like/${rb.body.data}`, { token: a.token, headers: { "idempotency-key": k } });
+    const like = await call(t.app, "PUT", `/api/blog/like/${rb.body.data}`, {
+      token: a.token,
+      headers: { "idempotency-key": k },
+    });
     for (const r of [sign, like]) {
       expect(r.status).toBe(200);
       expect(r.body.success).toBe(true);
       expect(r.headers.get(REPLAYED)).toBeNull();
     }
-    expect((await call(t.app, "POST", "/api/user/sign", { token: a.token, headers: { "idempotency-key": k } })).headers.get(REPLAYED)).toBe("true");
+    expect(
+      (await call(t.app, "POST", "/api/user/sign", { token: a.token, headers: { "idempotency-key": k } })).headers.get(
+        REPLAYED,
+      ),
+    ).toBe("true");
   });
 
   test("a malformed key is a 400 envelope and the route does not run", async () => {
@@ -264,12 +296,28 @@ describe("Idempotency-Key: what is not stored", () => {
     const author = await newUser(t);
     const shopId = await newShop(t);
     const k = key();
-    const refused = await call(t.app, "POST", "/api/blog", { token: author.token, json: { shopId: 987654321, title: "t", content: "c" }, headers: { "idempotency-key": k } });
+    const refused = await call(t.app, "POST", "/api/blog", {
+      token: author.token,
+      json: { shopId: 987654321, title: "t", content: "c" },
+      headers: { "idempotency-key": k },
+    });
     expect({ status: refused.status, code: refused.body.code }).toEqual({ status: 200, code: "NOT_FOUND" });
-    const fixed = await call(t.app, "POST", "/api/blog", { token: author.token, json: { shopId, title: "t", content: "c" }, headers: { "idempotency-key": k } });
+    const fixed = await call(t.app, "POST", "/api/blog", {
+      token: author.token,
+      json: { shopId, title: "t", content: "c" },
+      headers: { "idempotency-key": k },
+    });
     expect(fixed.status).toBe(200);
     expect(fixed.headers.get(REPLAYED)).toBeNull();
-    expect((await call(t.app, "POST", "/api/blog", { token: author.token, json: { shopId, title: "t", content: "c" }, headers: { "idempotency-key": k } })).headers.get(REPLAYED)).toBe("true");
+    expect(
+      (
+        await call(t.app, "POST", "/api/blog", {
+          token: author.token,
+          json: { shopId, title: "t", content: "c" },
+          headers: { "idempotency-key": k },
+        })
+      ).headers.get(REPLAYED),
+    ).toBe("true");
   });
 
   test("a claim whose request never finishes (a dead process) holds the key only for its lease; then a retry runs", async () => {
@@ -331,20 +379,31 @@ describe("Idempotency-Key on payments, uploads and operator writes", () => {
       const { voucherId } = await createSeckill(t, { stock: 10, payValue: 4200 });
       const userId = userIds(1)[0] as number;
       const orderId = `${1 + Math.floor(Math.random() * 8)}${String(Date.now()).padStart(17, "0")}`;
-      await t.deps.db.execute("INSERT INTO tb_voucher_order (id, user_id, voucher_id, status) VALUES (?, ?, ?, 1)", [BigInt(orderId), userId, voucherId]);
+      await t.deps.db.execute("INSERT INTO tb_voucher_order (id, user_id, voucher_id, status) VALUES (?, ?, ?, 1)", [
+        BigInt(orderId),
+        userId,
+        voucherId,
+      ]);
       const [token] = await sessionsFor(t, [userId]);
       const k = key();
-      const pay = () => call<{ paymentId: string }>(t.app, "POST", `/api/voucher-order/${orderId}/pay`, { token: token as string, headers: { "idempotency-key": k } });
+      const pay = () =>
+        call<{ paymentId: string }>(t.app, "POST", `/api/voucher-order/${orderId}/pay`, {
+          token: token as string,
+          headers: { "idempotency-key": k },
+        });
       const first = await pay();
       expect(first.body.success).toBe(true);
       await eventually("the provider's webhook paid the order", async () => {
-        const row = (await t.deps.db.execute("SELECT status FROM tb_voucher_order WHERE id = ?", [BigInt(orderId)])).rows[0] as { status: number };
+        const row = (await t.deps.db.execute("SELECT status FROM tb_voucher_order WHERE id = ?", [BigInt(orderId)]))
+          .rows[0] as { status: number };
         return Number(row.status) === 2;
       });
       const retry = await pay();
       expect(retry.headers.get(REPLAYED)).toBe("true");
       expect(retry.body).toEqual(first.body);
-      const payments = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_payment WHERE order_id = ?", [BigInt(orderId)])).rows[0] as { n: string };
+      const payments = (
+        await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_payment WHERE order_id = ?", [BigInt(orderId)])
+      ).rows[0] as { n: string };
       expect(Number(payments.n)).toBe(1);
     } finally {
       await t.stop();
@@ -365,7 +424,11 @@ describe("Idempotency-Key on payments, uploads and operator writes", () => {
       const send = (bytes: Uint8Array) => {
         const form = new FormData();
         form.append("file", new File([bytes as Uint8Array<ArrayBuffer>], "a.png", { type: "image/png" }));
-        return call<string>(t.app, "POST", "/api/upload/blog", { token: user.token, body: form, headers: { "idempotency-key": k } });
+        return call<string>(t.app, "POST", "/api/upload/blog", {
+          token: user.token,
+          body: form,
+          headers: { "idempotency-key": k },
+        });
       };
       const k = key();
       const first = await send(png);
@@ -390,14 +453,21 @@ describe("Idempotency-Key on payments, uploads and operator writes", () => {
     const typeId = await createShopType(t);
     const name = `idem-shop-${crypto.randomUUID().slice(0, 8)}`;
     const k = key();
-    const create = () => call<number>(t.app, "POST", "/api/shop", { token: operator(t), json: { name, typeId, address: "road 1", ...HANGZHOU }, headers: { "idempotency-key": k } });
+    const create = () =>
+      call<number>(t.app, "POST", "/api/shop", {
+        token: operator(t),
+        json: { name, typeId, address: "road 1", ...HANGZHOU },
+        headers: { "idempotency-key": k },
+      });
     const results = await Promise.all([create(), create(), create()]);
     const ids = new Set(results.filter((r) => r.status === 200).map((r) => r.body.data));
     expect(ids.size).toBe(1);
     const replay = await create();
     expect(replay.headers.get(REPLAYED)).toBe("true");
     expect(ids.has(replay.body.data)).toBe(true);
-    const rows = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_shop WHERE name = ?", [name])).rows[0] as { n: string };
+    const rows = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_shop WHERE name = ?", [name])).rows[0] as {
+      n: string;
+    };
     expect(Number(rows.n)).toBe(1);
     // Stored under a fixed-length hash: neither the client's key nor the credential is in Redis's key space.
     const stored = await t.deps.redis.keys("idem:*");
@@ -405,9 +475,12 @@ describe("Idempotency-Key on payments, uploads and operator writes", () => {
     // Records `idem:{caller}:<scope>` and the caller's hourly counter `idem:{caller}:n:<hour>`, hashes only.
     for (const name of stored) expect(name).toMatch(/^idem:\{[0-9a-f]{32}\}:(?:[0-9a-f]{64}|n:\d+)$/);
     // A wrong operator token is refused before the key is looked at.
-    const forged = await call(t.app, "POST", "/api/shop", { token: "Bearer not-the-token", json: { name, typeId, address: "road 1", ...HANGZHOU }, headers: { "idempotency-key": k } });
+    const forged = await call(t.app, "POST", "/api/shop", {
+      token: "Bearer not-the-token",
+      json: { name, typeId, address: "road 1", ...HANGZHOU },
+      headers: { "idempotency-key": k },
+    });
     expect(forged.status).toBe(401);
     expect(forged.headers.get(REPLAYED)).toBeNull();
   });
 });
-

@@ -29,11 +29,17 @@ const freshIp = () => `198.51.${Math.floor(Math.random() * 250)}.${Math.floor(Ma
 async function isolate(clock: Clock, limit: number) {
   const faults = new Faults();
   // A long sync period: only the first request of an isolate starts a background sync; the tests sync explicitly.
-  const t = await createTestApp({ LISTING_IP_LIMIT: String(limit), LISTING_IP_WINDOW_MS: String(WINDOW_MS), LISTING_SYNC_MS: "60000" }, { clock, wrap: (deps) => faults.wrap(deps) });
+  const t = await createTestApp(
+    { LISTING_IP_LIMIT: String(limit), LISTING_IP_WINDOW_MS: String(WINDOW_MS), LISTING_SYNC_MS: "60000" },
+    { clock, wrap: (deps) => faults.wrap(deps) },
+  );
   const limiter = t.deps.isolate.listingLimit as ListingLimiter;
   expect(limiter).toBeDefined();
   /** Redis commands sent through this isolate's port (script handles are built locally: not commands). */
-  const commands = () => [...faults.calls].filter(([k]) => k.startsWith("redis.") && k !== "redis.createScript").reduce((n, [, v]) => n + v, 0);
+  const commands = () =>
+    [...faults.calls]
+      .filter(([k]) => k.startsWith("redis.") && k !== "redis.createScript")
+      .reduce((n, [, v]) => n + v, 0);
   const sync = async () => {
     await t.settle();
     await limiter.sync(t.deps);
@@ -49,12 +55,24 @@ describe("listing limit", () => {
     // Warm the shop-type list's L1 (so the fast lane would answer it) from another address.
     expect((await call(t.app, "GET", "/api/shop-type/list", { ip: freshIp() })).status).toBe(200);
     const ip = freshIp();
-    const allowed = ["/api/shop/of/name?name=zz", "/api/shop/of/name?name=yy", "/api/blog/hot", `/api/voucher/list/${shopId}`, "/api/shop-type/list"];
+    const allowed = [
+      "/api/shop/of/name?name=zz",
+      "/api/shop/of/name?name=yy",
+      "/api/blog/hot",
+      `/api/voucher/list/${shopId}`,
+      "/api/shop-type/list",
+    ];
     for (const path of allowed) expect((await call(t.app, "GET", path, { ip })).status).toBe(200);
     await t.sync();
 
     const before = t.commands();
-    for (const path of ["/api/shop/of/name?name=zz", "/api/shop/of/type?typeId=1", "/api/blog/hot", `/api/voucher/list/${shopId}`, "/api/shop-type/list"]) {
+    for (const path of [
+      "/api/shop/of/name?name=zz",
+      "/api/shop/of/type?typeId=1",
+      "/api/blog/hot",
+      `/api/voucher/list/${shopId}`,
+      "/api/shop-type/list",
+    ]) {
       for (let i = 0; i < 4; i++) {
         const res = await call(t.app, "GET", path, { ip });
         expect(res.status).toBe(429);
@@ -79,7 +97,8 @@ describe("listing limit", () => {
     expect(limitKeyOf("203.0.113.9")).toBe("203.0.113.9");
     const clock = windowClock();
     const t = await isolate(clock, 3);
-    for (let i = 0; i < 3; i++) expect((await call(t.app, "GET", "/api/blog/hot", { ip: `2001:db8:77:1::${i + 1}` })).status).toBe(200);
+    for (let i = 0; i < 3; i++)
+      expect((await call(t.app, "GET", "/api/blog/hot", { ip: `2001:db8:77:1::${i + 1}` })).status).toBe(200);
     expect((await call(t.app, "GET", "/api/blog/hot", { ip: "2001:db8:77:1:ffff::9" })).status).toBe(429);
     expect((await call(t.app, "GET", "/api/blog/hot", { ip: "2001:db8:77:2::1" })).status).toBe(200);
   });
@@ -90,7 +109,8 @@ describe("listing limit", () => {
     const y = await isolate(clock, 6);
     const ip = freshIp();
     // 4 + 4: each isolate alone is under 6.
-    for (const t of [x, y]) for (let i = 0; i < 4; i++) expect((await call(t.app, "GET", "/api/blog/hot", { ip })).status).toBe(200);
+    for (const t of [x, y])
+      for (let i = 0; i < 4; i++) expect((await call(t.app, "GET", "/api/blog/hot", { ip })).status).toBe(200);
     await x.sync();
     await y.sync();
     // y learnt x's 4: 8 ≥ 6.

@@ -24,7 +24,12 @@ test("cron runs each due job once even when two triggers fire together, and isol
       },
     },
     { name: `failing-${tag}`, cron: "* * * * *", maxRunMs: 10_000, run: async () => Promise.reject(new Error("boom")) },
-    { name: `hourly-${tag}`, cron: "0 * * * *", maxRunMs: 10_000, run: async () => Promise.reject(new Error("must not run")) },
+    {
+      name: `hourly-${tag}`,
+      cron: "0 * * * *",
+      maxRunMs: 10_000,
+      run: async () => Promise.reject(new Error("must not run")),
+    },
   ];
   const a = runCron(deps, "* * * * *", Date.now(), jobs);
   const b = runCron(deps, "* * * * *", Date.now(), jobs);
@@ -39,7 +44,12 @@ test("cron runs each due job once even when two triggers fire together, and isol
   const both = (await Promise.all([a, b])).flat();
   expect(runs).toBe(1);
   const slow = both.filter((r) => r.name === `slow-${tag}`);
-  expect(slow).toEqual(expect.arrayContaining([{ name: `slow-${tag}`, ok: true }, { name: `slow-${tag}`, ok: true, skipped: true }]));
+  expect(slow).toEqual(
+    expect.arrayContaining([
+      { name: `slow-${tag}`, ok: true },
+      { name: `slow-${tag}`, ok: true, skipped: true },
+    ]),
+  );
   expect(slow.length).toBe(2);
   // The failing job ran (in one trigger, or in both if the second asked after the first had
   // released its lock) and failed alone: reported failed where it ran, the slow job above still ok.

@@ -47,7 +47,11 @@ interface Calls {
  */
 async function counted<T>(stack: Stack, fn: () => Promise<T>): Promise<{ value: T; calls: Calls }> {
   const origin = (u: string) => new URL(u).origin;
-  const targets = { redis: origin(stack.env.UPSTASH_REDIS_REST_URL as string), mysql: origin(stack.env.DATABASE_URL as string), qstash: origin(stack.env.QSTASH_URL as string) };
+  const targets = {
+    redis: origin(stack.env.UPSTASH_REDIS_REST_URL as string),
+    mysql: origin(stack.env.DATABASE_URL as string),
+    qstash: origin(stack.env.QSTASH_URL as string),
+  };
   const calls: Calls = { redis: 0, mysql: 0, qstash: 0, total: 0 };
   const real = globalThis.fetch;
   const wrapped = (input: RequestInfo | URL, init?: RequestInit) => {
@@ -83,9 +87,16 @@ async function outboxSize(t: TestApp, shopId: number): Promise<number> {
 /** One drain delivery through the real route (signature checked), its background work settled. */
 async function deliverDrain(t: TestApp, shopId: number): Promise<{ res: DrainResult; calls: Calls }> {
   const body = JSON.stringify({ shopId });
-  const signature = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.deps.config.PUBLIC_URL}${ORDER_DRAIN_PATH}`, body });
+  const signature = await qstashSignature({
+    key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY,
+    url: `${t.deps.config.PUBLIC_URL}${ORDER_DRAIN_PATH}`,
+    body,
+  });
   const { value, calls } = await counted(t.stack, async () => {
-    const r = await call<DrainResult>(t.app, "POST", ORDER_DRAIN_PATH, { body, headers: { "content-type": "application/json", "upstash-signature": signature } });
+    const r = await call<DrainResult>(t.app, "POST", ORDER_DRAIN_PATH, {
+      body,
+      headers: { "content-type": "application/json", "upstash-signature": signature },
+    });
     await t.settle();
     return r;
   });
@@ -119,14 +130,18 @@ describe("the order drain stays within one invocation's subrequests", () => {
     // Each delivery but the last stopped at the subrequest budget and published its continuation
     // (the last may too, when the budget ran out just as the outbox did: its continuation is empty).
     expect(deliveries.length).toBeGreaterThanOrEqual(2);
-    for (const { res } of deliveries.slice(0, -1)) expect(res).toMatchObject({ continued: true, stoppedBy: "subrequests" });
+    for (const { res } of deliveries.slice(0, -1))
+      expect(res).toMatchObject({ continued: true, stoppedBy: "subrequests" });
     // A stopped delivery used most of its budget: it is a cap, not a trickle.
     expect(deliveries[0]?.res.subrequests).toBeGreaterThan(cap - 2 * groupCost(1));
     expect(deliveries.reduce((n, d) => n + d.res.created, 0)).toBe(120);
     expect(await mysqlCounts(t, voucherId)).toEqual({ orders: 120, active: 120, stock: 0 });
     console.log(
       `[subrequests] drain, 120 orders in groups of 10, limit ${LIMIT} (cap ${cap}): ${deliveries
-        .map((d) => `${d.res.groups} groups / ${d.calls.total} subrequests (redis ${d.calls.redis}, mysql ${d.calls.mysql}, qstash ${d.calls.qstash}; metered ${d.res.subrequests})`)
+        .map(
+          (d) =>
+            `${d.res.groups} groups / ${d.calls.total} subrequests (redis ${d.calls.redis}, mysql ${d.calls.mysql}, qstash ${d.calls.qstash}; metered ${d.res.subrequests})`,
+        )
         .join("; ")}`,
     );
   });
@@ -134,8 +149,14 @@ describe("the order drain stays within one invocation's subrequests", () => {
   test("one group spanning more vouchers than fit is written voucher by voucher; the rest is handed back and written by the continuation", async () => {
     const t = await createTestApp({ ...ENV, ORDER_GROUP_MAX: "60" });
     const first = await createSeckill(t, { stock: 5 });
-    const vouchers = [first, ...(await Promise.all(Array.from({ length: 11 }, () => createSeckill(t, { stock: 5, shopId: first.shopId }))))];
-    await reserveAll(t, vouchers.map((v) => ({ voucherId: v.voucherId, users: userIds(5) })));
+    const vouchers = [
+      first,
+      ...(await Promise.all(Array.from({ length: 11 }, () => createSeckill(t, { stock: 5, shopId: first.shopId })))),
+    ];
+    await reserveAll(
+      t,
+      vouchers.map((v) => ({ voucherId: v.voucherId, users: userIds(5) })),
+    );
     const shopId = first.shopId;
     expect(await outboxSize(t, shopId)).toBe(60);
     // One group of 60 spans 12 vouchers: groupCost(12) = 51 subrequests, more than the whole limit.
@@ -159,7 +180,9 @@ describe("the order drain stays within one invocation's subrequests", () => {
     }
     for (const d of rest) expect(d.calls.total).toBeLessThanOrEqual(LIMIT);
     for (const v of vouchers) expect(await mysqlCounts(t, v.voucherId)).toEqual({ orders: 5, active: 5, stock: 0 });
-    console.log(`[subrequests] drain, one group over 12 vouchers, limit ${LIMIT}: ${[one, ...rest].map((d) => `${d.res.created} orders / ${d.calls.total} subrequests`).join("; ")}`);
+    console.log(
+      `[subrequests] drain, one group over 12 vouchers, limit ${LIMIT}: ${[one, ...rest].map((d) => `${d.res.created} orders / ${d.calls.total} subrequests`).join("; ")}`,
+    );
   });
 
   test("at 1,000 (workerd's default; Paid) the same backlog is one delivery", async () => {
@@ -171,7 +194,9 @@ describe("the order drain stays within one invocation's subrequests", () => {
     // 12 groups of groupCost(1), the last (empty) claim per lane, the next window's announcement.
     expect(d.calls.total).toBeLessThanOrEqual(12 * groupCost(1) + 2 + 1 + 4);
     expect(await mysqlCounts(t, voucherId)).toEqual({ orders: 120, active: 120, stock: 0 });
-    console.log(`[subrequests] drain, 120 orders in groups of 10, limit 1000: one delivery, ${d.calls.total} subrequests (redis ${d.calls.redis}, mysql ${d.calls.mysql}, qstash ${d.calls.qstash})`);
+    console.log(
+      `[subrequests] drain, 120 orders in groups of 10, limit 1000: one delivery, ${d.calls.total} subrequests (redis ${d.calls.redis}, mysql ${d.calls.mysql}, qstash ${d.calls.qstash})`,
+    );
   });
 });
 
@@ -181,12 +206,28 @@ describe("closes and cron runs stay within one invocation", () => {
     const per = closeVouchersPerInvocation(t.deps);
     expect(per).toBe(Math.floor((invocationCap(t.deps) - 6) / 9));
     const first = await createSeckill(t, { stock: 3 });
-    const vouchers = [first, ...(await Promise.all(Array.from({ length: per - 1 }, () => createSeckill(t, { stock: 3, shopId: first.shopId }))))];
+    const vouchers = [
+      first,
+      ...(await Promise.all(
+        Array.from({ length: per - 1 }, () => createSeckill(t, { stock: 3, shopId: first.shopId })),
+      )),
+    ];
     // Two orders of each voucher written, one left in the outbox: both kinds of close in one call.
-    await reserveAll(t, vouchers.map((v) => ({ voucherId: v.voucherId, users: userIds(2) })));
+    await reserveAll(
+      t,
+      vouchers.map((v) => ({ voucherId: v.voucherId, users: userIds(2) })),
+    );
     while ((await outboxSize(t, first.shopId)) > 0) await drainShop(t.deps, first.shopId);
-    await reserveAll(t, vouchers.map((v) => ({ voucherId: v.voucherId, users: userIds(1) })));
-    const inMysql = (await t.deps.db.execute(`SELECT id FROM tb_voucher_order WHERE voucher_id IN (${vouchers.map(() => "?").join(", ")})`, vouchers.map((v) => v.voucherId))).rows.map((r) => String((r as { id: string }).id));
+    await reserveAll(
+      t,
+      vouchers.map((v) => ({ voucherId: v.voucherId, users: userIds(1) })),
+    );
+    const inMysql = (
+      await t.deps.db.execute(
+        `SELECT id FROM tb_voucher_order WHERE voucher_id IN (${vouchers.map(() => "?").join(", ")})`,
+        vouchers.map((v) => v.voucherId),
+      )
+    ).rows.map((r) => String((r as { id: string }).id));
     const inOutbox = Object.keys((await t.deps.redis.hgetall(keys.seckill.outbox(first.shopId))) ?? {});
     expect([inMysql.length, inOutbox.length]).toEqual([2 * per, per]);
     const ids = [...inMysql, ...inOutbox];
@@ -203,27 +244,41 @@ describe("closes and cron runs stay within one invocation", () => {
     expect(calls.total).toBeLessThanOrEqual(LIMIT);
     // The written ones gave their MySQL stock back; the outbox-only ones never took any.
     for (const v of vouchers) expect(await mysqlCounts(t, v.voucherId)).toEqual({ orders: 3, active: 0, stock: 3 });
-    console.log(`[subrequests] close of ${per} vouchers × 3 orders: ${calls.total} subrequests (bound closeCost(${per}) = ${closeCost(per)})`);
+    console.log(
+      `[subrequests] close of ${per} vouchers × 3 orders: ${calls.total} subrequests (bound closeCost(${per}) = ${closeCost(per)})`,
+    );
   });
 
   test("cron triggers over a backlog of expired orders in several vouchers: each trigger makes at most 50 subrequests, the jobs take turns, and the backlog is closed over the runs", async () => {
     const t = await createTestApp(ENV);
     const first = await createSeckill(t, { stock: 4 });
-    const vouchers = [first, ...(await Promise.all(Array.from({ length: 5 }, () => createSeckill(t, { stock: 4, shopId: first.shopId }))))];
-    await reserveAll(t, vouchers.map((v) => ({ voucherId: v.voucherId, users: userIds(4) })));
+    const vouchers = [
+      first,
+      ...(await Promise.all(Array.from({ length: 5 }, () => createSeckill(t, { stock: 4, shopId: first.shopId })))),
+    ];
+    await reserveAll(
+      t,
+      vouchers.map((v) => ({ voucherId: v.voucherId, users: userIds(4) })),
+    );
     while ((await outboxSize(t, first.shopId)) > 0) await drainShop(t.deps, first.shopId);
     await t.settle();
     // A day later every order is past its payment deadline: 24 orders over 6 vouchers to close —
     // and every other unpaid order this process's tests left (close-expired takes the oldest first).
     let now = Date.now() + 86_400_000 + 60_000;
     const expiredVouchers = async () => {
-      const row = (await t.deps.db.execute("SELECT COUNT(DISTINCT voucher_id) AS n FROM tb_voucher_order WHERE status = 1 AND create_time < ?", [toSqlUtc(now - 86_400_000)])).rows[0] as { n: string };
+      const row = (
+        await t.deps.db.execute(
+          "SELECT COUNT(DISTINCT voucher_id) AS n FROM tb_voucher_order WHERE status = 1 AND create_time < ?",
+          [toSqlUtc(now - 86_400_000)],
+        )
+      ).rows[0] as { n: string };
       return Number(row.n);
     };
     // Close-expired closes at least one voucher's orders per run and runs in 3 of every 4 triggers here.
     const bound = Math.ceil(((await expiredVouchers()) * 4) / 3) + 4;
     const runs: { calls: Calls; ran: string[] }[] = [];
-    const unpaid = async () => (await Promise.all(vouchers.map((v) => mysqlCounts(t, v.voucherId)))).reduce((n, c) => n + c.active, 0);
+    const unpaid = async () =>
+      (await Promise.all(vouchers.map((v) => mysqlCounts(t, v.voucherId)))).reduce((n, c) => n + c.active, 0);
     while ((await unpaid()) > 0) {
       expect(runs.length).toBeLessThan(bound);
       const before = await expiredVouchers();
@@ -247,6 +302,11 @@ describe("closes and cron runs stay within one invocation", () => {
     expect(runs.length).toBeGreaterThanOrEqual(2);
     for (const v of vouchers) expect(await mysqlCounts(t, v.voucherId)).toEqual({ orders: 4, active: 0, stock: 4 });
     const max = Math.max(...runs.map((r) => r.calls.total));
-    console.log(`[subrequests] cron, limit ${LIMIT}: ${runs.length} triggers, at most ${max} subrequests each; first four: ${runs.slice(0, 4).map((r) => `[${r.ran.join(", ")}] ${r.calls.total}`).join("; ")}`);
+    console.log(
+      `[subrequests] cron, limit ${LIMIT}: ${runs.length} triggers, at most ${max} subrequests each; first four: ${runs
+        .slice(0, 4)
+        .map((r) => `[${r.ran.join(", ")}] ${r.calls.total}`)
+        .join("; ")}`,
+    );
   });
 });

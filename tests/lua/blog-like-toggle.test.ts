@@ -6,10 +6,16 @@ import { getStack } from "../support/stack.ts";
 
 async function setup() {
   const stack = await getStack();
-  const redis = new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, retry: false, enableTelemetry: false });
+  const redis = new Redis({
+    url: stack.env.UPSTASH_REDIS_REST_URL as string,
+    token: stack.env.UPSTASH_REDIS_REST_TOKEN as string,
+    retry: false,
+    enableTelemetry: false,
+  });
   const blogId = 1_000_000_000 + Math.floor(Math.random() * 1_000_000_000);
   const k = [keys.blogLiked(blogId), keys.blogLikedVersion(blogId)];
-  const toggle = (user: number, now: number) => createScripts(redis).blogLikeToggle.exec(k, [String(user), String(now)]);
+  const toggle = (user: number, now: number) =>
+    createScripts(redis).blogLikeToggle.exec(k, [String(user), String(now)]);
   return { redis, k, toggle };
 }
 
@@ -33,7 +39,8 @@ describe("blog-like-toggle.lua", () => {
   test("versions strictly increase even when calls share a millisecond or the clock steps back", async () => {
     const { toggle } = await setup();
     const versions: number[] = [];
-    for (const now of [1_800_000_000_000, 1_800_000_000_000, 1_799_999_000_000, 1_800_000_000_000]) versions.push((await toggle(1, now))[2]);
+    for (const now of [1_800_000_000_000, 1_800_000_000_000, 1_799_999_000_000, 1_800_000_000_000])
+      versions.push((await toggle(1, now))[2]);
     for (let i = 1; i < versions.length; i++) expect(versions[i] as number).toBeGreaterThan(versions[i - 1] as number);
     expect(versions[0]).toBe(1_800_000_000_000_000);
     expect(versions[1]).toBe(1_800_000_000_000_001);

@@ -5,7 +5,12 @@ import { getStack } from "../support/stack.ts";
 
 async function client() {
   const stack = await getStack();
-  return new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, retry: false, enableTelemetry: false });
+  return new Redis({
+    url: stack.env.UPSTASH_REDIS_REST_URL as string,
+    token: stack.env.UPSTASH_REDIS_REST_TOKEN as string,
+    retry: false,
+    enableTelemetry: false,
+  });
 }
 const uniq = () => `t:idem:${crypto.randomUUID()}`;
 
@@ -29,7 +34,11 @@ describe("lua/idempotency-claim.lua and idempotency-finish.lua", () => {
     const redis = await client();
     const s = createScripts(redis);
     const key = uniq();
-    const results = await Promise.all(Array.from({ length: 50 }, (_, i) => s.idempotencyClaim.exec([key, `${key}:n`], [`r{"f":"x","t":"${i}"}`, "5000", "0", "3600000"])));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, i) =>
+        s.idempotencyClaim.exec([key, `${key}:n`], [`r{"f":"x","t":"${i}"}`, "5000", "0", "3600000"]),
+      ),
+    );
     const winners = results.filter((r) => r[0] === 1);
     expect(winners.length).toBe(1);
     const held = await redis.get<string>(key);
@@ -53,7 +62,11 @@ describe("lua/idempotency-claim.lua and idempotency-finish.lua", () => {
     expect(await redis.get(key)).toBe("d-done");
     expect(await redis.ttl(key)).toBeGreaterThan(50);
     // A done record is returned to later claims, never overwritten by them.
-    expect(await s.idempotencyClaim.exec([key, `${key}:n`], ["r-late", "5000", "0", "3600000"])).toEqual([0, "d-done", expect.any(Number)]);
+    expect(await s.idempotencyClaim.exec([key, `${key}:n`], ["r-late", "5000", "0", "3600000"])).toEqual([
+      0,
+      "d-done",
+      expect.any(Number),
+    ]);
     const released = uniq();
     await s.idempotencyClaim.exec([released, `${released}:n`], ["r-1", "5000", "0", "3600000"]);
     expect(await s.idempotencyFinish.exec([released], ["r-1", "", "60"])).toBe(1);

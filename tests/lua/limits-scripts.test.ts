@@ -6,7 +6,12 @@ import { getStack } from "../support/stack.ts";
 
 async function client() {
   const stack = await getStack();
-  return new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, retry: false, enableTelemetry: false });
+  return new Redis({
+    url: stack.env.UPSTASH_REDIS_REST_URL as string,
+    token: stack.env.UPSTASH_REDIS_REST_TOKEN as string,
+    retry: false,
+    enableTelemetry: false,
+  });
 }
 const uniq = () => `t:{adm-test}:${crypto.randomUUID()}`;
 

@@ -6,7 +6,12 @@ import { getStack } from "../support/stack.ts";
 
 async function client() {
   const stack = await getStack();
-  return new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, retry: false, enableTelemetry: false });
+  return new Redis({
+    url: stack.env.UPSTASH_REDIS_REST_URL as string,
+    token: stack.env.UPSTASH_REDIS_REST_TOKEN as string,
+    retry: false,
+    enableTelemetry: false,
+  });
 }
 const uniq = () => `t:${crypto.randomUUID()}`;
 
@@ -61,7 +66,14 @@ describe("purchase-rule logs in the seckill scripts", () => {
   };
   const DAY = 86_400_000;
   const RULES = "shop:5:30,campaign:2:7";
-  const reserveCall = (k: ReturnType<typeof voucherKeys>, user: string, orderId: string, now: number, logs: string[], rules = RULES) => [
+  const reserveCall = (
+    k: ReturnType<typeof voucherKeys>,
+    user: string,
+    orderId: string,
+    now: number,
+    logs: string[],
+    rules = RULES,
+  ) => [
     [k.meta, k.buyers, k.outbox, k.due, k.userLog, k.ipLog, k.daily(user), k.fence(orderId), ...logs, k.stock],
     [user, orderId, String(now), "0", "1000", "0", "1000", "{}", "172800", ...(rules ? [rules, String(90 * DAY)] : [])],
   ];
@@ -82,9 +94,23 @@ describe("purchase-rule logs in the seckill scripts", () => {
     // (u1 leaves the buyers set so one-order-per-user does not answer first: as if it were another voucher.)
     await redis.srem(k.buyers, "u1");
     const [keys2, args2] = reserveCall(k, "u1", "o2", now, logs("u1"));
-    const before = await Promise.all([redis.get(k.stock), redis.smembers(k.buyers), redis.hlen(k.outbox), redis.zcard(k.log("shop", "u1")), redis.zcard(k.log("c", "u1"))]);
+    const before = await Promise.all([
+      redis.get(k.stock),
+      redis.smembers(k.buyers),
+      redis.hlen(k.outbox),
+      redis.zcard(k.log("shop", "u1")),
+      redis.zcard(k.log("c", "u1")),
+    ]);
     expect(await s.reserveStock.exec(keys2 as string[], args2 as string[])).toEqual([7, 2, 2]);
-    expect(await Promise.all([redis.get(k.stock), redis.smembers(k.buyers), redis.hlen(k.outbox), redis.zcard(k.log("shop", "u1")), redis.zcard(k.log("c", "u1"))])).toEqual(before);
+    expect(
+      await Promise.all([
+        redis.get(k.stock),
+        redis.smembers(k.buyers),
+        redis.hlen(k.outbox),
+        redis.zcard(k.log("shop", "u1")),
+        redis.zcard(k.log("c", "u1")),
+      ]),
+    ).toEqual(before);
     // 1 ms later o-old is exactly 7 days old and no longer counts.
     await redis.srem(k.buyers, "u1");
     const [keys3, args3] = reserveCall(k, "u1", "o3", now + 1, logs("u1"));
@@ -107,7 +133,10 @@ describe("purchase-rule logs in the seckill scripts", () => {
     const s = createScripts(redis);
     const k = voucherKeys();
     await redis.set(k.stock, 0);
-    for (const [u, o] of [["u1", "o1"], ["u2", "o2"]] as const) {
+    for (const [u, o] of [
+      ["u1", "o1"],
+      ["u2", "o2"],
+    ] as const) {
       await redis.sadd(k.buyers, u);
       await redis.zadd(k.log("shop", u), { score: 1, member: o }, { score: 2, member: `${o}-other` });
       await redis.zadd(k.log("c", u), { score: 1, member: o });
@@ -125,10 +154,16 @@ describe("purchase-rule logs in the seckill scripts", () => {
     // The classic layout (no rule logs) still works, and a key list that fits no block size is refused.
     await redis.sadd(k.buyers, "u3");
     expect(await s.releaseStockMany.exec([...head, k.daily("u3"), k.stock], ["o3", "u3"])).toBe(1);
-    await expect(s.releaseStockMany.exec([...head, k.daily("u4"), k.stock, k.log("shop", "u4")], ["o4", "u4", "o5", "u5"])).rejects.toThrow("keys do not match");
+    await expect(
+      s.releaseStockMany.exec([...head, k.daily("u4"), k.stock, k.log("shop", "u4")], ["o4", "u4", "o5", "u5"]),
+    ).rejects.toThrow("keys do not match");
     // release-stock.lua (one order): rule logs after the bucket.
     await redis.zadd(k.log("shop", "u6"), { score: 1, member: "o6" });
-    const one = () => s.releaseStock.exec([k.released, k.buyers, k.outbox, k.due, k.daily("u6"), k.stock, k.log("shop", "u6")], ["o6", "u6"]);
+    const one = () =>
+      s.releaseStock.exec(
+        [k.released, k.buyers, k.outbox, k.due, k.daily("u6"), k.stock, k.log("shop", "u6")],
+        ["o6", "u6"],
+      );
     expect(await one()).toBe(1);
     expect(await one()).toBe(0);
     expect(await redis.exists(k.log("shop", "u6"))).toBe(0);

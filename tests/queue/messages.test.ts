@@ -65,7 +65,10 @@ async function builtWebhooks(t: TestApp): Promise<{ url: string; body: string }[
   const provider = createPaymentProvider(t.deps.config, t.deps.log, () => Date.now(), fakeFetch);
   const waitUntil = (p: Promise<unknown>) => void pending.push(p);
   await provider.charge({ paymentId: "7000000000000000001", orderId: "7000000000000000002", amount: 100 }, waitUntil);
-  await provider.refund({ refundId: "7000000000000000003", paymentId: "7000000000000000001", orderId: "7000000000000000002", amount: 100 }, waitUntil);
+  await provider.refund(
+    { refundId: "7000000000000000003", paymentId: "7000000000000000001", orderId: "7000000000000000002", amount: 100 },
+    waitUntil,
+  );
   await Promise.all(pending);
   return sent;
 }
@@ -100,8 +103,15 @@ describe("order messages (queue/messages.ts)", () => {
     const shopId = 900_000_000 + Math.floor(Math.random() * 100_000_000);
     for (const { name, message } of builtQueueMessages(t, shopId)) {
       const body = JSON.stringify(message.body);
-      const signature = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.deps.config.PUBLIC_URL.replace(/\/$/, "")}${pathOf(t, message.url)}`, body });
-      const res = await call(t.app, "POST", pathOf(t, message.url), { body, headers: { "content-type": "application/json", "upstash-signature": signature } });
+      const signature = await qstashSignature({
+        key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY,
+        url: `${t.deps.config.PUBLIC_URL.replace(/\/$/, "")}${pathOf(t, message.url)}`,
+        body,
+      });
+      const res = await call(t.app, "POST", pathOf(t, message.url), {
+        body,
+        headers: { "content-type": "application/json", "upstash-signature": signature },
+      });
       expect({ name, status: res.status, success: res.body.success }).toEqual({ name, status: 200, success: true });
     }
   });
@@ -120,8 +130,14 @@ describe("order messages (queue/messages.ts)", () => {
       expect(route.schema.safeParse(JSON.parse(body)).success).toBe(true);
       // Unknown payment / refund ids: parsed and answered, nothing settled.
       const signature = await signWebhook(t.deps.config.PAYMENT_WEBHOOK_SECRET, body, Date.now());
-      const res = await call<{ outcome: string }>(t.app, "POST", path, { body, headers: { "content-type": "application/json", "x-payment-signature": signature } });
-      expect({ status: res.status, outcome: res.body.data?.outcome }).toEqual({ status: 200, outcome: "unknown-payment" });
+      const res = await call<{ outcome: string }>(t.app, "POST", path, {
+        body,
+        headers: { "content-type": "application/json", "x-payment-signature": signature },
+      });
+      expect({ status: res.status, outcome: res.body.data?.outcome }).toEqual({
+        status: 200,
+        outcome: "unknown-payment",
+      });
     }
   });
 

@@ -65,13 +65,26 @@ async function l1Reads(): Promise<{ p50: number; viaLane: number }> {
   return { p50: p50(times), viaLane: t.deps.isolate.fastLane.prepared - lane0 };
 }
 
-const breakers = async () => (await call<Record<string, { state: string; failures: number; rejected: number; lastOpenedAt: number | null }>>(t.app, "GET", "/admin/resilience", { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` })).body.data ?? {};
+const breakers = async () =>
+  (
+    await call<Record<string, { state: string; failures: number; rejected: number; lastOpenedAt: number | null }>>(
+      t.app,
+      "GET",
+      "/admin/resilience",
+      { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` },
+    )
+  ).body.data ?? {};
 
 beforeAll(async () => {
   const stack = await getStack();
   redisProxy = startFaultProxy(stack.env.UPSTASH_REDIS_REST_URL as string);
   mysqlProxy = startFaultProxy(stack.env.DATABASE_URL as string);
-  direct = new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, retry: false, enableTelemetry: false });
+  direct = new Redis({
+    url: stack.env.UPSTASH_REDIS_REST_URL as string,
+    token: stack.env.UPSTASH_REDIS_REST_TOKEN as string,
+    retry: false,
+    enableTelemetry: false,
+  });
   t = await createTestApp({
     UPSTASH_REDIS_REST_URL: redisProxy.url,
     DATABASE_URL: mysqlProxy.url,
@@ -97,7 +110,9 @@ afterAll(async () => {
 });
 
 async function healthy(): Promise<boolean> {
-  const h = await call<{ ok: boolean; breakers: Record<string, { state: string }> }>(t.app, "GET", "/health", { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` });
+  const h = await call<{ ok: boolean; breakers: Record<string, { state: string }> }>(t.app, "GET", "/health", {
+    token: `Bearer ${t.deps.config.ADMIN_TOKEN}`,
+  });
   return h.status === 200 && Object.values(h.body.data?.breakers ?? {}).every((b) => b.state === "closed");
 }
 
@@ -113,7 +128,9 @@ describe("slow and failing dependencies", () => {
     redisProxy.set({ kind: "delay", ms: 1_000 });
     // Wave 1, breaker closed: each call waits for the timeout, no longer, and answers a 503 envelope.
     const wave1 = await Promise.all(
-      Array.from({ length: THRESHOLD + 2 }, () => ms(() => call(t.app, "GET", "/api/user/sign/count", { token: user.token }))),
+      Array.from({ length: THRESHOLD + 2 }, () =>
+        ms(() => call(t.app, "GET", "/api/user/sign/count", { token: user.token })),
+      ),
     );
     for (const r of wave1) {
       expect(r.value.status).toBe(503);
@@ -145,7 +162,11 @@ describe("slow and failing dependencies", () => {
       expect(r.ms).toBeLessThan(REDIS_TIMEOUT_MS / 2);
     }
     // Seckill fails closed: 503, never a sale without Redis.
-    const buys = await Promise.all(Array.from({ length: 3 }, () => ms(() => call(t.app, "POST", `/api/voucher-order/seckill/${voucher.voucherId}`, { token: user.token }))));
+    const buys = await Promise.all(
+      Array.from({ length: 3 }, () =>
+        ms(() => call(t.app, "POST", `/api/voucher-order/seckill/${voucher.voucherId}`, { token: user.token })),
+      ),
+    );
     for (const r of buys) {
       expect(r.value.status).toBe(503);
       expect(r.value.body.success).toBe(false);
@@ -164,7 +185,14 @@ describe("slow and failing dependencies", () => {
     expect((await breakers()).redis?.rejected).toBeGreaterThan(0);
 
     // /health names the open breaker and answers 503 without waiting.
-    const h = await ms(() => call<{ ok: boolean; redis: { ok: boolean; error?: string }; breakers: Record<string, { state: string }> }>(t.app, "GET", "/health", { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` }));
+    const h = await ms(() =>
+      call<{ ok: boolean; redis: { ok: boolean; error?: string }; breakers: Record<string, { state: string }> }>(
+        t.app,
+        "GET",
+        "/health",
+        { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` },
+      ),
+    );
     expect(h.value.status).toBe(503);
     expect(h.value.body.data?.breakers.redis?.state).toMatch(/open|halfOpen/);
     expect(h.ms).toBeLessThan(REDIS_TIMEOUT_MS + MARGIN_MS);
@@ -174,7 +202,9 @@ describe("slow and failing dependencies", () => {
     await eventually("Redis breaker closed and /health green", healthy, 15_000, 100);
     const after = await call<number>(t.app, "GET", "/api/user/sign/count", { token: user.token });
     expect(after.status).toBe(200);
-    const bought = await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucher.voucherId}`, { token: user.token });
+    const bought = await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucher.voucherId}`, {
+      token: user.token,
+    });
     expect(bought.body.success).toBe(true);
     expect(Number(await direct.get<string | number>(stockKey))).toBe(4);
     await t.settle();
@@ -192,14 +222,22 @@ describe("slow and failing dependencies", () => {
     // An L1 entry past its freshness is served at once (no wait on Redis) and refreshed from
     // MySQL in the background: a change made in MySQL behind the cache shows up.
     const renamed = `renamed-${crypto.randomUUID().slice(0, 8)}`;
-    await new DbClient({ url: (await getStack()).env.DATABASE_URL as string }).execute("UPDATE tb_shop SET name = ? WHERE id = ?", [renamed, shopId]);
+    await new DbClient({ url: (await getStack()).env.DATABASE_URL as string }).execute(
+      "UPDATE tb_shop SET name = ? WHERE id = ?",
+      [renamed, shopId],
+    );
     const stale0 = t.deps.isolate.caches.shop.counters.staleServes;
-    await eventually("the renamed shop is served while Redis is down", async () => {
-      const r = await ms(() => call<{ name: string }>(t.app, "GET", `/api/shop/${shopId}`));
-      expect(r.value.status).toBe(200);
-      expect(r.ms).toBeLessThan(REDIS_TIMEOUT_MS / 2);
-      return r.value.body.data?.name === renamed;
-    }, 15_000, 100);
+    await eventually(
+      "the renamed shop is served while Redis is down",
+      async () => {
+        const r = await ms(() => call<{ name: string }>(t.app, "GET", `/api/shop/${shopId}`));
+        expect(r.value.status).toBe(200);
+        expect(r.ms).toBeLessThan(REDIS_TIMEOUT_MS / 2);
+        return r.value.body.data?.name === renamed;
+      },
+      15_000,
+      100,
+    );
     expect(t.deps.isolate.caches.shop.counters.staleServes).toBeGreaterThan(stale0);
     expect((await breakers()).redis?.state).not.toBe("closed");
     // A read that misses L1 goes to MySQL (Redis skipped), so the shop is still served.
@@ -220,7 +258,9 @@ describe("slow and failing dependencies", () => {
     const cold = base + THRESHOLD + 1;
     // Far beyond the bound below (both timeouts + margin = 500 ms), so a load that waited fails it.
     mysqlProxy.set({ kind: "delay", ms: 1_000 });
-    const misses = await Promise.all(Array.from({ length: THRESHOLD + 1 }, (_, i) => ms(() => call(t.app, "GET", `/api/shop/${base + i}`))));
+    const misses = await Promise.all(
+      Array.from({ length: THRESHOLD + 1 }, (_, i) => ms(() => call(t.app, "GET", `/api/shop/${base + i}`))),
+    );
     for (const r of misses) {
       expect(r.value.status).toBe(503);
       expect(r.value.body.code).toBe("UNAVAILABLE");
@@ -240,6 +280,11 @@ describe("slow and failing dependencies", () => {
     mysqlProxy.set({ kind: "pass" });
     await eventually("MySQL breaker closed and /health green", healthy, 15_000, 100);
     // Unknown there too: the envelope is the ordinary NOT_FOUND answer again.
-    await eventually("the cold id is answered from MySQL once it is back", async () => (await call(t.app, "GET", `/api/shop/${cold}`)).body.code === "NOT_FOUND", 15_000, 100);
+    await eventually(
+      "the cold id is answered from MySQL once it is back",
+      async () => (await call(t.app, "GET", `/api/shop/${cold}`)).body.code === "NOT_FOUND",
+      15_000,
+      100,
+    );
   }, 30_000);
 });

@@ -43,7 +43,11 @@ describe("what trips a breaker", () => {
     const stack = await getStack();
     const proxy = startFaultProxy(stack.env.UPSTASH_REDIS_REST_URL as string);
     try {
-      const t = await createTestApp({ UPSTASH_REDIS_REST_URL: proxy.url, BREAKER_THRESHOLD: "1", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
+      const t = await createTestApp({
+        UPSTASH_REDIS_REST_URL: proxy.url,
+        BREAKER_THRESHOLD: "1",
+        BREAKER_HALF_OPEN_AFTER_MS: "60000",
+      });
       proxy.set({ kind: "fail" });
       const first = await elapsed(() => t.deps.redis.get("guard-test:any"));
       expect(first.error).toBeInstanceOf(DependencyUnavailableError);
@@ -67,14 +71,18 @@ describe("timeouts bound every dependency call", () => {
     try {
       const t = await createTestApp({ QSTASH_URL: proxy.url, QSTASH_TIMEOUT_MS: "200" });
       proxy.set({ kind: "delay", ms: 5_000 });
-      const r = await elapsed(() => t.deps.queue.publishJSON({ url: `${t.deps.config.PUBLIC_URL}/internal/nowhere`, body: { x: 1 } }));
+      const r = await elapsed(() =>
+        t.deps.queue.publishJSON({ url: `${t.deps.config.PUBLIC_URL}/internal/nowhere`, body: { x: 1 } }),
+      );
       expect(r.error).toBeInstanceOf(DependencyUnavailableError);
       expect((r.error as DependencyUnavailableError).dependency).toBe("qstash");
       expect(r.ms).toBeLessThan(200 + MARGIN_MS);
       // Failing outright: one attempt, not the SDK's default six.
       proxy.set({ kind: "fail" });
       const before = proxy.seen;
-      const failed = await elapsed(() => t.deps.queue.publishJSON({ url: `${t.deps.config.PUBLIC_URL}/internal/nowhere`, body: { x: 2 } }));
+      const failed = await elapsed(() =>
+        t.deps.queue.publishJSON({ url: `${t.deps.config.PUBLIC_URL}/internal/nowhere`, body: { x: 2 } }),
+      );
       expect(failed.error).toBeInstanceOf(Error);
       expect(proxy.seen - before).toBe(1);
     } finally {
@@ -124,7 +132,12 @@ describe("payments", () => {
       },
     });
     try {
-      const t = await createTestApp({ PUBLIC_URL: `http://127.0.0.1:${hung.port}`, PAYMENTS_TIMEOUT_MS: "200", BREAKER_THRESHOLD: "2", LOCAL_PAYMENT_DELAY_MS: "0" });
+      const t = await createTestApp({
+        PUBLIC_URL: `http://127.0.0.1:${hung.port}`,
+        PAYMENTS_TIMEOUT_MS: "200",
+        BREAKER_THRESHOLD: "2",
+        LOCAL_PAYMENT_DELAY_MS: "0",
+      });
       const started = performance.now();
       await t.deps.payments.charge({ paymentId: "p-hung", orderId: "1", amount: 100 }, t.deps.waitUntil);
       await t.settle();
@@ -148,21 +161,28 @@ describe("payments", () => {
 describe("half-open", () => {
   test("while the single probe runs, other callers are refused at once instead of queueing behind it; its success closes the breaker", async () => {
     const guard = new Guard("redis", { timeoutMs: 5_000, threshold: 1, halfOpenAfterMs: 100 });
-    await expect(guard.run(async () => Promise.reject(new Error("boom")))).rejects.toBeInstanceOf(DependencyUnavailableError);
+    await expect(guard.run(async () => Promise.reject(new Error("boom")))).rejects.toBeInstanceOf(
+      DependencyUnavailableError,
+    );
     expect(guard.state).toBe("open");
     // Wait (on the condition) until the breaker lets a probe through: the first call that does is it.
     let release: () => void = () => {};
     let probe: Promise<string> | undefined;
-    await eventually("the breaker admits a probe", async () => {
-      const gate = new Promise<string>((resolve) => {
-        release = () => resolve("ok");
-      });
-      const attempt = guard.run(() => gate);
-      const admitted = guard.state === "halfOpen";
-      if (admitted) probe = attempt;
-      else await attempt.catch(() => {});
-      return admitted;
-    }, 5_000, 20);
+    await eventually(
+      "the breaker admits a probe",
+      async () => {
+        const gate = new Promise<string>((resolve) => {
+          release = () => resolve("ok");
+        });
+        const attempt = guard.run(() => gate);
+        const admitted = guard.state === "halfOpen";
+        if (admitted) probe = attempt;
+        else await attempt.catch(() => {});
+        return admitted;
+      },
+      5_000,
+      20,
+    );
     const other = await elapsed(() => guard.run(async () => "not run"));
     expect(other.error).toBeInstanceOf(DependencyUnavailableError);
     // Refused, not queued: a call queued behind the probe could not finish before release() below
@@ -190,7 +210,12 @@ describe("our own stall is not the dependency failing (issue 16 item 1)", () => 
     const stack = await getStack();
     const proxy = startFaultProxy(stack.env.UPSTASH_REDIS_REST_URL as string);
     try {
-      const t = await createTestApp({ UPSTASH_REDIS_REST_URL: proxy.url, REDIS_TIMEOUT_MS: "100", BREAKER_THRESHOLD: "1", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
+      const t = await createTestApp({
+        UPSTASH_REDIS_REST_URL: proxy.url,
+        REDIS_TIMEOUT_MS: "100",
+        BREAKER_THRESHOLD: "1",
+        BREAKER_HALF_OPEN_AFTER_MS: "60000",
+      });
       await t.deps.redis.get("guard-test:warm");
       proxy.set({ kind: "delay", ms: 1_000 });
       // Starved: the call is in flight while this isolate burns 500 ms; its 100 ms timer runs 400 ms late.
@@ -202,7 +227,11 @@ describe("our own stall is not the dependency failing (issue 16 item 1)", () => 
       const r = await elapsed(() => starved);
       expect(r.error).toBeInstanceOf(DependencyUnavailableError);
       const s = t.deps.isolate.resilience.redis.snapshot();
-      expect({ state: s.state, failures: s.failures, starved: s.starved }).toEqual({ state: "closed", failures: 0, starved: 1 });
+      expect({ state: s.state, failures: s.failures, starved: s.starved }).toEqual({
+        state: "closed",
+        failures: 0,
+        starved: 1,
+      });
       // Contrast: Redis itself slow, the loop idle — a failure, and with threshold 1 the breaker opens.
       const slow = await elapsed(() => t.deps.redis.get("guard-test:slow"));
       expect((slow.error as DependencyUnavailableError).reason).toBe("timeout");

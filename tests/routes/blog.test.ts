@@ -9,7 +9,9 @@ import type { Blog } from "../../src/services/blog.ts";
 type BlogOut = Blog;
 
 async function likedColumn(deps: Deps, id: number): Promise<number> {
-  const row = (await deps.db.execute("SELECT liked FROM tb_blog WHERE id = ?", [id])).rows[0] as { liked: string | number };
+  const row = (await deps.db.execute("SELECT liked FROM tb_blog WHERE id = ?", [id])).rows[0] as {
+    liked: string | number;
+  };
   return Number(row.liked);
 }
 
@@ -20,13 +22,32 @@ describe("notes", () => {
     const shopId = await newShop(t);
     const res = await call<number>(t.app, "POST", "/api/blog", {
       token: author.token,
-      json: { shopId, title: "  好吃的面馆 ", content: "汤底浓郁", images: "/imgs/blogs/1/2/a.jpg,/imgs/blogs/3/4/b.png" },
+      json: {
+        shopId,
+        title: "  好吃的面馆 ",
+        content: "汤底浓郁",
+        images: "/imgs/blogs/1/2/a.jpg,/imgs/blogs/3/4/b.png",
+      },
     });
     expect(res.body.success).toBe(true);
     const id = res.body.data as number;
     const got = await call<BlogOut>(t.app, "GET", `/api/blog/${id}`, { token: author.token });
     expect(Object.keys(got.body.data ?? {}).sort()).toEqual(
-      ["comments", "content", "createTime", "icon", "id", "images", "isLike", "liked", "name", "shopId", "title", "updateTime", "userId"].sort(),
+      [
+        "comments",
+        "content",
+        "createTime",
+        "icon",
+        "id",
+        "images",
+        "isLike",
+        "liked",
+        "name",
+        "shopId",
+        "title",
+        "updateTime",
+        "userId",
+      ].sort(),
     );
     const me = await call<{ nickName: string; icon: string }>(t.app, "GET", "/api/user/me", { token: author.token });
     expect(got.body.data).toMatchObject({
@@ -43,23 +64,44 @@ describe("notes", () => {
       isLike: false,
     });
     expect(got.body.data?.createTime).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$/);
-    expect((await call(t.app, "GET", "/api/blog/987654321", { token: author.token })).body).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "blog not found" });
+    expect((await call(t.app, "GET", "/api/blog/987654321", { token: author.token })).body).toEqual({
+      success: false,
+      code: "NOT_FOUND",
+      errorMsg: "blog not found",
+    });
   });
 
   test("a note for an unknown shop is a business outcome (200 NOT_FOUND) and nothing is written; a NUL in its text is a 400", async () => {
     const t = await createTestApp();
     const author = await newUser(t);
-    const res = await call(t.app, "POST", "/api/blog", { token: author.token, json: { shopId: 987654321, title: "t", content: "c" } });
-    expect({ status: res.status, body: res.body }).toEqual({ status: 200, body: { success: false, code: "NOT_FOUND", errorMsg: "shop not found" } });
+    const res = await call(t.app, "POST", "/api/blog", {
+      token: author.token,
+      json: { shopId: 987654321, title: "t", content: "c" },
+    });
+    expect({ status: res.status, body: res.body }).toEqual({
+      status: 200,
+      body: { success: false, code: "NOT_FOUND", errorMsg: "shop not found" },
+    });
     const shopId = await newShop(t);
     for (const content of ["a\u0000b", "bell\u0007", "del\u007f"]) {
-      const nul = await call(t.app, "POST", "/api/blog", { token: author.token, json: { shopId, title: "t", content } });
+      const nul = await call(t.app, "POST", "/api/blog", {
+        token: author.token,
+        json: { shopId, title: "t", content },
+      });
       expect(nul.status).toBe(400);
       expect(nul.body.code).toBe("INVALID_INPUT");
     }
-    expect((await call(t.app, "POST", "/api/blog", { token: author.token, json: { shopId, title: "t", content: "line one\nline two\tend" } })).body.success).toBe(true);
+    expect(
+      (
+        await call(t.app, "POST", "/api/blog", {
+          token: author.token,
+          json: { shopId, title: "t", content: "line one\nline two\tend" },
+        })
+      ).body.success,
+    ).toBe(true);
     await t.deps.db.execute("DELETE FROM tb_blog WHERE user_id = ?", [author.id]);
-    const rows = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_blog WHERE user_id = ?", [author.id])).rows[0] as { n: string };
+    const rows = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_blog WHERE user_id = ?", [author.id]))
+      .rows[0] as { n: string };
     expect(Number(rows.n)).toBe(0);
   });
 
@@ -75,7 +117,9 @@ describe("notes", () => {
     const mine2 = await call<BlogOut[]>(t.app, "GET", "/api/blog/of/me?current=2", { token: author.token });
     expect(mine1.body.data?.map((b) => b.id)).toEqual(newest.slice(0, 10));
     expect(mine2.body.data?.map((b) => b.id)).toEqual(newest.slice(10));
-    const theirs = await call<BlogOut[]>(t.app, "GET", `/api/blog/of/user?id=${author.id}&current=2`, { token: reader.token });
+    const theirs = await call<BlogOut[]>(t.app, "GET", `/api/blog/of/user?id=${author.id}&current=2`, {
+      token: reader.token,
+    });
     expect(theirs.body.data?.map((b) => b.id)).toEqual(newest.slice(10));
     expect((await call<BlogOut[]>(t.app, "GET", "/api/blog/of/me", { token: reader.token })).body.data).toEqual([]);
   });
@@ -91,7 +135,9 @@ describe("notes", () => {
       ["GET", "/api/blog/of/user?id=1"],
       ["GET", "/api/blog/of/follow"],
     ] as const) {
-      const res = await call(t.app, method, path, { json: method === "POST" ? { shopId: 1, title: "t", content: "c" } : undefined });
+      const res = await call(t.app, method, path, {
+        json: method === "POST" ? { shopId: 1, title: "t", content: "c" } : undefined,
+      });
       expect(res.status, `${method} ${path}`).toBe(401);
       expect(res.body.code).toBe("UNAUTHORIZED");
     }
@@ -119,7 +165,11 @@ describe("notes", () => {
       ["POST", "/api/blog", { shopId, title: "t" }],
       ["POST", "/api/blog", { shopId: "x", title: "t", content: "c" }],
       ["POST", "/api/blog", { shopId, title: "t".repeat(256), content: "c" }],
-      ["POST", "/api/blog", { shopId, title: "t", content: "c", images: Array.from({ length: 10 }, (_, i) => `/imgs/${i}.jpg`).join(",") }],
+      [
+        "POST",
+        "/api/blog",
+        { shopId, title: "t", content: "c", images: Array.from({ length: 10 }, (_, i) => `/imgs/${i}.jpg`).join(",") },
+      ],
       ["POST", "/api/blog", { shopId, title: "t", content: "c", images: "javascript:alert(1)" }],
       ["POST", "/api/blog", { shopId, title: "t", content: "c", images: "/imgs/../../etc/passwd" }],
       ["POST", "/api/blog", { shopId, title: "t", content: "c", images: "/imgs/a.jpg,https://tracker.example/p.gif" }],
@@ -130,7 +180,11 @@ describe("notes", () => {
       expect(res.status, `${method} ${path} ${JSON.stringify(json)}`).toBe(400);
       expect(res.body).toMatchObject({ success: false, code: "INVALID_INPUT" });
     }
-    const bad = await call(t.app, "POST", "/api/blog", { token: user.token, body: "{", headers: { "content-type": "application/json" } });
+    const bad = await call(t.app, "POST", "/api/blog", {
+      token: user.token,
+      body: "{",
+      headers: { "content-type": "application/json" },
+    });
     expect(bad.status).toBe(400);
   });
 });
@@ -140,7 +194,11 @@ describe("hot list", () => {
     const t = await createTestApp();
     const author = await newUser(t);
     const shopId = await newShop(t);
-    const ids: [number, number, number] = [await postBlog(t, author, shopId), await postBlog(t, author, shopId), await postBlog(t, author, shopId)];
+    const ids: [number, number, number] = [
+      await postBlog(t, author, shopId),
+      await postBlog(t, author, shopId),
+      await postBlog(t, author, shopId),
+    ];
     const fan = await newUser(t);
     expect((await call(t.app, "PUT", `/api/blog/like/${ids[2]}`, { token: fan.token })).body.success).toBe(true);
     // Then push the three to the top of the global list with large counts (other tests' notes have few likes).
@@ -181,12 +239,17 @@ describe("likes", () => {
     expect(await likedColumn(t.deps, id)).toBe(1);
     const seen = await call<BlogOut>(t.app, "GET", `/api/blog/${id}`, { token: fan.token });
     expect(seen.body.data).toMatchObject({ liked: 1, isLike: true });
-    expect((await call<BlogOut>(t.app, "GET", `/api/blog/${id}`, { token: author.token })).body.data?.isLike).toBe(false);
+    expect((await call<BlogOut>(t.app, "GET", `/api/blog/${id}`, { token: author.token })).body.data?.isLike).toBe(
+      false,
+    );
 
     await call(t.app, "PUT", `/api/blog/like/${id}`, { token: fan.token });
     expect(await t.deps.redis.zscore(keys.blogLiked(id), fan.id)).toBeNull();
     expect(await likedColumn(t.deps, id)).toBe(0);
-    expect((await call<BlogOut>(t.app, "GET", `/api/blog/${id}`, { token: fan.token })).body.data).toMatchObject({ liked: 0, isLike: false });
+    expect((await call<BlogOut>(t.app, "GET", `/api/blog/${id}`, { token: fan.token })).body.data).toMatchObject({
+      liked: 0,
+      isLike: false,
+    });
   });
 
   test("a like does not count as an edit of the note (update time unchanged)", async () => {
@@ -195,7 +258,10 @@ describe("likes", () => {
     const id = await postBlog(t, author, await newShop(t));
     await t.deps.db.execute("UPDATE tb_blog SET update_time = '2020-01-01 00:00:00' WHERE id = ?", [id]);
     await call(t.app, "PUT", `/api/blog/like/${id}`, { token: author.token });
-    const row = (await t.deps.db.execute("SELECT update_time, liked FROM tb_blog WHERE id = ?", [id])).rows[0] as { update_time: string; liked: string };
+    const row = (await t.deps.db.execute("SELECT update_time, liked FROM tb_blog WHERE id = ?", [id])).rows[0] as {
+      update_time: string;
+      liked: string;
+    };
     expect(row.update_time).toBe("2020-01-01 00:00:00");
     expect(Number(row.liked)).toBe(1);
   });
@@ -215,7 +281,9 @@ describe("likes", () => {
     const fan = await newUser(t);
     const id = await postBlog(t, author, await newShop(t));
     for (const n of [25, 40]) {
-      const results = await Promise.all(Array.from({ length: n }, () => call(t.app, "PUT", `/api/blog/like/${id}`, { token: fan.token })));
+      const results = await Promise.all(
+        Array.from({ length: n }, () => call(t.app, "PUT", `/api/blog/like/${id}`, { token: fan.token })),
+      );
       expect(results.every((r) => r.body.success)).toBe(true);
       const card = await t.deps.redis.zcard(keys.blogLiked(id));
       // 25 toggles from "not liked" end liked; 40 more end liked again (even count).
@@ -232,7 +300,9 @@ describe("likes", () => {
     const id = await postBlog(t, author, await newShop(t));
     const fans = await Promise.all(Array.from({ length: 12 }, () => newUser(t)));
     // Each fan toggles 3 times concurrently with everyone else: every fan ends liked.
-    await Promise.all(fans.flatMap((f) => [1, 2, 3].map(() => call(t.app, "PUT", `/api/blog/like/${id}`, { token: f.token }))));
+    await Promise.all(
+      fans.flatMap((f) => [1, 2, 3].map(() => call(t.app, "PUT", `/api/blog/like/${id}`, { token: f.token }))),
+    );
     expect(await t.deps.redis.zcard(keys.blogLiked(id))).toBe(12);
     expect(await likedColumn(t.deps, id)).toBe(12);
   });
@@ -292,13 +362,18 @@ describe("likes", () => {
       await call(t.app, "PUT", `/api/blog/like/${id}`, { token: f.token });
       await Bun.sleep(3);
     }
-    const res = await call<{ id: number; nickName: string; icon: string }[]>(t.app, "GET", `/api/blog/likes/${id}`, { token: author.token });
+    const res = await call<{ id: number; nickName: string; icon: string }[]>(t.app, "GET", `/api/blog/likes/${id}`, {
+      token: author.token,
+    });
     expect(res.body.data?.map((u) => u.id)).toEqual(fans.slice(0, 5).map((f) => f.id));
     expect(Object.keys(res.body.data?.[0] ?? {}).sort()).toEqual(["icon", "id", "nickName"]);
     // Unliking leaves the list; the next in line moves up.
     await call(t.app, "PUT", `/api/blog/like/${id}`, { token: fans[1]?.token });
     const after = await call<{ id: number }[]>(t.app, "GET", `/api/blog/likes/${id}`, { token: author.token });
     expect(after.body.data?.map((u) => u.id)).toEqual([0, 2, 3, 4, 5].map((i) => fans[i]?.id as number));
-    expect((await call(t.app, "GET", "/api/blog/likes/987654321", { token: author.token })).body).toEqual({ success: true, data: [] });
+    expect((await call(t.app, "GET", "/api/blog/likes/987654321", { token: author.token })).body).toEqual({
+      success: true,
+      data: [],
+    });
   });
 });

@@ -26,7 +26,10 @@ async function scrollAll(t: TestApp, user: TestUser, maxPages = 50): Promise<{ i
 describe("feed cursor", () => {
   test("offset counts the run of equal scores across pages, not only within the last page", () => {
     // Page 1 from the top: 9, 7, 7 → minTime 7, two items at 7 seen.
-    expect(advanceCursor({ minTime: Number.MAX_SAFE_INTEGER, offset: 0 }, [9, 7, 7])).toEqual({ minTime: 7, offset: 2 });
+    expect(advanceCursor({ minTime: Number.MAX_SAFE_INTEGER, offset: 0 }, [9, 7, 7])).toEqual({
+      minTime: 7,
+      offset: 2,
+    });
     // Page 2 (from 7 skipping 2): 7, 7, 7 — the run continues: 2 + 3.
     expect(advanceCursor({ minTime: 7, offset: 2 }, [7, 7, 7])).toEqual({ minTime: 7, offset: 5 });
     // Page 3: 7, 5, 5 — a new minimum: only its own run counts.
@@ -76,11 +79,15 @@ describe("follow feed", () => {
     expect(first.body.data?.list[0]).toMatchObject({ userId: author.id });
     expect(first.body.data?.list[0]?.name).toMatch(/^user_/);
     expect(first.body.data).toMatchObject({ minTime: clock.ms - 10, offset: 1 });
-    const second = await call<Page>(t.app, "GET", `/api/blog/of/follow?lastId=${clock.ms - 10}&offset=1`, { token: me.token });
+    const second = await call<Page>(t.app, "GET", `/api/blog/of/follow?lastId=${clock.ms - 10}&offset=1`, {
+      token: me.token,
+    });
     expect(second.body.data).toMatchObject({ minTime: clock.ms - 20, offset: 1 });
     expect(second.body.data?.list.map((b) => b.id)).toEqual(ids.slice(0, 1));
     // Past the end: an empty list, the cursor unchanged.
-    const end = await call<Page>(t.app, "GET", `/api/blog/of/follow?lastId=${clock.ms - 20}&offset=1`, { token: me.token });
+    const end = await call<Page>(t.app, "GET", `/api/blog/of/follow?lastId=${clock.ms - 20}&offset=1`, {
+      token: me.token,
+    });
     expect(end.body.data).toEqual({ list: [], minTime: clock.ms - 20, offset: 1 });
   });
 
@@ -112,7 +119,9 @@ describe("follow feed", () => {
       expect(ids.slice(2, 9).sort()).toEqual([...tied].sort());
       expect(ids.slice(9).sort()).toEqual([...older].sort());
       expect((await scrollAll(t, me)).ids).toEqual(ids);
-      expect(ids).toEqual((await t.deps.redis.zrange<(string | number)[]>(keys.feed(me.id), 0, -1, { rev: true })).map(Number));
+      expect(ids).toEqual(
+        (await t.deps.redis.zrange<(string | number)[]>(keys.feed(me.id), 0, -1, { rev: true })).map(Number),
+      );
     });
   }
 
@@ -131,7 +140,8 @@ describe("follow feed", () => {
     // Entries a racing push could leave behind: a stranger's notes, and a note that no longer exists.
     clock.ms += 10;
     const foreign = [await postBlog(t, stranger, shopId), await postBlog(t, stranger, shopId)];
-    for (const id of [...foreign, 987654321]) await t.deps.redis.zadd(keys.feed(me.id), { score: clock.ms, member: String(id) });
+    for (const id of [...foreign, 987654321])
+      await t.deps.redis.zadd(keys.feed(me.id), { score: clock.ms, member: String(id) });
     const { ids } = await scrollAll(t, me);
     expect(ids).toEqual([keep2, keep1]);
   });

@@ -7,18 +7,25 @@ import { createTestApp } from "../support/stack.ts";
 import type { TestApp } from "../support/stack.ts";
 
 async function followRows(t: TestApp, me: number, target: number): Promise<number> {
-  const row = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_follow WHERE user_id = ? AND follow_user_id = ?", [me, target])).rows[0] as { n: string };
+  const row = (
+    await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_follow WHERE user_id = ? AND follow_user_id = ?", [
+      me,
+      target,
+    ])
+  ).rows[0] as { n: string };
   return Number(row.n);
 }
 
-const inbox = async (t: TestApp, uid: number) => (await t.deps.redis.zrange<(string | number)[]>(keys.feed(uid), 0, -1)).map(Number);
+const inbox = async (t: TestApp, uid: number) =>
+  (await t.deps.redis.zrange<(string | number)[]>(keys.feed(uid), 0, -1)).map(Number);
 
 /** The Redis client with chosen commands failing while `failing` holds them (a fault-injection wrapper). */
 function flakyRedis(redis: RedisPort, failing: Set<string>): RedisPort {
   return new Proxy(redis, {
     get(target, prop, receiver) {
       const value = Reflect.get(target, prop, receiver);
-      if (typeof prop === "string" && failing.has(prop)) return () => Promise.reject(new Error(`injected: ${prop} failed`));
+      if (typeof prop === "string" && failing.has(prop))
+        return () => Promise.reject(new Error(`injected: ${prop} failed`));
       return typeof value === "function" ? value.bind(target) : value;
     },
   });
@@ -29,20 +36,29 @@ describe("follows", () => {
     const t = await createTestApp();
     const me = await newUser(t);
     const star = await newUser(t);
-    expect((await call<boolean>(t.app, "GET", `/api/follow/or/not/${star.id}`, { token: me.token })).body).toEqual({ success: true, data: false });
+    expect((await call<boolean>(t.app, "GET", `/api/follow/or/not/${star.id}`, { token: me.token })).body).toEqual({
+      success: true,
+      data: false,
+    });
     for (let i = 0; i < 2; i++) expect((await setFollow(t, me, star.id)).body).toEqual({ success: true });
     // Concurrent repeats too: UNIQUE(user_id, follow_user_id) + INSERT IGNORE.
     await Promise.all(Array.from({ length: 5 }, () => setFollow(t, me, star.id)));
     expect(await followRows(t, me.id, star.id)).toBe(1);
     expect((await t.deps.redis.smembers(keys.follows(me.id))).map(Number)).toEqual([star.id]);
-    expect((await call<boolean>(t.app, "GET", `/api/follow/or/not/${star.id}`, { token: me.token })).body.data).toBe(true);
+    expect((await call<boolean>(t.app, "GET", `/api/follow/or/not/${star.id}`, { token: me.token })).body.data).toBe(
+      true,
+    );
     // Following is one-way.
-    expect((await call<boolean>(t.app, "GET", `/api/follow/or/not/${me.id}`, { token: star.token })).body.data).toBe(false);
+    expect((await call<boolean>(t.app, "GET", `/api/follow/or/not/${me.id}`, { token: star.token })).body.data).toBe(
+      false,
+    );
 
     for (let i = 0; i < 2; i++) expect((await setFollow(t, me, star.id, false)).body).toEqual({ success: true });
     expect(await followRows(t, me.id, star.id)).toBe(0);
     expect(await t.deps.redis.scard(keys.follows(me.id))).toBe(0);
-    expect((await call<boolean>(t.app, "GET", `/api/follow/or/not/${star.id}`, { token: me.token })).body.data).toBe(false);
+    expect((await call<boolean>(t.app, "GET", `/api/follow/or/not/${star.id}`, { token: me.token })).body.data).toBe(
+      false,
+    );
   });
 
   test("nobody can follow themselves, and following a missing user is NOT_FOUND; nothing is written", async () => {
@@ -98,10 +114,18 @@ describe("follows", () => {
     if (!me || !you || !x || !y || !z) throw new Error("users");
     for (const target of [x, y]) await setFollow(t, me, target.id);
     for (const target of [y, z, x]) await setFollow(t, you, target.id);
-    const res = await call<{ id: number; nickName: string; icon: string }[]>(t.app, "GET", `/api/follow/common/${you.id}`, { token: me.token });
+    const res = await call<{ id: number; nickName: string; icon: string }[]>(
+      t.app,
+      "GET",
+      `/api/follow/common/${you.id}`,
+      { token: me.token },
+    );
     expect(res.body.data?.map((u) => u.id)).toEqual([x.id, y.id].sort((p, q) => p - q));
     expect(Object.keys(res.body.data?.[0] ?? {}).sort()).toEqual(["icon", "id", "nickName"]);
-    expect((await call(t.app, "GET", `/api/follow/common/${z.id}`, { token: me.token })).body).toEqual({ success: true, data: [] });
+    expect((await call(t.app, "GET", `/api/follow/common/${z.id}`, { token: me.token })).body).toEqual({
+      success: true,
+      data: [],
+    });
   });
 
   test("when Redis fails after MySQL saved the follow, the caller gets an error and a retry converges both stores", async () => {
@@ -160,12 +184,18 @@ describe("follows", () => {
 
 describe("like and follow toggles are metered per user (issue 16 item 9)", () => {
   test("a burst of toggles past the bucket is 429 with Retry-After; likes and follows share it; other users are unaffected", async () => {
-    const t = await createTestApp({ TOGGLE_BUCKET_SIZE: "6", TOGGLE_BUCKET_REFILL: "1", TOGGLE_BUCKET_INTERVAL_MS: "60000" });
+    const t = await createTestApp({
+      TOGGLE_BUCKET_SIZE: "6",
+      TOGGLE_BUCKET_REFILL: "1",
+      TOGGLE_BUCKET_INTERVAL_MS: "60000",
+    });
     const [me, other, target] = [await newUser(t), await newUser(t), await newUser(t)];
     const blogId = await postBlog(t, target, await newShop(t));
     const statuses: number[] = [];
-    for (let i = 0; i < 4; i++) statuses.push((await call(t.app, "PUT", `/api/blog/like/${blogId}`, { token: me.token })).status);
-    for (let i = 0; i < 4; i++) statuses.push((await call(t.app, "PUT", `/api/follow/${target.id}/${i % 2 === 0}`, { token: me.token })).status);
+    for (let i = 0; i < 4; i++)
+      statuses.push((await call(t.app, "PUT", `/api/blog/like/${blogId}`, { token: me.token })).status);
+    for (let i = 0; i < 4; i++)
+      statuses.push((await call(t.app, "PUT", `/api/follow/${target.id}/${i % 2 === 0}`, { token: me.token })).status);
     expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 429, 429]);
     const refused = await call(t.app, "PUT", `/api/blog/like/${blogId}`, { token: me.token });
     expect(refused.status).toBe(429);

@@ -33,7 +33,10 @@ function countingRedis(redis: RedisPort): { redis: RedisPort; all: () => number;
           return new Proxy(out as object, {
             get(p, k) {
               const m = Reflect.get(p, k, p) as unknown;
-              if (k !== "exec" || typeof m !== "function") return typeof m === "function" ? (...a: unknown[]) => (m as (...x: unknown[]) => unknown).apply(p, a) : m;
+              if (k !== "exec" || typeof m !== "function")
+                return typeof m === "function"
+                  ? (...a: unknown[]) => (m as (...x: unknown[]) => unknown).apply(p, a)
+                  : m;
               return (...a: unknown[]) => {
                 all++;
                 return (m as (...x: unknown[]) => unknown).apply(p, a);
@@ -50,7 +53,10 @@ function countingRedis(redis: RedisPort): { redis: RedisPort; all: () => number;
   return { redis: proxy, all: () => all, session: () => session };
 }
 
-async function counted(env: Record<string, string> = {}, clock = manualClock()): Promise<TestApp & { clock: ReturnType<typeof manualClock>; count: ReturnType<typeof countingRedis> }> {
+async function counted(
+  env: Record<string, string> = {},
+  clock = manualClock(),
+): Promise<TestApp & { clock: ReturnType<typeof manualClock>; count: ReturnType<typeof countingRedis> }> {
   let count!: ReturnType<typeof countingRedis>;
   const t = await createTestApp(env, {
     clock,
@@ -62,7 +68,8 @@ async function counted(env: Record<string, string> = {}, clock = manualClock()):
   return { ...t, clock, count };
 }
 
-const me = (t: TestApp, token: string) => call<{ id: number; nickName: string }>(t.app, "GET", "/api/user/me", { token });
+const me = (t: TestApp, token: string) =>
+  call<{ id: number; nickName: string }>(t.app, "GET", "/api/user/me", { token });
 let nextId = 8_000_000 + Math.floor(Math.random() * 1_000_000) * 100;
 const user = () => {
   const id = nextId++;
@@ -108,7 +115,10 @@ describe("session tokens", () => {
     const rotated = await counted({ SESSION_SECRET: newSecret, SESSION_SECRET_PREVIOUS: oldSecret });
     const u = user();
     const oldToken = await createSession(rotated.deps.redis, u, 600, new SessionKeys(oldSecret));
-    expect((await me(rotated, oldToken)).body).toMatchObject({ success: true, data: { id: u.id, nickName: u.nickName } });
+    expect((await me(rotated, oldToken)).body).toMatchObject({
+      success: true,
+      data: { id: u.id, nickName: u.nickName },
+    });
     const { token: fresh } = await loginAs(rotated.app, rotated.deps);
     expect(await new SessionKeys(newSecret).verify(fresh)).not.toBeNull();
     expect(await new SessionKeys(oldSecret).verify(fresh)).toBeNull();
@@ -120,7 +130,9 @@ describe("session tokens", () => {
   test("login returns the raw token, its record is the classic hash under a key named by the session (never the raw token), and Bearer works too", async () => {
     const t = await counted();
     const { token } = await loginAs(t.app, t.deps);
-    const jti = (JSON.parse(atob((token.split(".")[1] as string).replace(/-/g, "+").replace(/_/g, "/"))) as { jti: string }).jti;
+    const jti = (
+      JSON.parse(atob((token.split(".")[1] as string).replace(/-/g, "+").replace(/_/g, "/"))) as { jti: string }
+    ).jti;
     expect(keys.loginToken(token)).toBe(`login:token:j:${jti}`);
     expect(await t.deps.redis.exists(`login:token:${token}`)).toBe(0);
     // No key anywhere carries the bearer token (nor its signature).
@@ -142,7 +154,9 @@ describe("session tokens", () => {
     const { SESSION_SECRET: secret, ...rest } = (await getStack()).env;
     expect(() => parseEnv(rest)).toThrow(/SESSION_SECRET is required/);
     expect(() => parseEnv({ ...rest, SESSION_SECRET: "short-secret" })).toThrow(/SESSION_SECRET must be at least 32/);
-    expect(() => parseEnv({ ...rest, SESSION_SECRET: secret, SESSION_SYNC_MS: "3000", SESSION_TRUST_MS: "5000" })).toThrow(/SESSION_TRUST_MS/);
+    expect(() =>
+      parseEnv({ ...rest, SESSION_SECRET: secret, SESSION_SYNC_MS: "3000", SESSION_TRUST_MS: "5000" }),
+    ).toThrow(/SESSION_TRUST_MS/);
     expect(parseEnv({ ...rest, SESSION_SECRET: secret }).SESSION_SECRET).toBe(secret as string);
   });
 });
@@ -150,7 +164,9 @@ describe("session tokens", () => {
 describe("the isolate's session cache", () => {
   test("warm GET /api/user/me makes no Redis command, and upkeep over 500 requests from 100 sessions stays ≤ 0.05 per request", async () => {
     const t = await counted();
-    const tokens = await Promise.all(Array.from({ length: 100 }, () => createSession(t.deps.redis, user(), 600, t.deps.isolate.sessions.keys)));
+    const tokens = await Promise.all(
+      Array.from({ length: 100 }, () => createSession(t.deps.redis, user(), 600, t.deps.isolate.sessions.keys)),
+    );
     // Cold isolate: its first authenticated request waits for one sync (the trust bound).
     expect((await me(t, tokens[0] as string)).status).toBe(200);
     await t.settle();
@@ -171,7 +187,9 @@ describe("the isolate's session cache", () => {
     await t.settle();
     const upkeep = t.count.session() - mid;
     const syncs = t.deps.isolate.sessions.stats().syncs;
-    console.log(`session commands: 500 warm (clock still) ${frozen.session} (all commands ${frozen.all}); 500 over 10 s: ${upkeep} (${(upkeep / 500).toFixed(3)}/request, ${syncs} syncs in all)`);
+    console.log(
+      `session commands: 500 warm (clock still) ${frozen.session} (all commands ${frozen.all}); 500 over 10 s: ${upkeep} (${(upkeep / 500).toFixed(3)}/request, ${syncs} syncs in all)`,
+    );
     expect(upkeep).toBeGreaterThanOrEqual(1);
     expect(upkeep / 500).toBeLessThanOrEqual(0.05);
   });
@@ -199,7 +217,8 @@ describe("the isolate's session cache", () => {
                 };
               }
               if (typeof v !== "function") return v;
-              return (...args: unknown[]) => (v as (...a: unknown[]) => unknown).apply(prop === "createScript" ? redis : target, args);
+              return (...args: unknown[]) =>
+                (v as (...a: unknown[]) => unknown).apply(prop === "createScript" ? redis : target, args);
             },
           });
           return { ...deps, redis };
@@ -363,7 +382,8 @@ describe("sessions that end (issue 16 item 2)", () => {
     const t = await createTestApp();
     const { token } = await loginAs(t.app, t.deps);
     expect((await call(t.app, "GET", "/api/user/me", { token })).status).toBe(200);
-    for (const other of respellings(token)) expect((await call(t.app, "GET", "/api/user/me", { token: other })).status).toBe(401);
+    for (const other of respellings(token))
+      expect((await call(t.app, "GET", "/api/user/me", { token: other })).status).toBe(401);
     expect(await t.deps.isolate.sessions.keys.verify(respellings(token)[0] as string)).toBeNull();
   });
 
@@ -396,9 +416,15 @@ describe("sessions that end (issue 16 item 2)", () => {
 
   test("a token carries an absolute expiry (SESSION_MAX_AGE_SECONDS): past it, refused although its session still slides", async () => {
     const clock = manualClock();
-    const t = await createTestApp({ SESSION_MAX_AGE_SECONDS: "3600", SESSION_TTL_SECONDS: "7200", SESSION_RENEW_SECONDS: "60" }, { clock });
+    const t = await createTestApp(
+      { SESSION_MAX_AGE_SECONDS: "3600", SESSION_TTL_SECONDS: "7200", SESSION_RENEW_SECONDS: "60" },
+      { clock },
+    );
     const { token } = await loginAs(t.app, t.deps);
-    const payload = JSON.parse(atob((token.split(".")[1] as string).replace(/-/g, "+").replace(/_/g, "/"))) as { iat: number; exp: number };
+    const payload = JSON.parse(atob((token.split(".")[1] as string).replace(/-/g, "+").replace(/_/g, "/"))) as {
+      iat: number;
+      exp: number;
+    };
     expect(payload.exp - payload.iat).toBe(3600);
     expect((await call(t.app, "GET", "/api/user/me", { token })).status).toBe(200);
     // Used every 20 minutes: the idle timeout never ends it; the absolute lifetime does.
@@ -417,7 +443,8 @@ describe("sessions that end (issue 16 item 2)", () => {
 
 describe("token re-issue (issue 16 item 2)", () => {
   type Payload = { sub: string; iat: number; exp: number; jti: string; auth_time: number };
-  const payloadOf = (token: string) => JSON.parse(atob((token.split(".")[1] as string).replace(/-/g, "+").replace(/_/g, "/"))) as Payload;
+  const payloadOf = (token: string) =>
+    JSON.parse(atob((token.split(".")[1] as string).replace(/-/g, "+").replace(/_/g, "/"))) as Payload;
   const MIN = 60_000;
   /** Tokens live 1 h (re-issued in their last 30 min), sessions at most 2 h from sign-in. */
   const SHORT = { SESSION_MAX_AGE_SECONDS: "3600", SESSION_HARD_CAP_SECONDS: "7200" };
@@ -447,7 +474,10 @@ describe("token re-issue (issue 16 item 2)", () => {
     expect(await t.deps.redis.ttl(keys.loginToken(token))).toBeGreaterThan(1700);
     const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     const last = alphabet.indexOf((fresh as string).at(-1) as string);
-    for (const x of [1, 2, 3]) expect(await t.deps.isolate.sessions.keys.verify((fresh as string).slice(0, -1) + alphabet[last ^ x], t.clock.now())).toBeNull();
+    for (const x of [1, 2, 3])
+      expect(
+        await t.deps.isolate.sessions.keys.verify((fresh as string).slice(0, -1) + alphabet[last ^ x], t.clock.now()),
+      ).toBeNull();
 
     // The fresh token works here (no header: it is far from its exp) and in an isolate that never saw it.
     const again = await me(t, fresh as string);
@@ -545,7 +575,10 @@ describe("token re-issue (issue 16 item 2)", () => {
     expect(capped.exp).toBe(signIn + 7200);
     expect(capped.auth_time).toBe(signIn);
     // Lowering the cap ends older sessions too: an isolate configured with a 1 h cap refuses it now.
-    const stricter = await counted({ SESSION_MAX_AGE_SECONDS: "3600", SESSION_HARD_CAP_SECONDS: "3600" }, manualClock(t.clock.now()));
+    const stricter = await counted(
+      { SESSION_MAX_AGE_SECONDS: "3600", SESSION_HARD_CAP_SECONDS: "3600" },
+      manualClock(t.clock.now()),
+    );
     expect((await me(stricter, second.fresh as string)).status).toBe(401);
     // T+92: within 30 min of exp, but exp is the cap: no fresh token (and none asked for: no command).
     t.clock.advance(30 * MIN);
@@ -558,8 +591,11 @@ describe("token re-issue (issue 16 item 2)", () => {
     // T+120: over, for every token of the session.
     t.clock.advance(28 * MIN);
     await t.deps.isolate.sessions.sync(t.deps);
-    for (const tok of [token, first.fresh as string, second.fresh as string]) expect((await me(t, tok)).status).toBe(401);
+    for (const tok of [token, first.fresh as string, second.fresh as string])
+      expect((await me(t, tok)).status).toBe(401);
     // A cap below the token lifetime is refused at boot.
-    expect(() => parseEnv({ ...t.stack.env, SESSION_MAX_AGE_SECONDS: "3600", SESSION_HARD_CAP_SECONDS: "1800" })).toThrow(/SESSION_HARD_CAP_SECONDS/);
+    expect(() =>
+      parseEnv({ ...t.stack.env, SESSION_MAX_AGE_SECONDS: "3600", SESSION_HARD_CAP_SECONDS: "1800" }),
+    ).toThrow(/SESSION_HARD_CAP_SECONDS/);
   });
 });

@@ -6,7 +6,15 @@ import { createShop, createShopType, east, HANGZHOU, operator } from "../support
 import { createTestApp, getStack } from "../support/stack.ts";
 import { startFaultProxy } from "../../scripts/stack/fault-proxy.ts";
 
-type ShopOut = { id: number; name: string; typeId: number; distance?: number; createTime: string; x: number; y: number };
+type ShopOut = {
+  id: number;
+  name: string;
+  typeId: number;
+  distance?: number;
+  createTime: string;
+  x: number;
+  y: number;
+};
 
 describe("shops", () => {
   test("GET /api/shop/{id} returns the classic shape with local-time dates", async () => {
@@ -16,11 +24,31 @@ describe("shops", () => {
     const res = await call<ShopOut & Record<string, unknown>>(t.app, "GET", `/api/shop/${id}`);
     expect(res.body.success).toBe(true);
     expect(Object.keys(res.body.data ?? {}).sort()).toEqual(
-      ["address", "area", "avgPrice", "comments", "createTime", "id", "images", "name", "openHours", "score", "sold", "typeId", "updateTime", "x", "y"].sort(),
+      [
+        "address",
+        "area",
+        "avgPrice",
+        "comments",
+        "createTime",
+        "id",
+        "images",
+        "name",
+        "openHours",
+        "score",
+        "sold",
+        "typeId",
+        "updateTime",
+        "x",
+        "y",
+      ].sort(),
     );
     expect(res.body.data).toMatchObject({ id, name: "小河直街面馆", typeId, x: HANGZHOU.x, y: HANGZHOU.y });
     expect(res.body.data?.createTime).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$/);
-    expect((await call(t.app, "GET", "/api/shop/987654321")).body).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "shop not found" });
+    expect((await call(t.app, "GET", "/api/shop/987654321")).body).toEqual({
+      success: false,
+      code: "NOT_FOUND",
+      errorMsg: "shop not found",
+    });
   });
 
   test("nearby search returns only shops within 5 km, nearest first, with distances in metres, 5 per page", async () => {
@@ -29,9 +57,21 @@ describe("shops", () => {
     const metres = [3000, 100, 4900, 1000, 2000, 6000, 400, 12000];
     const ids = new Map<number, number>();
     for (const m of metres) ids.set(m, await createShop(t, typeId, east(HANGZHOU, m), `d${m}`));
-    const page1 = await call<ShopOut[]>(t.app, "GET", `/api/shop/of/type?typeId=${typeId}&current=1&x=${HANGZHOU.x}&y=${HANGZHOU.y}`);
-    const page2 = await call<ShopOut[]>(t.app, "GET", `/api/shop/of/type?typeId=${typeId}&current=2&x=${HANGZHOU.x}&y=${HANGZHOU.y}`);
-    const page3 = await call<ShopOut[]>(t.app, "GET", `/api/shop/of/type?typeId=${typeId}&current=3&x=${HANGZHOU.x}&y=${HANGZHOU.y}`);
+    const page1 = await call<ShopOut[]>(
+      t.app,
+      "GET",
+      `/api/shop/of/type?typeId=${typeId}&current=1&x=${HANGZHOU.x}&y=${HANGZHOU.y}`,
+    );
+    const page2 = await call<ShopOut[]>(
+      t.app,
+      "GET",
+      `/api/shop/of/type?typeId=${typeId}&current=2&x=${HANGZHOU.x}&y=${HANGZHOU.y}`,
+    );
+    const page3 = await call<ShopOut[]>(
+      t.app,
+      "GET",
+      `/api/shop/of/type?typeId=${typeId}&current=3&x=${HANGZHOU.x}&y=${HANGZHOU.y}`,
+    );
     expect(page1.body.data?.map((s) => s.name)).toEqual(["d100", "d400", "d1000", "d2000", "d3000"]);
     expect(page2.body.data?.map((s) => s.name)).toEqual(["d4900"]);
     expect(page3.body.data).toEqual([]);
@@ -60,10 +100,14 @@ describe("shops", () => {
     const a = await createShopType(t);
     const b = await createShopType(t);
     const id = await createShop(t, a, east(HANGZHOU, 500), "mover");
-    const near = (typeId: number) => call<ShopOut[]>(t.app, "GET", `/api/shop/of/type?typeId=${typeId}&x=${HANGZHOU.x}&y=${HANGZHOU.y}`);
+    const near = (typeId: number) =>
+      call<ShopOut[]>(t.app, "GET", `/api/shop/of/type?typeId=${typeId}&x=${HANGZHOU.x}&y=${HANGZHOU.y}`);
     expect((await near(a)).body.data?.map((s) => s.id)).toEqual([id]);
     const far = east(HANGZHOU, 8000);
-    expect((await call(t.app, "PUT", "/api/shop", { token: operator(t), json: { id, typeId: b, x: far.x, y: far.y } })).body.success).toBe(true);
+    expect(
+      (await call(t.app, "PUT", "/api/shop", { token: operator(t), json: { id, typeId: b, x: far.x, y: far.y } })).body
+        .success,
+    ).toBe(true);
     expect((await near(a)).body.data).toEqual([]);
     expect((await near(b)).body.data).toEqual([]);
     const back = east(HANGZHOU, 700);
@@ -106,7 +150,16 @@ describe("shops", () => {
         call<number>(t.app, "POST", "/api/shop", {
           token: operator(t),
           headers: { "idempotency-key": `k-${name}` },
-          json: { name, typeId, address: "test road 1", x: HANGZHOU.x, y: HANGZHOU.y, avgPrice: 80, images: "/imgs/a.jpg", area: "test" },
+          json: {
+            name,
+            typeId,
+            address: "test road 1",
+            x: HANGZHOU.x,
+            y: HANGZHOU.y,
+            avgPrice: 80,
+            images: "/imgs/a.jpg",
+            area: "test",
+          },
         });
       proxy.set({ kind: "fail", match: "geoadd" });
       const first = await send();
@@ -115,7 +168,9 @@ describe("shops", () => {
       const again = await send();
       expect(again.headers.get("idempotent-replayed")).toBe("true");
       expect(again.body.data).toBe(first.body.data as number);
-      const rows = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_shop WHERE name = ?", [name])).rows[0] as { n: string };
+      const rows = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_shop WHERE name = ?", [name])).rows[0] as {
+        n: string;
+      };
       expect(Number(rows.n)).toBe(1);
     } finally {
       await proxy.stop();
@@ -129,13 +184,19 @@ describe("shops", () => {
     for (let i = 0; i < 12; i++) await createShop(t, typeId, HANGZHOU, `${tag}-茶馆-${i}`);
     await createShop(t, typeId, HANGZHOU, `${tag}_x%`);
     const p1 = await call<ShopOut[]>(t.app, "GET", `/api/shop/of/name?name=${encodeURIComponent(`${tag}-茶馆`)}`);
-    const p2 = await call<ShopOut[]>(t.app, "GET", `/api/shop/of/name?name=${encodeURIComponent(`${tag}-茶馆`)}&current=2`);
+    const p2 = await call<ShopOut[]>(
+      t.app,
+      "GET",
+      `/api/shop/of/name?name=${encodeURIComponent(`${tag}-茶馆`)}&current=2`,
+    );
     expect(p1.body.data?.length).toBe(10);
     expect(p2.body.data?.length).toBe(2);
     const literal = await call<ShopOut[]>(t.app, "GET", `/api/shop/of/name?name=${encodeURIComponent(`${tag}_x%`)}`);
     expect(literal.body.data?.map((s) => s.name)).toEqual([`${tag}_x%`]);
     // "%" is no wildcard: no name contains "<tag>%" literally.
-    expect((await call<ShopOut[]>(t.app, "GET", `/api/shop/of/name?name=${encodeURIComponent(`${tag}%`)}`)).body.data).toEqual([]);
+    expect(
+      (await call<ShopOut[]>(t.app, "GET", `/api/shop/of/name?name=${encodeURIComponent(`${tag}%`)}`)).body.data,
+    ).toEqual([]);
   });
 
   test("shop writes need the operator secret; a user token is not enough", async () => {
@@ -145,7 +206,9 @@ describe("shops", () => {
     const body = { name: "x", typeId, address: "a", x: HANGZHOU.x, y: HANGZHOU.y };
     expect((await call(t.app, "POST", "/api/shop", { json: body })).status).toBe(401);
     expect((await call(t.app, "POST", "/api/shop", { json: body, token })).status).toBe(401);
-    expect((await call(t.app, "PUT", "/api/shop", { json: { id: 1, name: "y" }, token: `Bearer ${token}` })).status).toBe(401);
+    expect(
+      (await call(t.app, "PUT", "/api/shop", { json: { id: 1, name: "y" }, token: `Bearer ${token}` })).status,
+    ).toBe(401);
   });
 
   test("updating a missing shop is NOT_FOUND and writes nothing", async () => {
@@ -178,9 +241,45 @@ describe("shops", () => {
       ["POST", "/api/voucher", { shopId: 1, title: "t", payValue: -1, actualValue: 1 }],
       ["POST", "/api/voucher", { shopId: 1, title: "t", payValue: 1.5, actualValue: 1 }],
       ["POST", "/api/voucher", { shopId: 1, title: "t", payValue: 3, actualValue: 2 }],
-      ["POST", "/api/voucher/seckill", { shopId: 1, title: "t", payValue: 3, actualValue: 2, stock: 5, beginTime: "2026-01-01T00:00:00", endTime: "2026-01-02T00:00:00" }],
-      ["POST", "/api/voucher/seckill", { shopId: 1, title: "t", payValue: 1, actualValue: 1, stock: 0, beginTime: "2026-01-01T00:00:00", endTime: "2026-01-02T00:00:00" }],
-      ["POST", "/api/voucher/seckill", { shopId: 1, title: "t", payValue: 1, actualValue: 1, stock: 5, beginTime: "tomorrow", endTime: "2026-01-02T00:00:00" }],
+      [
+        "POST",
+        "/api/voucher/seckill",
+        {
+          shopId: 1,
+          title: "t",
+          payValue: 3,
+          actualValue: 2,
+          stock: 5,
+          beginTime: "2026-01-01T00:00:00",
+          endTime: "2026-01-02T00:00:00",
+        },
+      ],
+      [
+        "POST",
+        "/api/voucher/seckill",
+        {
+          shopId: 1,
+          title: "t",
+          payValue: 1,
+          actualValue: 1,
+          stock: 0,
+          beginTime: "2026-01-01T00:00:00",
+          endTime: "2026-01-02T00:00:00",
+        },
+      ],
+      [
+        "POST",
+        "/api/voucher/seckill",
+        {
+          shopId: 1,
+          title: "t",
+          payValue: 1,
+          actualValue: 1,
+          stock: 5,
+          beginTime: "tomorrow",
+          endTime: "2026-01-02T00:00:00",
+        },
+      ],
     ];
     for (const [method, path, json] of cases) {
       const res = await call(t.app, method, path, { token: operator(t), json });
@@ -189,13 +288,34 @@ describe("shops", () => {
       expect(res.body.code).toBe("INVALID_INPUT");
     }
     // Handler-built 400s carry the request id like the validator's.
-    const reversedWindow = await call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: { shopId: 1, title: "t", payValue: 1, actualValue: 1, stock: 5, beginTime: "2026-01-02T00:00:00", endTime: "2026-01-01T00:00:00" } });
+    const reversedWindow = await call(t.app, "POST", "/api/voucher/seckill", {
+      token: operator(t),
+      json: {
+        shopId: 1,
+        title: "t",
+        payValue: 1,
+        actualValue: 1,
+        stock: 5,
+        beginTime: "2026-01-02T00:00:00",
+        endTime: "2026-01-01T00:00:00",
+      },
+    });
     expect(reversedWindow.status).toBe(400);
     expect(reversedWindow.body.requestId).toBe(reversedWindow.headers.get("x-request-id") as string);
     // Something that does not exist is a business outcome (api.md), not malformed input.
-    const unknownType = await call(t.app, "POST", "/api/shop", { token: operator(t), json: { name: "n", typeId: 987654, address: "a", x: 1, y: 1 } });
-    expect({ status: unknownType.status, body: unknownType.body }).toEqual({ status: 200, body: { success: false, code: "NOT_FOUND", errorMsg: "shop type not found" } });
-    const bad = await call(t.app, "POST", "/api/shop", { token: operator(t), body: "{", headers: { "content-type": "application/json" } });
+    const unknownType = await call(t.app, "POST", "/api/shop", {
+      token: operator(t),
+      json: { name: "n", typeId: 987654, address: "a", x: 1, y: 1 },
+    });
+    expect({ status: unknownType.status, body: unknownType.body }).toEqual({
+      status: 200,
+      body: { success: false, code: "NOT_FOUND", errorMsg: "shop type not found" },
+    });
+    const bad = await call(t.app, "POST", "/api/shop", {
+      token: operator(t),
+      body: "{",
+      headers: { "content-type": "application/json" },
+    });
     expect(bad.status).toBe(400);
   });
   test("a shop write replaces the prepared response: new body and ETag at once in the writing isolate, the old ETag no longer 304s", async () => {
@@ -207,7 +327,9 @@ describe("shops", () => {
     expect(((await first.json()) as { data: ShopOut }).data.name).toBe("before-write");
     expect((await t.app.request(`/api/shop/${id}`, { headers: { "if-none-match": etag } })).status).toBe(304);
 
-    expect((await call(t.app, "PUT", "/api/shop", { token: operator(t), json: { id, name: "after-write" } })).body.success).toBe(true);
+    expect(
+      (await call(t.app, "PUT", "/api/shop", { token: operator(t), json: { id, name: "after-write" } })).body.success,
+    ).toBe(true);
     const after = await t.app.request(`/api/shop/${id}`, { headers: { "if-none-match": etag } });
     expect(after.status).toBe(200);
     expect(after.headers.get("etag")).not.toBe(etag);
@@ -223,7 +345,11 @@ describe("shop types and vouchers", () => {
   test("shop types come ordered by sort", async () => {
     const t = await createTestApp();
     await t.deps.redis.del(keys.cache("shop-type", "all"));
-    const res = await call<{ sort: number; id: number; name: string; icon: string }[]>(t.app, "GET", "/api/shop-type/list");
+    const res = await call<{ sort: number; id: number; name: string; icon: string }[]>(
+      t.app,
+      "GET",
+      "/api/shop-type/list",
+    );
     const sorts = res.body.data?.map((x) => x.sort) ?? [];
     expect(sorts.length).toBeGreaterThan(0);
     expect([...sorts].sort((a, b) => a - b)).toEqual(sorts);
@@ -233,10 +359,21 @@ describe("shop types and vouchers", () => {
     const t = await createTestApp();
     const shopId = await createShop(t, await createShopType(t));
     await call(t.app, "GET", `/api/voucher/list/${shopId}`);
-    const normal = await call<number>(t.app, "POST", "/api/voucher", { token: operator(t), json: { shopId, title: "50 off", payValue: 4750, actualValue: 5000 } });
+    const normal = await call<number>(t.app, "POST", "/api/voucher", {
+      token: operator(t),
+      json: { shopId, title: "50 off", payValue: 4750, actualValue: 5000 },
+    });
     const seckill = await call<number>(t.app, "POST", "/api/voucher/seckill", {
       token: operator(t),
-      json: { shopId, title: "flash", payValue: 8000, actualValue: 10000, stock: 100, beginTime: "2026-12-01T08:00:00", endTime: "2026-12-01T20:00:00" },
+      json: {
+        shopId,
+        title: "flash",
+        payValue: 8000,
+        actualValue: 10000,
+        stock: 100,
+        beginTime: "2026-12-01T08:00:00",
+        endTime: "2026-12-01T20:00:00",
+      },
     });
     expect(normal.body.success && seckill.body.success).toBe(true);
     const vid = seckill.body.data as number;
@@ -247,7 +384,14 @@ describe("shop types and vouchers", () => {
     expect(Number(window?.end)).toBe(Date.UTC(2026, 11, 1, 12, 0, 0));
     const list = await call<Record<string, unknown>[]>(t.app, "GET", `/api/voucher/list/${shopId}`);
     expect(list.body.data?.length).toBe(2);
-    expect(list.body.data?.[1]).toMatchObject({ id: vid, type: 1, stock: 100, beginTime: "2026-12-01T08:00:00", endTime: "2026-12-01T20:00:00", payValue: 8000 });
+    expect(list.body.data?.[1]).toMatchObject({
+      id: vid,
+      type: 1,
+      stock: 100,
+      beginTime: "2026-12-01T08:00:00",
+      endTime: "2026-12-01T20:00:00",
+      payValue: 8000,
+    });
     expect(list.body.data?.[0]).not.toHaveProperty("stock");
   });
 
@@ -257,14 +401,20 @@ describe("shop types and vouchers", () => {
     const { token } = await loginAs(t.app, t.deps);
     const body = { shopId, title: "x", payValue: 1, actualValue: 2 };
     expect((await call(t.app, "POST", "/api/voucher", { json: body, token })).status).toBe(401);
-    expect((await call(t.app, "POST", "/api/voucher/seckill", { json: { ...body, stock: 1, beginTime: 1, endTime: 2 } })).status).toBe(401);
-    expect((await call(t.app, "POST", "/api/voucher", { json: { ...body, shopId: 912345678 }, token: operator(t) })).body).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "shop not found" });
+    expect(
+      (await call(t.app, "POST", "/api/voucher/seckill", { json: { ...body, stock: 1, beginTime: 1, endTime: 2 } }))
+        .status,
+    ).toBe(401);
+    expect(
+      (await call(t.app, "POST", "/api/voucher", { json: { ...body, shopId: 912345678 }, token: operator(t) })).body,
+    ).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "shop not found" });
     const reversed = await call(t.app, "POST", "/api/voucher/seckill", {
       token: operator(t),
       json: { ...body, stock: 5, beginTime: "2026-12-02T00:00:00", endTime: "2026-12-01T00:00:00" },
     });
     expect(reversed.status).toBe(400);
-    const count = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = ?", [shopId])).rows[0] as { n: string };
+    const count = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = ?", [shopId]))
+      .rows[0] as { n: string };
     expect(Number(count.n)).toBe(0);
   });
 });

@@ -15,7 +15,13 @@ function addDays(date: string, n: number): string {
  * `startMs`: the clock when the user signs in. The tests travel 2031–2032 on that clock, so the
  * token's absolute lifetime is the longest allowed (366 days) from mid-2031.
  */
-async function setup(startMs = Date.parse("2031-06-01T04:00:00Z")): Promise<{ t: TestApp; clock: ReturnType<typeof manualClock>; user: TestUser; signOn: (date: string) => Promise<void>; countOn: (date: string) => Promise<number> }> {
+async function setup(startMs = Date.parse("2031-06-01T04:00:00Z")): Promise<{
+  t: TestApp;
+  clock: ReturnType<typeof manualClock>;
+  user: TestUser;
+  signOn: (date: string) => Promise<void>;
+  countOn: (date: string) => Promise<number>;
+}> {
   const clock = manualClock(startMs);
   const t = await createTestApp({ SESSION_MAX_AGE_SECONDS: String(366 * 86_400) }, { clock });
   const user = await newUser(t);
@@ -83,7 +89,10 @@ describe("sign-in", () => {
     await call(t.app, "POST", "/api/user/sign", { token: user.token });
     expect(await t.deps.redis.getbit(keys.sign(user.id, "203103"), 1)).toBe(1);
     expect(await t.deps.redis.getbit(keys.sign(user.id, "203103"), 0)).toBe(0);
-    const utc = await createTestApp({ SERVICE_TIME_ZONE: "UTC", SESSION_MAX_AGE_SECONDS: String(366 * 86_400) }, { clock });
+    const utc = await createTestApp(
+      { SERVICE_TIME_ZONE: "UTC", SESSION_MAX_AGE_SECONDS: String(366 * 86_400) },
+      { clock },
+    );
     await call(utc.app, "POST", "/api/user/sign", { token: user.token });
     expect(await t.deps.redis.getbit(keys.sign(user.id, "203103"), 0)).toBe(1);
   });

@@ -28,7 +28,10 @@ function png(size: number): Uint8Array {
 const root = mkdtempSync(join(tmpdir(), "cityhub-upload-limits-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-async function appWithStore(env: Record<string, string> = {}, wrap?: (deps: Deps) => Deps): Promise<{ t: TestApp; dir: string }> {
+async function appWithStore(
+  env: Record<string, string> = {},
+  wrap?: (deps: Deps) => Deps,
+): Promise<{ t: TestApp; dir: string }> {
   const dir = join(root, crypto.randomUUID(), "uploads");
   mkdirSync(dir, { recursive: true });
   return { t: await createTestApp({ UPLOAD_DIR: dir, ...env }, { wrap }), dir };
@@ -45,12 +48,17 @@ function filesUnder(dir: string): string[] {
 }
 
 async function rowsOf(t: TestApp, userId: number): Promise<number> {
-  const row = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_blog_upload WHERE user_id = ?", [userId])).rows[0] as { n: string };
+  const row = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_blog_upload WHERE user_id = ?", [userId]))
+    .rows[0] as { n: string };
   return Number(row.n);
 }
 
 async function quotaUsed(t: TestApp, userId: number): Promise<number> {
-  return Number((await t.deps.redis.get(keys.uploadQuota(userId, serviceDay(t.deps.clock.now(), t.deps.config.SERVICE_TIME_ZONE)))) ?? 0);
+  return Number(
+    (await t.deps.redis.get(
+      keys.uploadQuota(userId, serviceDay(t.deps.clock.now(), t.deps.config.SERVICE_TIME_ZONE)),
+    )) ?? 0,
+  );
 }
 
 describe("upload limits", () => {
@@ -97,7 +105,10 @@ describe("upload limits", () => {
     expect(await quotaUsed(t, user.id)).toBe(22 * MiB);
     // Deleting an upload does not give its bytes back (the quota bounds bytes written per day).
     const name = results.find((r) => r.status === 200)?.body.data as string;
-    expect((await call(t.app, "GET", `/api/upload/blog/delete?name=${encodeURIComponent(name)}`, { token: user.token })).body.success).toBe(true);
+    expect(
+      (await call(t.app, "GET", `/api/upload/blog/delete?name=${encodeURIComponent(name)}`, { token: user.token })).body
+        .success,
+    ).toBe(true);
     expect(await quotaUsed(t, user.id)).toBe(22 * MiB);
     expect((await uploadFile(t, user, png(64))).body.code).toBe("QUOTA_EXCEEDED");
     // Others are unaffected.
@@ -106,22 +117,32 @@ describe("upload limits", () => {
 
   test("a failed store or a failed owner row gives the reserved bytes back; nothing is left behind", async () => {
     const faults = new Faults();
-    const { t, dir } = await appWithStore({ UPLOAD_BUCKET_SIZE: "100", UPLOAD_QUOTA_BYTES_PER_DAY: String(10 * MiB) }, (deps) => ({
-      ...deps,
-      db: faults.wrapPort("db", deps.db),
-      blobs: faults.wrapPort("blobs", deps.blobs),
-    }));
+    const { t, dir } = await appWithStore(
+      { UPLOAD_BUCKET_SIZE: "100", UPLOAD_QUOTA_BYTES_PER_DAY: String(10 * MiB) },
+      (deps) => ({
+        ...deps,
+        db: faults.wrapPort("db", deps.db),
+        blobs: faults.wrapPort("blobs", deps.blobs),
+      }),
+    );
     const user = await newUser(t);
     faults.on("blobs.put", "fail", { times: 2 });
     const failed = await Promise.all([uploadFile(t, user, png(5 * MiB)), uploadFile(t, user, png(5 * MiB))]);
     expect(failed.map((r) => r.status)).toEqual([500, 500]);
     expect(await quotaUsed(t, user.id)).toBe(0);
-    faults.on("db.execute", "fail", { times: 1, when: (args) => String(args[0]).startsWith("INSERT INTO tb_blog_upload") });
+    faults.on("db.execute", "fail", {
+      times: 1,
+      when: (args) => String(args[0]).startsWith("INSERT INTO tb_blog_upload"),
+    });
     expect((await uploadFile(t, user, png(5 * MiB))).status).toBe(500);
     expect(await quotaUsed(t, user.id)).toBe(0);
     expect(filesUnder(dir)).toEqual([]);
     // The whole quota is still there.
-    const ok = await Promise.all([uploadFile(t, user, png(5 * MiB)), uploadFile(t, user, png(5 * MiB)), uploadFile(t, user, png(5 * MiB))]);
+    const ok = await Promise.all([
+      uploadFile(t, user, png(5 * MiB)),
+      uploadFile(t, user, png(5 * MiB)),
+      uploadFile(t, user, png(5 * MiB)),
+    ]);
     expect(ok.map((r) => r.status).sort()).toEqual([200, 200, 429]);
     expect(await quotaUsed(t, user.id)).toBe(10 * MiB);
     expect(filesUnder(dir).length).toBe(2);
@@ -130,7 +151,8 @@ describe("upload limits", () => {
   test("malformed uploads cost no token: a burst of them leaves the bucket full", async () => {
     const { t } = await appWithStore({ UPLOAD_BUCKET_SIZE: "2" });
     const user = await newUser(t);
-    for (let i = 0; i < 5; i++) expect((await uploadFile(t, user, new TextEncoder().encode("<html></html>"))).status).toBe(400);
+    for (let i = 0; i < 5; i++)
+      expect((await uploadFile(t, user, new TextEncoder().encode("<html></html>"))).status).toBe(400);
     expect((await uploadFile(t, user, png(64))).status).toBe(200);
     expect((await uploadFile(t, user, png(64))).status).toBe(200);
     expect((await uploadFile(t, user, png(64))).status).toBe(429);
@@ -139,10 +161,18 @@ describe("upload limits", () => {
 
 describe("note bucket", () => {
   test("a burst of notes beyond NOTE_BUCKET_SIZE is refused with 429 + Retry-After, and the bucket refills", async () => {
-    const { t } = await appWithStore({ NOTE_BUCKET_SIZE: "3", NOTE_BUCKET_REFILL: "1", NOTE_BUCKET_INTERVAL_MS: "1000" });
+    const { t } = await appWithStore({
+      NOTE_BUCKET_SIZE: "3",
+      NOTE_BUCKET_REFILL: "1",
+      NOTE_BUCKET_INTERVAL_MS: "1000",
+    });
     const [author, other] = [await newUser(t), await newUser(t)];
     const shopId = await newShop(t);
-    const post = (who: TestUser) => call<number>(t.app, "POST", "/api/blog", { token: who.token, json: { shopId, title: "burst", content: "c", images: "/imgs/blogs/1/2/a.jpg" } });
+    const post = (who: TestUser) =>
+      call<number>(t.app, "POST", "/api/blog", {
+        token: who.token,
+        json: { shopId, title: "burst", content: "c", images: "/imgs/blogs/1/2/a.jpg" },
+      });
     const burst = await Promise.all(Array.from({ length: 6 }, () => post(author)));
     expect(burst.filter((r) => r.status === 200).length).toBe(3);
     const refused = burst.filter((r) => r.status === 429);
@@ -154,7 +184,8 @@ describe("note bucket", () => {
     expect(await post(other)).toMatchObject({ status: 200 });
     // Refilled: one token per second (waited on the condition, not a fixed sleep).
     await eventually("the bucket refilled", async () => (await post(author)).status === 200, 10_000, 100);
-    const notes = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_blog WHERE user_id = ?", [author.id])).rows[0] as { n: string };
+    const notes = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_blog WHERE user_id = ?", [author.id]))
+      .rows[0] as { n: string };
     expect(Number(notes.n)).toBe(4);
   }, 30_000);
 });

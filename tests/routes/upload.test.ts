@@ -7,7 +7,8 @@ import { startFakeS3 } from "../support/fake-s3.ts";
 import { newUser, type TestUser } from "../support/social.ts";
 import { createTestApp, type TestApp } from "../support/stack.ts";
 
-const NAME_RE = /^\/blogs\/(\d|1[0-5])\/(\d|1[0-5])\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.(jpg|png|webp|gif)$/;
+const NAME_RE =
+  /^\/blogs\/(\d|1[0-5])\/(\d|1[0-5])\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.(jpg|png|webp|gif)$/;
 
 const pad = (head: number[], size = 64) => {
   const b = new Uint8Array(size);
@@ -33,13 +34,20 @@ async function appWithStore(env: Record<string, string> = {}): Promise<{ t: Test
   return { t: await createTestApp({ UPLOAD_DIR: dir, ...env }), dir };
 }
 
-async function uploadFile(t: TestApp, user: TestUser | null, bytes: Uint8Array, filename = "photo.png", type = "image/png") {
+async function uploadFile(
+  t: TestApp,
+  user: TestUser | null,
+  bytes: Uint8Array,
+  filename = "photo.png",
+  type = "image/png",
+) {
   const form = new FormData();
   form.append("file", new File([bytes as Uint8Array<ArrayBuffer>], filename, { type }));
   return await call<string>(t.app, "POST", "/api/upload/blog", { token: user?.token, body: form });
 }
 
-const del = (t: TestApp, user: TestUser, name: string) => call(t.app, "GET", `/api/upload/blog/delete?name=${encodeURIComponent(name)}`, { token: user.token });
+const del = (t: TestApp, user: TestUser, name: string) =>
+  call(t.app, "GET", `/api/upload/blog/delete?name=${encodeURIComponent(name)}`, { token: user.token });
 
 function filesUnder(dir: string): string[] {
   return existsSync(dir) ? (readdirSync(dir, { recursive: true }) as string[]).filter((f) => /\.[a-z]+$/.test(f)) : [];
@@ -55,8 +63,14 @@ describe("image uploads", () => {
     expect(name).toMatch(NAME_RE);
     expect(name.endsWith(".png")).toBe(true);
     expect(readFileSync(join(dir, name))).toEqual(Buffer.from(images.png));
-    const row = (await t.deps.db.execute("SELECT user_id, content_type, size FROM tb_blog_upload WHERE name = ?", [name.slice(1)])).rows[0] as Record<string, string>;
-    expect({ user: Number(row.user_id), type: row.content_type, size: Number(row.size) }).toEqual({ user: user.id, type: "image/png", size: images.png.byteLength });
+    const row = (
+      await t.deps.db.execute("SELECT user_id, content_type, size FROM tb_blog_upload WHERE name = ?", [name.slice(1)])
+    ).rows[0] as Record<string, string>;
+    expect({ user: Number(row.user_id), type: row.content_type, size: Number(row.size) }).toEqual({
+      user: user.id,
+      type: "image/png",
+      size: images.png.byteLength,
+    });
 
     const served = await t.app.request(`/imgs${name}`);
     expect(served.status).toBe(200);
@@ -99,7 +113,11 @@ describe("image uploads", () => {
       expect(res.body).toMatchObject({ success: false, code: "INVALID_INPUT" });
     }
     // Not multipart at all: refused for its type before it is read (tests/http/content-types.test.ts).
-    const text = await call(t.app, "POST", "/api/upload/blog", { token: user.token, body: "not multipart", headers: { "content-type": "text/plain" } });
+    const text = await call(t.app, "POST", "/api/upload/blog", {
+      token: user.token,
+      body: "not multipart",
+      headers: { "content-type": "text/plain" },
+    });
     expect([text.status, text.body.code]).toEqual([415, "UNSUPPORTED_MEDIA_TYPE"]);
     expect(filesUnder(dir)).toEqual([]);
   });
@@ -108,7 +126,9 @@ describe("image uploads", () => {
     const { t, dir } = await appWithStore({ UPLOAD_MAX_BYTES: "4096", MAX_BODY_BYTES: "1024" });
     const user = await newUser(t);
     // Over the general 1 KiB limit but within the upload limit: accepted.
-    expect((await uploadFile(t, user, pad([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 3000))).body.success).toBe(true);
+    expect((await uploadFile(t, user, pad([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 3000))).body.success).toBe(
+      true,
+    );
     // Just over the upload limit (the body fits the framing allowance): refused after parsing.
     const over = await uploadFile(t, user, pad([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 4097));
     expect(over.status).toBe(413);
@@ -135,9 +155,16 @@ describe("image uploads", () => {
     const gone = await call(t.app, "GET", `/imgs${name}`);
     expect(gone.status).toBe(404);
     expect(gone.body).toMatchObject({ success: false, code: "NOT_FOUND" });
-    expect((await del(t, owner, name)).body).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "upload not found" });
+    expect((await del(t, owner, name)).body).toEqual({
+      success: false,
+      code: "NOT_FOUND",
+      errorMsg: "upload not found",
+    });
     // A well-formed name nobody uploaded.
-    expect((await del(t, owner, `/blogs/1/2/${crypto.randomUUID()}.png`)).body).toMatchObject({ success: false, code: "NOT_FOUND" });
+    expect((await del(t, owner, `/blogs/1/2/${crypto.randomUUID()}.png`)).body).toMatchObject({
+      success: false,
+      code: "NOT_FOUND",
+    });
   });
 
   test("delete names that could leave the store are rejected and touch nothing (classic path-traversal regression)", async () => {
@@ -176,7 +203,12 @@ describe("image uploads", () => {
     expect(readFileSync(join(dir, "inside.txt"), "utf8")).toBe("keep me too");
     expect(existsSync(join(dir, name))).toBe(true);
     // Nor can /imgs read outside the generated names.
-    for (const path of ["/imgs/blogs/%2e%2e/%2e%2e/canary.txt", "/imgs/blogs/..%2f..%2fcanary.txt", "/imgs/blogs/inside.txt", "/imgs/blogs/1/2/x.png"]) {
+    for (const path of [
+      "/imgs/blogs/%2e%2e/%2e%2e/canary.txt",
+      "/imgs/blogs/..%2f..%2fcanary.txt",
+      "/imgs/blogs/inside.txt",
+      "/imgs/blogs/1/2/x.png",
+    ]) {
       const res = await t.app.request(path);
       expect(res.status, path).toBe(404);
     }

@@ -51,7 +51,8 @@ describe("login codes", () => {
     const { app } = await createTestApp({ LOGIN_CODE_SENDS_PER_IP_HOUR: "3" });
     const ip = `10.2.${Math.floor(Math.random() * 250)}.${Math.floor(Math.random() * 250)}`;
     const statuses: number[] = [];
-    for (let i = 0; i < 4; i++) statuses.push((await call(app, "POST", `/api/user/code?phone=${uniquePhone()}`, { ip })).status);
+    for (let i = 0; i < 4; i++)
+      statuses.push((await call(app, "POST", `/api/user/code?phone=${uniquePhone()}`, { ip })).status);
     expect(statuses).toEqual([200, 200, 200, 429]);
   });
 
@@ -71,12 +72,16 @@ describe("login", () => {
     const { app, deps } = await createTestApp();
     const phone = uniquePhone();
     await call(app, "POST", `/api/user/code?phone=${phone}`);
-    const res = await call<string>(app, "POST", "/api/user/login", { json: { phone, code: lastCode(deps.sms, phone) } });
+    const res = await call<string>(app, "POST", "/api/user/login", {
+      json: { phone, code: lastCode(deps.sms, phone) },
+    });
     expect(res.body.success).toBe(true);
     // A compact JWT (HS256) whose 128-bit jti keeps it unique; signature checked in the isolate.
     expect(res.body.data).toMatch(/^[\w-]+\.[\w-]+\.[\w-]{43}$/);
     expect(await deps.isolate.sessions.keys.verify(res.body.data as string)).not.toBeNull();
-    const me = await call<{ id: number; nickName: string; icon: string }>(app, "GET", "/api/user/me", { token: res.body.data });
+    const me = await call<{ id: number; nickName: string; icon: string }>(app, "GET", "/api/user/me", {
+      token: res.body.data,
+    });
     expect(me.body.data?.nickName).toMatch(/^user_[a-z0-9]{10}$/);
     const row = (await deps.db.execute("SELECT id FROM tb_user WHERE phone = ?", [phone])).rows[0] as { id: string };
     expect(me.body.data?.id).toBe(Number(row.id));
@@ -99,9 +104,13 @@ describe("login", () => {
     const phone = uniquePhone();
     await call(app, "POST", `/api/user/code?phone=${phone}`);
     const code = lastCode(deps.sms, phone);
-    const results = await Promise.all(Array.from({ length: 20 }, () => call(app, "POST", "/api/user/login", { json: { phone, code } })));
+    const results = await Promise.all(
+      Array.from({ length: 20 }, () => call(app, "POST", "/api/user/login", { json: { phone, code } })),
+    );
     expect(results.filter((r) => r.body.success).length).toBe(1);
-    const users = (await deps.db.execute("SELECT COUNT(*) AS n FROM tb_user WHERE phone = ?", [phone])).rows[0] as { n: string };
+    const users = (await deps.db.execute("SELECT COUNT(*) AS n FROM tb_user WHERE phone = ?", [phone])).rows[0] as {
+      n: string;
+    };
     expect(Number(users.n)).toBe(1);
   });
 
@@ -133,10 +142,18 @@ describe("login", () => {
 
   test("malformed login input is a 400 envelope: bad JSON, wrong types, bad phone, short code", async () => {
     const { app } = await createTestApp();
-    const bad = await call(app, "POST", "/api/user/login", { body: "{not json", headers: { "content-type": "application/json" } });
+    const bad = await call(app, "POST", "/api/user/login", {
+      body: "{not json",
+      headers: { "content-type": "application/json" },
+    });
     expect(bad.status).toBe(400);
     expect(bad.body).toMatchObject({ success: false, code: "INVALID_INPUT", errorMsg: "malformed JSON body" });
-    for (const json of [{ phone: 13800000000, code: "123456" }, { phone: "1380000", code: "123456" }, { phone: uniquePhone(), code: "12" }, []]) {
+    for (const json of [
+      { phone: 13800000000, code: "123456" },
+      { phone: "1380000", code: "123456" },
+      { phone: uniquePhone(), code: "12" },
+      [],
+    ]) {
       const r = await call(app, "POST", "/api/user/login", { json });
       expect(r.status).toBe(400);
       expect(r.body.code).toBe("INVALID_INPUT");
@@ -145,7 +162,9 @@ describe("login", () => {
 
   test("an oversized body is refused with 413 before it is read", async () => {
     const { app } = await createTestApp({ MAX_BODY_BYTES: "1024" });
-    const r = await call(app, "POST", "/api/user/login", { json: { phone: "13800000000", code: "123456", pad: "x".repeat(5000) } });
+    const r = await call(app, "POST", "/api/user/login", {
+      json: { phone: "13800000000", code: "123456", pad: "x".repeat(5000) },
+    });
     expect(r.status).toBe(413);
     expect(r.body.code).toBe("PAYLOAD_TOO_LARGE");
   });
@@ -167,7 +186,10 @@ describe("sessions", () => {
   test("use slides the session TTL (in the background, once per renew interval); an expired session is 401", async () => {
     // The isolate's session upkeep runs on deps.clock (tests/routes/session.test.ts has the details).
     const clock = frozenClock();
-    const { app, deps, settle } = await createTestApp({ SESSION_TTL_SECONDS: "600", SESSION_RENEW_SECONDS: "60" }, { clock });
+    const { app, deps, settle } = await createTestApp(
+      { SESSION_TTL_SECONDS: "600", SESSION_RENEW_SECONDS: "60" },
+      { clock },
+    );
     const { token } = await loginAs(app, deps);
     await deps.redis.expire(keys.loginToken(token), 5);
     await call(app, "GET", "/api/user/me", { token });
@@ -184,11 +206,22 @@ describe("sessions", () => {
     const { app, deps } = await createTestApp();
     const { token } = await loginAs(app, deps);
     const me = (await call<{ id: number }>(app, "GET", "/api/user/me", { token })).body.data as { id: number };
-    expect((await call(app, "GET", `/api/user/${me.id}`, { token })).body).toMatchObject({ success: true, data: { id: me.id } });
-    expect((await call(app, "GET", "/api/user/999999999999", { token })).body).toMatchObject({ success: false, code: "NOT_FOUND" });
+    expect((await call(app, "GET", `/api/user/${me.id}`, { token })).body).toMatchObject({
+      success: true,
+      data: { id: me.id },
+    });
+    expect((await call(app, "GET", "/api/user/999999999999", { token })).body).toMatchObject({
+      success: false,
+      code: "NOT_FOUND",
+    });
     expect((await call(app, "GET", `/api/user/info/${me.id}`, { token })).body).toEqual({ success: true });
-    await deps.db.execute("INSERT INTO tb_user_info (user_id, city, birthday) VALUES (?, '杭州', '1995-04-01')", [me.id]);
-    expect((await call(app, "GET", `/api/user/info/${me.id}`, { token })).body).toMatchObject({ success: true, data: { city: "杭州", birthday: "1995-04-01", fans: 0 } });
+    await deps.db.execute("INSERT INTO tb_user_info (user_id, city, birthday) VALUES (?, '杭州', '1995-04-01')", [
+      me.id,
+    ]);
+    expect((await call(app, "GET", `/api/user/info/${me.id}`, { token })).body).toMatchObject({
+      success: true,
+      data: { city: "杭州", birthday: "1995-04-01", fans: 0 },
+    });
     for (const id of ["abc", "-1", "0", "1.5", "99999999999999999999"]) {
       const r = await call(app, "GET", `/api/user/${id}`, { token });
       expect(r.status, id).toBe(400);
@@ -203,18 +236,32 @@ test("the Twilio adapter posts the code with basic auth to the Messages API", as
     port,
     hostname: "127.0.0.1",
     fetch: async (req) => {
-      seen = { path: new URL(req.url).pathname, auth: req.headers.get("authorization"), form: new URLSearchParams(await req.text()) };
+      seen = {
+        path: new URL(req.url).pathname,
+        auth: req.headers.get("authorization"),
+        form: new URLSearchParams(await req.text()),
+      };
       return new Response(JSON.stringify({ sid: "SM1" }), { status: 201 });
     },
   });
   try {
-    const sms = new TwilioSms({ accountSid: "AC123", authToken: "secret", from: "+15550001", apiUrl: `http://127.0.0.1:${port}` });
+    const sms = new TwilioSms({
+      accountSid: "AC123",
+      authToken: "secret",
+      from: "+15550001",
+      apiUrl: `http://127.0.0.1:${port}`,
+    });
     await sms.sendLoginCode("13800000000", "123456");
     expect(seen?.path).toBe("/2010-04-01/Accounts/AC123/Messages.json");
     expect(seen?.auth).toBe(`Basic ${btoa("AC123:secret")}`);
     expect(seen?.form.get("To")).toBe("+8613800000000");
     expect(seen?.form.get("Body")).toContain("123456");
-    const failing = new TwilioSms({ accountSid: "AC123", authToken: "secret", from: "+1", apiUrl: `http://127.0.0.1:${await freePort()}` });
+    const failing = new TwilioSms({
+      accountSid: "AC123",
+      authToken: "secret",
+      from: "+1",
+      apiUrl: `http://127.0.0.1:${await freePort()}`,
+    });
     await expect(failing.sendLoginCode("13800000000", "1")).rejects.toThrow();
   } finally {
     await server.stop(true);

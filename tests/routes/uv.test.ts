@@ -15,7 +15,20 @@ function countingRedis(counter: { n: number; pfadd: number; byName: Record<strin
     if (name === "pfadd") counter.pfadd++;
     counter.byName[name] = (counter.byName[name] ?? 0) + 1;
   };
-  const COMMANDS = new Set(["pfadd", "expire", "pfcount", "get", "set", "del", "hgetall", "hmget", "hset", "hincrby", "evalsha", "eval"]);
+  const COMMANDS = new Set([
+    "pfadd",
+    "expire",
+    "pfcount",
+    "get",
+    "set",
+    "del",
+    "hgetall",
+    "hmget",
+    "hset",
+    "hincrby",
+    "evalsha",
+    "eval",
+  ]);
   return (deps: Deps): Deps => ({
     ...deps,
     redis: new Proxy(deps.redis, {
@@ -53,7 +66,11 @@ const noonOn = (date: string) => Date.parse(`${date}T12:00:00+08:00`);
 
 async function visit(t: TestApp, opts: { token?: string; ip?: string; ua?: string }) {
   const path = opts.token ? "/api/user/me" : "/api/shop-type/list";
-  const res = await call(t.app, "GET", path, { token: opts.token, ip: opts.ip, headers: { "user-agent": opts.ua ?? "test-agent" } });
+  const res = await call(t.app, "GET", path, {
+    token: opts.token,
+    ip: opts.ip,
+    headers: { "user-agent": opts.ua ?? "test-agent" },
+  });
   expect(res.status).toBe(200);
 }
 
@@ -90,7 +107,10 @@ describe("unique visitors", () => {
     expect(await t.deps.redis.ttl(keys.uv("20410610"))).toBeGreaterThan(300 * 86_400);
 
     const day1 = await report(t, "?from=2041-06-10&to=2041-06-10");
-    expect(day1.body).toEqual({ success: true, data: { from: "2041-06-10", to: "2041-06-10", days: [{ date: "2041-06-10", uv: 4 }], total: 4 } });
+    expect(day1.body).toEqual({
+      success: true,
+      data: { from: "2041-06-10", to: "2041-06-10", days: [{ date: "2041-06-10", uv: 4 }], total: 4 },
+    });
 
     // Next day: a returning user and a new address. A second isolate repeats a PFADD harmlessly
     // (the report flushes the serving isolate; the other one is flushed explicitly).
@@ -120,8 +140,16 @@ describe("unique visitors", () => {
     const t = await createTestApp({}, { clock });
     await visit(t, { ip: "10.8.0.1" });
     await t.settle();
-    expect((await report(t, "")).body.data).toEqual({ from: "2041-07-02", to: "2041-07-02", days: [{ date: "2041-07-02", uv: 1 }], total: 1 });
-    expect((await report(t, "?from=2041-07-01")).body.data?.days.map((d) => d.date)).toEqual(["2041-07-01", "2041-07-02"]);
+    expect((await report(t, "")).body.data).toEqual({
+      from: "2041-07-02",
+      to: "2041-07-02",
+      days: [{ date: "2041-07-02", uv: 1 }],
+      total: 1,
+    });
+    expect((await report(t, "?from=2041-07-01")).body.data?.days.map((d) => d.date)).toEqual([
+      "2041-07-01",
+      "2041-07-02",
+    ]);
   });
 
   test("the report is for operators only and rejects malformed or unbounded ranges with a 400 envelope", async () => {
@@ -130,7 +158,14 @@ describe("unique visitors", () => {
     expect((await call(t.app, "GET", "/admin/uv")).status).toBe(401);
     expect((await call(t.app, "GET", "/admin/uv", { token: user.token })).status).toBe(401);
     expect((await call(t.app, "GET", "/admin/uv", { token: `Bearer ${user.token}` })).status).toBe(401);
-    for (const q of ["?from=2041-02-30", "?from=abc", "?to=2041-1-01", "?from=2041-03-02&to=2041-03-01", "?from=2040-01-01&to=2041-01-01", "?from=1900-01-01&to=2100-01-01"]) {
+    for (const q of [
+      "?from=2041-02-30",
+      "?from=abc",
+      "?to=2041-1-01",
+      "?from=2041-03-02&to=2041-03-01",
+      "?from=2040-01-01&to=2041-01-01",
+      "?from=1900-01-01&to=2100-01-01",
+    ]) {
       const res = await report(t, q);
       expect(res.status, q).toBe(400);
       expect(res.body).toMatchObject({ success: false, code: "INVALID_INPUT" });
@@ -171,23 +206,26 @@ describe("unique visitors", () => {
   test("a failed flush keeps its batch and retries it next interval, boundedly", async () => {
     const clock = manualClock(noonOn("2041-08-04"));
     let failing = true;
-    const t = await createTestApp({}, {
-      clock,
-      wrap: (deps) => ({
-        ...deps,
-        redis: new Proxy(deps.redis, {
-          get(target, prop, receiver) {
-            if (failing && (prop === "pfadd" || prop === "pipeline")) {
-              return () => {
-                throw new Error("redis down");
-              };
-            }
-            const value = Reflect.get(target, prop, receiver);
-            return typeof value === "function" ? value.bind(target) : value;
-          },
+    const t = await createTestApp(
+      {},
+      {
+        clock,
+        wrap: (deps) => ({
+          ...deps,
+          redis: new Proxy(deps.redis, {
+            get(target, prop, receiver) {
+              if (failing && (prop === "pfadd" || prop === "pipeline")) {
+                return () => {
+                  throw new Error("redis down");
+                };
+              }
+              const value = Reflect.get(target, prop, receiver);
+              return typeof value === "function" ? value.bind(target) : value;
+            },
+          }),
         }),
-      }),
-    });
+      },
+    );
     const uv = t.deps.isolate.uv;
     for (let i = 0; i < 3; i++) await visit(t, { ip: `10.10.0.${i}`, ua: "retry" });
     clock.ms += uv.opts.flushEveryMs;

@@ -26,7 +26,18 @@ import { addShopToGeo } from "../../src/services/shop-geo.ts";
 import { insertShop, insertVoucher, loadShop, loadShopTypes, loadVouchersOfShop } from "../../src/services/shops.ts";
 import { pollUntil, within } from "../support/child.ts";
 import { east, HANGZHOU } from "../support/fixtures.ts";
-import { type Answer, hazardLines, request, type RuntimeServer, seedBuyers, selectedRuntimes, stackAppEnv, startRuntime, statusCounts, guardedBy } from "../support/runtimes.ts";
+import {
+  type Answer,
+  hazardLines,
+  request,
+  type RuntimeServer,
+  seedBuyers,
+  selectedRuntimes,
+  stackAppEnv,
+  startRuntime,
+  statusCounts,
+  guardedBy,
+} from "../support/runtimes.ts";
 import { getStack } from "../support/stack.ts";
 import { publishNote } from "../../src/services/notes.ts";
 
@@ -77,11 +88,19 @@ const shopBody = (typeId: number, label: string, at: { x: number; y: number }) =
 
 /** Data for one runtime, written straight to MySQL (and the GEO index): cold everywhere. */
 async function fixture(deps: Deps, label: string): Promise<Fixture> {
-  const newType = async (name: string) => Number((await deps.db.execute("INSERT INTO tb_shop_type (name, icon, sort) VALUES (?, '', 98)", [`${name}-${crypto.randomUUID().slice(0, 6)}`])).insertId);
+  const newType = async (name: string) =>
+    Number(
+      (
+        await deps.db.execute("INSERT INTO tb_shop_type (name, icon, sort) VALUES (?, '', 98)", [
+          `${name}-${crypto.randomUUID().slice(0, 6)}`,
+        ])
+      ).insertId,
+    );
   const typeId = await newType(`${label}-type`);
   const geoTypeId = await newType(`${label}-geo`);
   const shops: number[] = [];
-  for (let i = 0; i < WAY; i++) shops.push(await insertShop(deps, shopBody(typeId, `${label}-shop${i}`, east(HANGZHOU, 50 + i))));
+  for (let i = 0; i < WAY; i++)
+    shops.push(await insertShop(deps, shopBody(typeId, `${label}-shop${i}`, east(HANGZHOU, 50 + i))));
   const geoShops: number[] = [];
   for (let i = 0; i < 25; i++) {
     const at = east(HANGZHOU, 20 * (i + 1));
@@ -94,12 +113,38 @@ async function fixture(deps: Deps, label: string): Promise<Fixture> {
   shops.sort((a, b) => a - b);
   const vouchers = new Map<number, number>();
   for (const shopId of [...shops, oneVoucherShop]) {
-    vouchers.set(shopId, await insertVoucher(deps.db, { shopId, title: `${label} voucher ${shopId}`, subTitle: null, rules: null, payValue: 500, actualValue: 1000 }));
+    vouchers.set(
+      shopId,
+      await insertVoucher(deps.db, {
+        shopId,
+        title: `${label} voucher ${shopId}`,
+        subTitle: null,
+        rules: null,
+        payValue: 500,
+        actualValue: 1000,
+      }),
+    );
   }
   const [target, ...users] = await seedBuyers(deps, WAY + 1);
-  const blog = await publishNote(deps, (target as { userId: number }).userId, { shopId: oneShop, title: `${label} note`, content: "matrix", images: "/imgs/blogs/1/2/a.jpg" });
+  const blog = await publishNote(deps, (target as { userId: number }).userId, {
+    shopId: oneShop,
+    title: `${label} note`,
+    content: "matrix",
+    images: "/imgs/blogs/1/2/a.jpg",
+  });
   if (!blog.ok) throw new Error("creating the note failed");
-  return { typeId, shops, geoTypeId, geoShops, oneShop, vouchers, oneVoucherShop, users, target: target as Fixture["target"], blogId: blog.id };
+  return {
+    typeId,
+    shops,
+    geoTypeId,
+    geoShops,
+    oneShop,
+    vouchers,
+    oneVoucherShop,
+    users,
+    target: target as Fixture["target"],
+    blogId: blog.id,
+  };
 }
 
 describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads and writes on %s", (name) => {
@@ -113,21 +158,31 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
     if (!fx) throw new Error("fixture missing (see beforeAll)");
     return fx;
   };
-  const guarded = guardedBy(name, () => server, () => {
-    failed = true;
-  });
+  const guarded = guardedBy(
+    name,
+    () => server,
+    () => {
+      failed = true;
+    },
+  );
 
   /** Sends the requests all at once; returns the answers in order (every 5xx is also recorded). */
   async function burst<T>(what: string, requests: (() => Promise<Answer<T>>)[]): Promise<Answer<T>[]> {
     const answers = await within(GROUP_TIMEOUT_MS, what, Promise.all(requests.map((r) => r())));
-    for (const a of answers) if (a.status >= 500 || a.status === 0) fiveXX.push(`${what}: ${a.status} ${a.error ?? JSON.stringify(a.body)?.slice(0, 200)}`);
+    for (const a of answers)
+      if (a.status >= 500 || a.status === 0)
+        fiveXX.push(`${what}: ${a.status} ${a.error ?? JSON.stringify(a.body)?.slice(0, 200)}`);
     return answers;
   }
 
   /** Every answer 200 with success:true (else the statuses and a sample, for the failure message). */
   function expectAllOk(what: string, answers: Answer[]) {
     const bad = answers.filter((a) => a.status !== 200 || a.body?.success !== true);
-    expect({ what, statuses: statusCounts(answers), sample: bad.slice(0, 2).map((a) => a.error ?? JSON.stringify(a.body).slice(0, 300)) }).toEqual({ what, statuses: { "200": answers.length }, sample: [] });
+    expect({
+      what,
+      statuses: statusCounts(answers),
+      sample: bad.slice(0, 2).map((a) => a.error ?? JSON.stringify(a.body).slice(0, 300)),
+    }).toEqual({ what, statuses: { "200": answers.length }, sample: [] });
   }
 
   beforeAll(async () => {
@@ -147,7 +202,10 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
     "GET /api/shop/{id}: 50 cold shops at once, each its own row",
     guarded(async () => {
       const { shops } = f();
-      const answers = await burst("shop by id", shops.map((id) => () => request(s().url, "GET", `/api/shop/${id}`, { timeoutMs: REQUEST_TIMEOUT_MS })));
+      const answers = await burst(
+        "shop by id",
+        shops.map((id) => () => request(s().url, "GET", `/api/shop/${id}`, { timeoutMs: REQUEST_TIMEOUT_MS })),
+      );
       expectAllOk("shop by id", answers);
       const expected = await Promise.all(shops.map((id) => loadShop(s().driver(), id)));
       expect(answers.map((a) => a.body?.data)).toEqual(expected);
@@ -159,7 +217,13 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
     "GET /api/shop/{id}: one cold shop 50 times at once (the per-key single-flight)",
     guarded(async () => {
       const { oneShop } = f();
-      const answers = await burst("one shop", Array.from({ length: WAY }, () => () => request(s().url, "GET", `/api/shop/${oneShop}`, { timeoutMs: REQUEST_TIMEOUT_MS })));
+      const answers = await burst(
+        "one shop",
+        Array.from(
+          { length: WAY },
+          () => () => request(s().url, "GET", `/api/shop/${oneShop}`, { timeoutMs: REQUEST_TIMEOUT_MS }),
+        ),
+      );
       expectAllOk("one shop", answers);
       const expected = await loadShop(s().driver(), oneShop);
       expect(answers.map((a) => a.body?.data)).toEqual(Array.from({ length: WAY }, () => expected));
@@ -171,7 +235,13 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
     "GET /api/shop-type/list: 50 at once on a cold list",
     guarded(async () => {
       const { typeId } = f();
-      const answers = await burst("shop types", Array.from({ length: WAY }, () => () => request(s().url, "GET", "/api/shop-type/list", { timeoutMs: REQUEST_TIMEOUT_MS })));
+      const answers = await burst(
+        "shop types",
+        Array.from(
+          { length: WAY },
+          () => () => request(s().url, "GET", "/api/shop-type/list", { timeoutMs: REQUEST_TIMEOUT_MS }),
+        ),
+      );
       expectAllOk("shop types", answers);
       const expected = await loadShopTypes(s().driver());
       for (const a of answers) expect(a.body?.data).toEqual(expected);
@@ -183,10 +253,19 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
   test(
     "isolate memory added for abuse (the anonymous health memo, the miss meter): 50 anonymous /health and 50 unknown shop ids at once",
     guarded(async () => {
-      const health = await burst("anonymous health", Array.from({ length: WAY }, () => () => request(s().url, "GET", "/health", { timeoutMs: REQUEST_TIMEOUT_MS })));
+      const health = await burst(
+        "anonymous health",
+        Array.from({ length: WAY }, () => () => request(s().url, "GET", "/health", { timeoutMs: REQUEST_TIMEOUT_MS })),
+      );
       expect(statusCounts(health)).toEqual({ "200": WAY });
       for (const a of health) expect(a.body?.data).toEqual({ ok: true, redis: "up", mysql: "up" });
-      const unknown = await burst("unknown shops", Array.from({ length: WAY }, (_, i) => () => request(s().url, "GET", `/api/shop/${970_000_000 + i}`, { timeoutMs: REQUEST_TIMEOUT_MS })));
+      const unknown = await burst(
+        "unknown shops",
+        Array.from(
+          { length: WAY },
+          (_, i) => () => request(s().url, "GET", `/api/shop/${970_000_000 + i}`, { timeoutMs: REQUEST_TIMEOUT_MS }),
+        ),
+      );
       expect(statusCounts(unknown)).toEqual({ "200": WAY });
       for (const a of unknown) expect(a.body?.code).toBe("NOT_FOUND");
     }),
@@ -200,22 +279,45 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
       const plainPages = Array.from({ length: 10 }, (_, i) => i + 1);
       const plain = await burst(
         "shops of type",
-        plainPages.flatMap((p) => Array.from({ length: 5 }, () => () => request(s().url, "GET", `/api/shop/of/type?typeId=${typeId}&current=${p}`, { timeoutMs: REQUEST_TIMEOUT_MS }))),
+        plainPages.flatMap((p) =>
+          Array.from(
+            { length: 5 },
+            () => () =>
+              request(s().url, "GET", `/api/shop/of/type?typeId=${typeId}&current=${p}`, {
+                timeoutMs: REQUEST_TIMEOUT_MS,
+              }),
+          ),
+        ),
       );
       expectAllOk("shops of type", plain);
       const allOfType = [...shops, oneShop, oneVoucherShop].sort((a, b) => a - b);
       plain.forEach((a, i) => {
         const p = plainPages[Math.floor(i / 5)] as number;
-        expect((a.body?.data as { id: number }[]).map((x) => x.id)).toEqual(allOfType.slice((p - 1) * 5, p * 5));
+        expect(((a.body?.data ?? []) as { id: number }[]).map((x) => x.id)).toEqual(
+          allOfType.slice((p - 1) * 5, p * 5),
+        );
       });
 
       const geoPages = [1, 2, 3, 4, 5];
       const near = await burst(
         "shops of type, nearest first",
-        geoPages.flatMap((p) => Array.from({ length: 10 }, () => () => request(s().url, "GET", `/api/shop/of/type?typeId=${geoTypeId}&current=${p}&x=${HANGZHOU.x}&y=${HANGZHOU.y}`, { timeoutMs: REQUEST_TIMEOUT_MS }))),
+        geoPages.flatMap((p) =>
+          Array.from(
+            { length: 10 },
+            () => () =>
+              request(
+                s().url,
+                "GET",
+                `/api/shop/of/type?typeId=${geoTypeId}&current=${p}&x=${HANGZHOU.x}&y=${HANGZHOU.y}`,
+                { timeoutMs: REQUEST_TIMEOUT_MS },
+              ),
+          ),
+        ),
       );
       expectAllOk("shops of type, nearest first", near);
-      const rows = new Map((await Promise.all(geoShops.map((id) => loadShop(s().driver(), id)))).map((r) => [r?.id, r]));
+      const rows = new Map(
+        (await Promise.all(geoShops.map((id) => loadShop(s().driver(), id)))).map((r) => [r?.id, r]),
+      );
       near.forEach((a, i) => {
         const p = geoPages[Math.floor(i / 10)] as number;
         const list = a.body?.data as ({ id: number; distance: number } & Record<string, unknown>)[];
@@ -233,13 +335,24 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
     "GET /api/voucher/list/{shopId}: 50 cold shops at once, and one cold shop 50 times at once (the mutex rebuild)",
     guarded(async () => {
       const { shops, oneVoucherShop, vouchers } = f();
-      const distinct = await burst("voucher lists", shops.map((id) => () => request(s().url, "GET", `/api/voucher/list/${id}`, { timeoutMs: REQUEST_TIMEOUT_MS })));
+      const distinct = await burst(
+        "voucher lists",
+        shops.map((id) => () => request(s().url, "GET", `/api/voucher/list/${id}`, { timeoutMs: REQUEST_TIMEOUT_MS })),
+      );
       expectAllOk("voucher lists", distinct);
       const expected = await Promise.all(shops.map((id) => loadVouchersOfShop(s().driver(), id)));
       expect(distinct.map((a) => a.body?.data)).toEqual(expected);
-      expect(distinct.map((a) => (a.body?.data as { id: number }[])[0]?.id)).toEqual(shops.map((id) => vouchers.get(id)));
+      expect(distinct.map((a) => ((a.body?.data ?? []) as { id: number }[])[0]?.id)).toEqual(
+        shops.map((id) => vouchers.get(id)),
+      );
 
-      const same = await burst("one voucher list", Array.from({ length: WAY }, () => () => request(s().url, "GET", `/api/voucher/list/${oneVoucherShop}`, { timeoutMs: REQUEST_TIMEOUT_MS })));
+      const same = await burst(
+        "one voucher list",
+        Array.from(
+          { length: WAY },
+          () => () => request(s().url, "GET", `/api/voucher/list/${oneVoucherShop}`, { timeoutMs: REQUEST_TIMEOUT_MS }),
+        ),
+      );
       expectAllOk("one voucher list", same);
       const one = await loadVouchersOfShop(s().driver(), oneVoucherShop);
       expect(one.map((v) => v.id)).toEqual([vouchers.get(oneVoucherShop) as number]);
@@ -252,9 +365,16 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
     "GET /api/user/me: 50 sessions this isolate never saw, at once",
     guarded(async () => {
       const { users } = f();
-      const answers = await burst("me", users.map((u) => () => request(s().url, "GET", "/api/user/me", { token: u.token, timeoutMs: REQUEST_TIMEOUT_MS })));
+      const answers = await burst(
+        "me",
+        users.map(
+          (u) => () => request(s().url, "GET", "/api/user/me", { token: u.token, timeoutMs: REQUEST_TIMEOUT_MS }),
+        ),
+      );
       expectAllOk("me", answers);
-      expect(answers.map((a) => a.body?.data)).toEqual(users.map((u) => ({ id: u.userId, nickName: u.nickName, icon: u.icon })));
+      expect(answers.map((a) => a.body?.data)).toEqual(
+        users.map((u) => ({ id: u.userId, nickName: u.nickName, icon: u.icon })),
+      );
     }),
     GROUP_TIMEOUT_MS + 15_000,
   );
@@ -263,18 +383,31 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
     "PUT /api/blog/like/{id}: 50 users like one note at once; all 50 likes land",
     guarded(async () => {
       const { users, blogId, target } = f();
-      const answers = await burst("likes", users.map((u) => () => request(s().url, "PUT", `/api/blog/like/${blogId}`, { token: u.token, timeoutMs: REQUEST_TIMEOUT_MS })));
+      const answers = await burst(
+        "likes",
+        users.map(
+          (u) => () =>
+            request(s().url, "PUT", `/api/blog/like/${blogId}`, { token: u.token, timeoutMs: REQUEST_TIMEOUT_MS }),
+        ),
+      );
       expectAllOk("likes", answers);
       const d = s().driver();
       expect(await d.redis.zcard(keys.blogLiked(blogId))).toBe(WAY);
       // The note's count in MySQL follows (version-guarded writes; a failed one is retried in the background).
       await pollUntil(
         "the note's liked count in MySQL to reach 50",
-        async () => Number(((await d.db.execute("SELECT liked FROM tb_blog WHERE id = ?", [blogId])).rows[0] as { liked: string }).liked) === WAY,
+        async () =>
+          Number(
+            ((await d.db.execute("SELECT liked FROM tb_blog WHERE id = ?", [blogId])).rows[0] as { liked: string })
+              .liked,
+          ) === WAY,
         15_000,
         100,
       );
-      const likers = await request<{ id: number }[]>(s().url, "GET", `/api/blog/likes/${blogId}`, { token: target.token, timeoutMs: REQUEST_TIMEOUT_MS });
+      const likers = await request<{ id: number }[]>(s().url, "GET", `/api/blog/likes/${blogId}`, {
+        token: target.token,
+        timeoutMs: REQUEST_TIMEOUT_MS,
+      });
       expect(likers.status).toBe(200);
       const ids = new Set(users.map((u) => u.userId));
       expect((likers.body?.data ?? []).length).toBe(5);
@@ -287,9 +420,20 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
     "POST /api/user/sign: 50 users sign in at once; each one's streak is 1",
     guarded(async () => {
       const { users } = f();
-      const answers = await burst("sign", users.map((u) => () => request(s().url, "POST", "/api/user/sign", { token: u.token, timeoutMs: REQUEST_TIMEOUT_MS })));
+      const answers = await burst(
+        "sign",
+        users.map(
+          (u) => () => request(s().url, "POST", "/api/user/sign", { token: u.token, timeoutMs: REQUEST_TIMEOUT_MS }),
+        ),
+      );
       expectAllOk("sign", answers);
-      const counts = await burst("sign count", users.map((u) => () => request<number>(s().url, "GET", "/api/user/sign/count", { token: u.token, timeoutMs: REQUEST_TIMEOUT_MS })));
+      const counts = await burst(
+        "sign count",
+        users.map(
+          (u) => () =>
+            request<number>(s().url, "GET", "/api/user/sign/count", { token: u.token, timeoutMs: REQUEST_TIMEOUT_MS }),
+        ),
+      );
       expectAllOk("sign count", counts);
       expect(counts.map((a) => a.body?.data)).toEqual(users.map(() => 1));
     }),
@@ -300,12 +444,32 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
     "PUT /api/follow/{id}/true: 50 users follow one user at once; every follow lands",
     guarded(async () => {
       const { users, target } = f();
-      const answers = await burst("follow", users.map((u) => () => request(s().url, "PUT", `/api/follow/${target.userId}/true`, { token: u.token, timeoutMs: REQUEST_TIMEOUT_MS })));
+      const answers = await burst(
+        "follow",
+        users.map(
+          (u) => () =>
+            request(s().url, "PUT", `/api/follow/${target.userId}/true`, {
+              token: u.token,
+              timeoutMs: REQUEST_TIMEOUT_MS,
+            }),
+        ),
+      );
       expectAllOk("follow", answers);
-      const check = await burst("follow or not", users.map((u) => () => request<boolean>(s().url, "GET", `/api/follow/or/not/${target.userId}`, { token: u.token, timeoutMs: REQUEST_TIMEOUT_MS })));
+      const check = await burst(
+        "follow or not",
+        users.map(
+          (u) => () =>
+            request<boolean>(s().url, "GET", `/api/follow/or/not/${target.userId}`, {
+              token: u.token,
+              timeoutMs: REQUEST_TIMEOUT_MS,
+            }),
+        ),
+      );
       expectAllOk("follow or not", check);
       expect(check.map((a) => a.body?.data)).toEqual(users.map(() => true));
-      const rows = (await s().driver().db.execute("SELECT COUNT(*) AS n FROM tb_follow WHERE follow_user_id = ?", [target.userId])).rows[0] as { n: string };
+      const rows = (
+        await s().driver().db.execute("SELECT COUNT(*) AS n FROM tb_follow WHERE follow_user_id = ?", [target.userId])
+      ).rows[0] as { n: string };
       expect(Number(rows.n)).toBe(WAY);
     }),
     2 * GROUP_TIMEOUT_MS + 15_000,
@@ -315,7 +479,11 @@ describe.each(selectedRuntimes())("runtime matrix: 50-way concurrent cold reads 
     'no 5xx in any group, and the runtime logged no "different request context", "hung" or "canceled" report',
     guarded(async () => {
       const lines = hazardLines(s().logSince(logMark));
-      expect({ fiveXX: fiveXX.slice(0, 5), hazards: lines.length, first: lines.slice(0, 3).map((l) => l.slice(0, 300)) }).toEqual({ fiveXX: [], hazards: 0, first: [] });
+      expect({
+        fiveXX: fiveXX.slice(0, 5),
+        hazards: lines.length,
+        first: lines.slice(0, 3).map((l) => l.slice(0, 300)),
+      }).toEqual({ fiveXX: [], hazards: 0, first: [] });
     }),
     10_000,
   );

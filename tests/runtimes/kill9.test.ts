@@ -20,7 +20,17 @@ import type { Stack } from "../../scripts/stack/index.ts";
 import { keys } from "../../src/redis/keys.ts";
 import type { VoucherReport } from "../../src/services/seckill/reconcile.ts";
 import { pollUntil, within } from "../support/child.ts";
-import { request, type RuntimeServer, seedBuyers, selectedRuntimes, stackAppEnv, startPrivateStack, startRuntime, guardedBy, workerBundle } from "../support/runtimes.ts";
+import {
+  request,
+  type RuntimeServer,
+  seedBuyers,
+  selectedRuntimes,
+  stackAppEnv,
+  startPrivateStack,
+  startRuntime,
+  guardedBy,
+  workerBundle,
+} from "../support/runtimes.ts";
 import {
   type Attempt,
   buy,
@@ -75,7 +85,10 @@ beforeAll(async () => {
   const { parseEnv } = await import("../../src/env.ts");
   const { createLogger } = await import("../../src/log.ts");
   const seeder = createDeps(parseEnv(stackAppEnv(stack, { LOG_LEVEL: "silent" })), { log: createLogger("silent") });
-  const [seeded] = await Promise.all([within(30_000, "seeding buyers", seedBuyers(seeder, BUYERS)), selectedRuntimes().includes("workerd") ? workerBundle(dir) : undefined]);
+  const [seeded] = await Promise.all([
+    within(30_000, "seeding buyers", seedBuyers(seeder, BUYERS)),
+    selectedRuntimes().includes("workerd") ? workerBundle(dir) : undefined,
+  ]);
   buyers = seeded;
 }, 150_000);
 
@@ -140,7 +153,11 @@ describe.each(selectedRuntimes())("runtime matrix: kill -9 of the runtime mid-sa
     guarded(async () => {
       const s = server as RuntimeServer;
       const deps = s.driver();
-      const { shopId, voucherId } = await within(20_000, "creating the sale", createSaleOverHttp(s.url, deps, { units: UNITS, label: `kill9-${name}` }));
+      const { shopId, voucherId } = await within(
+        20_000,
+        "creating the sale",
+        createSaleOverHttp(s.url, deps, { units: UNITS, label: `kill9-${name}` }),
+      );
       const attempts: Attempt[] = [];
       let acks = 0;
       let inFlight = 0;
@@ -183,7 +200,12 @@ describe.each(selectedRuntimes())("runtime matrix: kill -9 of the runtime mid-sa
           }
         })();
         try {
-          await pollUntil(`${KILL_AFTER_UNITS} units taken and ${KILL_IN_FLIGHT} requests in flight`, async () => taken >= KILL_AFTER_UNITS && inFlight >= KILL_IN_FLIGHT, 20_000, 1);
+          await pollUntil(
+            `${KILL_AFTER_UNITS} units taken and ${KILL_IN_FLIGHT} requests in flight`,
+            async () => taken >= KILL_AFTER_UNITS && inFlight >= KILL_IN_FLIGHT,
+            20_000,
+            1,
+          );
           acksAtKill = acks;
           unitsAtKill = taken;
           inFlightAtKill = inFlight;
@@ -199,12 +221,37 @@ describe.each(selectedRuntimes())("runtime matrix: kill -9 of the runtime mid-sa
           await counter;
         }
       };
-      await within(SALE_TIMEOUT_MS + 30_000, "the sale and the kill", Promise.all([Promise.all(buyers.map((_, i) => shopper(i))), chaos()]));
-      expect({ killed, restarted, kills: s.kills, starts: s.starts }).toEqual({ killed: true, restarted: true, kills: 1, starts: 2 });
+      await within(
+        SALE_TIMEOUT_MS + 30_000,
+        "the sale and the kill",
+        Promise.all([Promise.all(buyers.map((_, i) => shopper(i))), chaos()]),
+      );
+      expect({ killed, restarted, kills: s.kills, starts: s.starts }).toEqual({
+        killed: true,
+        restarted: true,
+        kills: 1,
+        starts: 2,
+      });
 
       const redisAfterSale = await within(5_000, "reading Redis stock", redisSide(deps, shopId, voucherId));
-      const settled = await settle(deps, shopId, voucherId, { timeoutMs: SETTLE_TIMEOUT_MS, cronPass, trace: settleTrace, log: cronLog });
-      sale = { shopId, voucherId, attempts, acksAtKill, unitsAtKill, inFlightAtKill, acksAfterRestart, downMs, redisAfterSale, settleMs: settled.ms };
+      const settled = await settle(deps, shopId, voucherId, {
+        timeoutMs: SETTLE_TIMEOUT_MS,
+        cronPass,
+        trace: settleTrace,
+        log: cronLog,
+      });
+      sale = {
+        shopId,
+        voucherId,
+        attempts,
+        acksAtKill,
+        unitsAtKill,
+        inFlightAtKill,
+        acksAfterRestart,
+        downMs,
+        redisAfterSale,
+        settleMs: settled.ms,
+      };
       const count = (k: Attempt["outcome"]["kind"]) => attempts.filter((a) => a.outcome.kind === k).length;
       console.log(
         `matrix kill9 ${name}: acks=${count("ack")} rejected=${count("rejected")} 5xx=${count("error")} lost=${count("lost")} unitsAtKill=${unitsAtKill} acksAtKill=${acksAtKill} ` +
@@ -238,20 +285,44 @@ describe.each(selectedRuntimes())("runtime matrix: kill -9 of the runtime mid-sa
       // Told "you hold one" before the writer had the order (no id in the answer): the buyer's own order list has it now.
       const notListed: string[] = [];
       for (const { orderId, buyer } of found.heldWithoutId) {
-        const mine = await request<{ id: string }[]>(s.url, "GET", "/api/voucher-order/of/me", { token: buyer.token, timeoutMs: 10_000 });
-        if (!(mine.body?.data ?? []).some((o) => o.id === orderId)) notListed.push(`${orderId} (user ${buyer.userId}): ${mine.status} ${JSON.stringify(mine.body)?.slice(0, 200)}`);
+        const mine = await request<{ id: string }[]>(s.url, "GET", "/api/voucher-order/of/me", {
+          token: buyer.token,
+          timeoutMs: 10_000,
+        });
+        if (!(mine.body?.data ?? []).some((o) => o.id === orderId))
+          notListed.push(
+            `${orderId} (user ${buyer.userId}): ${mine.status} ${JSON.stringify(mine.body)?.slice(0, 200)}`,
+          );
       }
-      if (found.heldWithoutId.length > 0) console.log(`matrix kill9 ${name}: ${found.heldWithoutId.length} holder(s) told DUPLICATE_ORDER before the writer had their order; ${found.heldWithoutId.length - notListed.length} found it in /of/me`);
+      if (found.heldWithoutId.length > 0)
+        console.log(
+          `matrix kill9 ${name}: ${found.heldWithoutId.length} holder(s) told DUPLICATE_ORDER before the writer had their order; ${found.heldWithoutId.length - notListed.length} found it in /of/me`,
+        );
       expect(notListed).toEqual([]);
       // The only fault is the dead process: requests in flight lose their connection (and are retried); none is answered 5xx.
       const fiveXX = r.attempts.filter((a) => a.outcome.kind === "error");
       // For each untold holder, what its attempts were answered (in order).
       const answersOf = (row: string) => {
         const userId = Number(/\(user (\d+)\)/.exec(row)?.[1]);
-        const seen = r.attempts.filter((a) => a.buyer.userId === userId).map((a) => (a.outcome.kind === "rejected" ? `${a.outcome.code}${a.outcome.orderId ? `:${a.outcome.orderId}` : ""}` : a.outcome.kind === "lost" ? `lost(${a.outcome.error.slice(0, 40)})` : a.outcome.kind));
+        const seen = r.attempts
+          .filter((a) => a.buyer.userId === userId)
+          .map((a) =>
+            a.outcome.kind === "rejected"
+              ? `${a.outcome.code}${a.outcome.orderId ? `:${a.outcome.orderId}` : ""}`
+              : a.outcome.kind === "lost"
+                ? `lost(${a.outcome.error.slice(0, 40)})`
+                : a.outcome.kind,
+          );
         return `${row}: ${seen.join(" → ")}`;
       };
-      expect({ untold: found.untold.length, "5xx": fiveXX.length, first: [...found.untold.slice(0, 3).map(answersOf), ...fiveXX.slice(0, 3).map((a) => JSON.stringify(a.outcome))] }).toEqual({
+      expect({
+        untold: found.untold.length,
+        "5xx": fiveXX.length,
+        first: [
+          ...found.untold.slice(0, 3).map(answersOf),
+          ...fiveXX.slice(0, 3).map((a) => JSON.stringify(a.outcome)),
+        ],
+      }).toEqual({
         untold: 0,
         "5xx": 0,
         first: [],
@@ -282,9 +353,13 @@ describe.each(selectedRuntimes())("runtime matrix: kill -9 of the runtime mid-sa
       const report = await pollUntil(
         "a reconcile run on the runtime",
         async () => {
-          const res = await request<{ vouchers: VoucherReport[] }>(s.url, "POST", "/admin/reconcile", { token: `Bearer ${s.env.ADMIN_TOKEN}`, timeoutMs: 30_000 });
+          const res = await request<{ vouchers: VoucherReport[] }>(s.url, "POST", "/admin/reconcile", {
+            token: `Bearer ${s.env.ADMIN_TOKEN}`,
+            timeoutMs: 30_000,
+          });
           if (res.status === 409) return undefined;
-          if (res.status !== 200 || !res.body?.data) throw new Error(`POST /admin/reconcile → ${res.status} ${res.error ?? JSON.stringify(res.body)}`);
+          if (res.status !== 200 || !res.body?.data)
+            throw new Error(`POST /admin/reconcile → ${res.status} ${res.error ?? JSON.stringify(res.body)}`);
           return res.body.data;
         },
         45_000,
@@ -292,7 +367,12 @@ describe.each(selectedRuntimes())("runtime matrix: kill -9 of the runtime mid-sa
       );
       const mine = report.vouchers.find((v) => v.voucherId === r.voucherId);
       expect(mine).toBeDefined();
-      expect({ drift: mine?.drift, repaired: mine?.repaired, ok: mine?.ok, pending: mine?.pending }).toEqual({ drift: [], repaired: [], ok: true, pending: 0 });
+      expect({ drift: mine?.drift, repaired: mine?.repaired, ok: mine?.ok, pending: mine?.pending }).toEqual({
+        drift: [],
+        repaired: [],
+        ok: true,
+        pending: 0,
+      });
     }),
     60_000,
   );

@@ -24,8 +24,30 @@ import { join } from "node:path";
 import type { Deps } from "../../src/deps.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { pollUntil, within } from "../support/child.ts";
-import { hazardLines, limiter, type RuntimeServer, seedBuyers, selectedRuntimes, stackAppEnv, startRuntime, guardedBy, workerBundle } from "../support/runtimes.ts";
-import { type Attempt, buy, type Buyer, createSaleOverHttp, expectEveryOrderOnce, expectStockConserved, mysqlOrderCount, orderFindings, outboxSize, redisSide, stockFindings } from "../support/sale-checks.ts";
+import {
+  hazardLines,
+  limiter,
+  type RuntimeServer,
+  seedBuyers,
+  selectedRuntimes,
+  stackAppEnv,
+  startRuntime,
+  guardedBy,
+  workerBundle,
+} from "../support/runtimes.ts";
+import {
+  type Attempt,
+  buy,
+  type Buyer,
+  createSaleOverHttp,
+  expectEveryOrderOnce,
+  expectStockConserved,
+  mysqlOrderCount,
+  orderFindings,
+  outboxSize,
+  redisSide,
+  stockFindings,
+} from "../support/sale-checks.ts";
 import { getStack } from "../support/stack.ts";
 
 const USERS = 1_000;
@@ -48,7 +70,10 @@ beforeAll(async () => {
   const { createLogger } = await import("../../src/log.ts");
   const seeder = createDeps(parseEnv(stackAppEnv(stack, { LOG_LEVEL: "silent" })), { log: createLogger("silent") });
   // The bundle is built while the buyers are seeded (only the workerd row needs it).
-  const [seeded] = await Promise.all([within(60_000, "seeding 1,000 buyers", seedBuyers(seeder, USERS)), selectedRuntimes().includes("workerd") ? workerBundle(dir) : undefined]);
+  const [seeded] = await Promise.all([
+    within(60_000, "seeding 1,000 buyers", seedBuyers(seeder, USERS)),
+    selectedRuntimes().includes("workerd") ? workerBundle(dir) : undefined,
+  ]);
   buyers = seeded;
 }, 120_000);
 
@@ -72,9 +97,13 @@ describe.each(selectedRuntimes())("runtime matrix: the buyer swarm on %s", (name
   let server: RuntimeServer | undefined;
   let result: SwarmResult | undefined;
 
-  const guarded = guardedBy(name, () => server, () => {
-    failed = true;
-  });
+  const guarded = guardedBy(
+    name,
+    () => server,
+    () => {
+      failed = true;
+    },
+  );
   const requireResult = (): SwarmResult => {
     if (!result) throw new Error(`the swarm on ${name} did not run (see the first test's failure)`);
     return result;
@@ -93,7 +122,11 @@ describe.each(selectedRuntimes())("runtime matrix: the buyer swarm on %s", (name
     guarded(async () => {
       const s = server as RuntimeServer;
       const deps: Deps = s.driver();
-      const { shopId, voucherId } = await within(20_000, "creating the sale", createSaleOverHttp(s.url, deps, { units: UNITS, label: `swarm-${name}` }));
+      const { shopId, voucherId } = await within(
+        20_000,
+        "creating the sale",
+        createSaleOverHttp(s.url, deps, { units: UNITS, label: `swarm-${name}` }),
+      );
       const logMark = s.logSize();
       const run = limiter(CONNECTIONS);
       const stopAll = new AbortController();
@@ -103,7 +136,10 @@ describe.each(selectedRuntimes())("runtime matrix: the buyer swarm on %s", (name
       const crowd = buyers.flatMap((buyer) =>
         Array.from({ length: ATTEMPTS_PER_USER }, () =>
           run(async () => {
-            attempts.push({ buyer, outcome: await buy(s.url, voucherId, buyer, { timeoutMs: REQUEST_TIMEOUT_MS, signal: stopAll.signal }) });
+            attempts.push({
+              buyer,
+              outcome: await buy(s.url, voucherId, buyer, { timeoutMs: REQUEST_TIMEOUT_MS, signal: stopAll.signal }),
+            });
           }),
         ),
       );
@@ -122,7 +158,11 @@ describe.each(selectedRuntimes())("runtime matrix: the buyer swarm on %s", (name
       await pollUntil(
         "the writer to drain: outbox empty and one MySQL row per Redis buyer",
         async () => {
-          const [outbox, rows, taken] = await Promise.all([outboxSize(deps, shopId), mysqlOrderCount(deps, voucherId), deps.redis.scard(keys.seckill.buyers(shopId, voucherId))]);
+          const [outbox, rows, taken] = await Promise.all([
+            outboxSize(deps, shopId),
+            mysqlOrderCount(deps, voucherId),
+            deps.redis.scard(keys.seckill.buyers(shopId, voucherId)),
+          ]);
           drainNote = `outbox=${outbox} mysqlRows=${rows} redisBuyers=${taken}`;
           return outbox === 0 && rows === taken;
         },
@@ -136,7 +176,14 @@ describe.each(selectedRuntimes())("runtime matrix: the buyer swarm on %s", (name
       const count = (k: Attempt["outcome"]["kind"]) => attempts.filter((a) => a.outcome.kind === k).length;
       const codes = new Map<string, number>();
       for (const { outcome: o } of attempts) {
-        const key = o.kind === "ack" ? "ack" : o.kind === "rejected" ? `${o.status}:${o.code}` : o.kind === "error" ? `${o.status}${o.code ? `:${o.code}` : ""}` : "lost";
+        const key =
+          o.kind === "ack"
+            ? "ack"
+            : o.kind === "rejected"
+              ? `${o.status}:${o.code}`
+              : o.kind === "error"
+                ? `${o.status}${o.code ? `:${o.code}` : ""}`
+                : "lost";
         codes.set(key, (codes.get(key) ?? 0) + 1);
       }
       console.log(
@@ -152,7 +199,9 @@ describe.each(selectedRuntimes())("runtime matrix: the buyer swarm on %s", (name
     `exactly ${UNITS} attempts answered with an order id (distinct ids, distinct buyers), no 5xx, none unanswered`,
     guarded(async () => {
       const { attempts } = requireResult();
-      const acks = attempts.flatMap((a) => (a.outcome.kind === "ack" ? [{ orderId: a.outcome.orderId, userId: a.buyer.userId }] : []));
+      const acks = attempts.flatMap((a) =>
+        a.outcome.kind === "ack" ? [{ orderId: a.outcome.orderId, userId: a.buyer.userId }] : [],
+      );
       const fiveXX = attempts.filter((a) => a.outcome.kind === "error");
       const lost = attempts.filter((a) => a.outcome.kind === "lost");
       const firstErrors = [...fiveXX, ...lost].slice(0, 3).map((a) => JSON.stringify(a.outcome));
@@ -163,7 +212,14 @@ describe.each(selectedRuntimes())("runtime matrix: the buyer swarm on %s", (name
         "5xx": fiveXX.length,
         unanswered: lost.length,
         firstErrors,
-      }).toEqual({ acknowledged: UNITS, distinctOrderIds: UNITS, distinctBuyers: UNITS, "5xx": 0, unanswered: 0, firstErrors: [] });
+      }).toEqual({
+        acknowledged: UNITS,
+        distinctOrderIds: UNITS,
+        distinctBuyers: UNITS,
+        "5xx": 0,
+        unanswered: 0,
+        firstErrors: [],
+      });
     }),
     10_000,
   );
@@ -196,7 +252,10 @@ describe.each(selectedRuntimes())("runtime matrix: the buyer swarm on %s", (name
     guarded(async () => {
       const r = requireResult();
       const lines = hazardLines((server as RuntimeServer).logSince(r.logMark));
-      expect({ count: lines.length, first: lines.slice(0, 3).map((l) => l.slice(0, 300)) }).toEqual({ count: 0, first: [] });
+      expect({ count: lines.length, first: lines.slice(0, 3).map((l) => l.slice(0, 300)) }).toEqual({
+        count: 0,
+        first: [],
+      });
     }),
     10_000,
   );

@@ -1,5 +1,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { assertLoopback, REFUSAL_REASONS, runSale, SaleError, type SaleOptions, type SaleSummary } from "../../scripts/sale.ts";
+import {
+  assertLoopback,
+  REFUSAL_REASONS,
+  runSale,
+  SaleError,
+  type SaleOptions,
+  type SaleSummary,
+} from "../../scripts/sale.ts";
 import { createShop, createShopType } from "../support/fixtures.ts";
 import { type ServedApp, serveTestApp } from "../support/stack.ts";
 
@@ -49,7 +56,11 @@ describe("sale simulator", () => {
     expect(s.latencyMs.p50).toBeGreaterThan(0);
     expect(s.latencyMs.p99).toBeGreaterThanOrEqual(s.latencyMs.p50);
     expect(s.consoleUrl).toBe(`${t.url}/console?voucher=${s.voucherId}`);
-    const row = (await t.deps.db.execute("SELECT COUNT(DISTINCT user_id) AS n FROM tb_voucher_order WHERE voucher_id = ?", [s.voucherId])).rows[0] as { n: string };
+    const row = (
+      await t.deps.db.execute("SELECT COUNT(DISTINCT user_id) AS n FROM tb_voucher_order WHERE voucher_id = ?", [
+        s.voucherId,
+      ])
+    ).rows[0] as { n: string };
     expect(Number(row.n)).toBe(50);
   }, 60_000);
 
@@ -63,10 +74,13 @@ describe("sale simulator", () => {
   }, 60_000);
 
   test("refuses a base URL that is not loopback unless --allow-remote", async () => {
-    await expect(runSale(await optionsFor({ baseUrl: "https://shop.example.com" }))).rejects.toThrow(/not loopback.*--allow-remote/);
+    await expect(runSale(await optionsFor({ baseUrl: "https://shop.example.com" }))).rejects.toThrow(
+      /not loopback.*--allow-remote/,
+    );
     await expect(runSale(await optionsFor({ baseUrl: "http://10.1.2.3:8787" }))).rejects.toBeInstanceOf(SaleError);
     expect(() => assertLoopback("https://shop.example.com", true)).not.toThrow();
-    for (const ok of ["http://127.0.0.1:8787", "http://localhost:8787", "http://[::1]:8787", "http://127.3.4.5"]) expect(() => assertLoopback(ok)).not.toThrow();
+    for (const ok of ["http://127.0.0.1:8787", "http://localhost:8787", "http://[::1]:8787", "http://127.3.4.5"])
+      expect(() => assertLoopback(ok)).not.toThrow();
     expect(() => assertLoopback("http://127.0.0.1.evil.example")).toThrow(SaleError);
   });
 });

@@ -25,7 +25,12 @@ function steppedClock() {
   return clock;
 }
 
-const ENV = { ORDER_PAY_TIMEOUT_SECONDS: "86400", SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", SOLD_OUT_MEMO_MS: "0" };
+const ENV = {
+  ORDER_PAY_TIMEOUT_SECONDS: "86400",
+  SECKILL_USER_LIMIT: "0",
+  SECKILL_IP_LIMIT: "0",
+  SOLD_OUT_MEMO_MS: "0",
+};
 
 async function twoIsolates(env: Record<string, string>) {
   const clock = steppedClock();
@@ -42,7 +47,9 @@ async function twoIsolates(env: Record<string, string>) {
 }
 
 function fire(t: ServedApp, voucherId: number, users: number[]): Promise<ReserveResult[]> {
-  return Promise.all(users.map((userId) => reserve(t.deps, { voucherId, userId, ip: `10.1.${userId % 250}.${userId % 199}` })));
+  return Promise.all(
+    users.map((userId) => reserve(t.deps, { voucherId, userId, ip: `10.1.${userId % 250}.${userId % 199}` })),
+  );
 }
 
 describe("seckill admission limit", () => {
@@ -116,12 +123,24 @@ describe("seckill admission limit", () => {
 
   test("several vouchers on sale at once share the total cap: attempts + granted leases ≤ floor(budget × share), plus one refused lease per isolate and voucher at most", async () => {
     // Budget 100 × share 0.5 = 50 commands per second across vouchers; no per-voucher cap.
-    const { count, a, b } = await twoIsolates({ ...ENV, REDIS_COMMANDS_PER_SECOND: "100", SECKILL_ADMISSION_SHARE: "0.5", SECKILL_ADMISSION_PER_SECOND: "" });
+    const { count, a, b } = await twoIsolates({
+      ...ENV,
+      REDIS_COMMANDS_PER_SECOND: "100",
+      SECKILL_ADMISSION_SHARE: "0.5",
+      SECKILL_ADMISSION_PER_SECOND: "",
+    });
     try {
       const shopId = (await createSeckill(a, { stock: 1000 })).shopId;
       const v1 = (await createSeckill(a, { stock: 1000, shopId })).voucherId;
       const v2 = (await createSeckill(a, { stock: 1000, shopId })).voucherId;
-      const res = (await Promise.all([fire(a, v1, userIds(100)), fire(b, v1, userIds(100)), fire(a, v2, userIds(100)), fire(b, v2, userIds(100))])).flat();
+      const res = (
+        await Promise.all([
+          fire(a, v1, userIds(100)),
+          fire(b, v1, userIds(100)),
+          fire(a, v2, userIds(100)),
+          fire(b, v2, userIds(100)),
+        ])
+      ).flat();
       const admitted = res.filter((r) => r.ok).length;
       expect(admitted).toBe(count.get("reserve"));
       // Granted leases count in the total; a refused lease (the budget is spent) is one command
@@ -156,7 +175,11 @@ describe("seckill admission limit", () => {
 
 describe("rate-limited callers are answered from memory", () => {
   test("a user over SECKILL_USER_LIMIT is refused without Redis until the window ends (reserve and the fast lane), then allowed", async () => {
-    const { clock, count, a, b } = await twoIsolates({ ...ENV, SECKILL_USER_LIMIT: "2", SECKILL_USER_WINDOW_MS: "5000" });
+    const { clock, count, a, b } = await twoIsolates({
+      ...ENV,
+      SECKILL_USER_LIMIT: "2",
+      SECKILL_USER_WINDOW_MS: "5000",
+    });
     try {
       const { voucherId } = await createSeckill(a, { stock: 1 });
       const [buyer, user] = userIds(2) as [number, number];
@@ -188,7 +211,9 @@ describe("rate-limited callers are answered from memory", () => {
       expect(a.deps.isolate.fastLane.seckill).toBe(lane + 1);
       expect(count.get("reserve")).toBe(reserves);
       // Another user of the same address is not blocked by this user's limit.
-      expect(await reserve(a.deps, { voucherId, userId: userIds(1)[0] as number, ip: "10.2.0.2" })).toMatchObject({ reason: "SOLD_OUT" });
+      expect(await reserve(a.deps, { voucherId, userId: userIds(1)[0] as number, ip: "10.2.0.2" })).toMatchObject({
+        reason: "SOLD_OUT",
+      });
       expect(count.get("reserve")).toBe(reserves + 1);
 
       // After the window: the user reaches Redis again.

@@ -17,7 +17,12 @@ import { serviceDay } from "../../src/util/time.ts";
 import { createSeckill, userIds } from "../support/seckill.ts";
 import { createTestApp, type TestApp } from "../support/stack.ts";
 
-const ENV = { ORDER_PAY_TIMEOUT_SECONDS: "86400", SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", SOLD_OUT_MEMO_MS: "0" };
+const ENV = {
+  ORDER_PAY_TIMEOUT_SECONDS: "86400",
+  SECKILL_USER_LIMIT: "0",
+  SECKILL_IP_LIMIT: "0",
+  SOLD_OUT_MEMO_MS: "0",
+};
 const IP = "10.0.7.1";
 
 /** Reserves and writes the order to MySQL; returns its id. */
@@ -33,7 +38,12 @@ async function bought(t: TestApp, voucherId: number, userId: number): Promise<st
 
 /** Redis loses every key of the voucher (one bucket): the next reconcile reloads it from MySQL. */
 async function loseVoucherKeys(t: TestApp, shopId: number, voucherId: number): Promise<void> {
-  await t.deps.redis.del(keys.seckill.meta(shopId, voucherId), keys.seckill.buyers(shopId, voucherId), keys.seckill.released(shopId, voucherId), keys.seckill.stock(shopId, voucherId, 0));
+  await t.deps.redis.del(
+    keys.seckill.meta(shopId, voucherId),
+    keys.seckill.buyers(shopId, voucherId),
+    keys.seckill.released(shopId, voucherId),
+    keys.seckill.stock(shopId, voucherId, 0),
+  );
 }
 
 const reason = async (t: TestApp, voucherId: number, userId: number) => {
@@ -49,7 +59,10 @@ test("an order cancelled in MySQL whose release was lost gives its daily quota b
   const [u] = userIds(1) as [number];
   const oa = await bought(t, a.voucherId, u);
   // Cancelled in MySQL a while ago (settled); the close died before its Redis release.
-  await t.deps.db.execute("UPDATE tb_voucher_order SET status = 4, update_time = NOW() - INTERVAL 2 MINUTE WHERE id = ?", [BigInt(oa)]);
+  await t.deps.db.execute(
+    "UPDATE tb_voucher_order SET status = 4, update_time = NOW() - INTERVAL 2 MINUTE WHERE id = ?",
+    [BigInt(oa)],
+  );
   await t.deps.db.execute("UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = ?", [a.voucherId]);
   expect(await reason(t, b.voucherId, u)).toBe("LIMIT_REACHED");
   await loseVoucherKeys(t, a.shopId, a.voucherId);
@@ -75,7 +88,9 @@ test("an order released before the voucher's keys were lost is not given back ag
   const ob = await bought(t, b.voucherId, u); // and spent on b
   const daily = keys.seckill.daily(a.shopId, u, serviceDay(Date.now(), t.deps.config.SERVICE_TIME_ZONE));
   expect(await t.deps.redis.smembers(daily)).toEqual([ob]);
-  await t.deps.db.execute("UPDATE tb_voucher_order SET update_time = NOW() - INTERVAL 2 MINUTE WHERE id = ?", [BigInt(oa)]);
+  await t.deps.db.execute("UPDATE tb_voucher_order SET update_time = NOW() - INTERVAL 2 MINUTE WHERE id = ?", [
+    BigInt(oa),
+  ]);
   await loseVoucherKeys(t, a.shopId, a.voucherId);
 
   await reconcile(t.deps, Date.now());

@@ -48,17 +48,35 @@ async function cronPass(t: ServedApp): Promise<void> {
  * machine that gap reached the final outbox check (it saw both entries of a committed group).
  * A reservation left in the outbox for good still fails here, by timeout.
  */
-async function ordersDrained(t: ServedApp, shopId: number, voucherId: number, n: number, timeoutMs?: number): Promise<void> {
+async function ordersDrained(
+  t: ServedApp,
+  shopId: number,
+  voucherId: number,
+  n: number,
+  timeoutMs?: number,
+): Promise<void> {
   await eventually(
     `${n} orders written and acknowledged`,
-    async () => (await mysqlCounts(t, voucherId)).orders === n && (await t.deps.redis.hlen(keys.seckill.outbox(shopId))) === 0,
+    async () =>
+      (await mysqlCounts(t, voucherId)).orders === n && (await t.deps.redis.hlen(keys.seckill.outbox(shopId))) === 0,
     timeoutMs,
   );
 }
 
 /** Every user who got a unit in Redis has exactly one order in MySQL, and stock adds up on both sides. */
-async function expectConsistent(t: ServedApp, shopId: number, voucherId: number, initial: number, buyers: number[]): Promise<void> {
-  const rows = (await t.deps.db.execute("SELECT user_id, COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ? GROUP BY user_id", [voucherId])).rows as { user_id: string; n: string }[];
+async function expectConsistent(
+  t: ServedApp,
+  shopId: number,
+  voucherId: number,
+  initial: number,
+  buyers: number[],
+): Promise<void> {
+  const rows = (
+    await t.deps.db.execute(
+      "SELECT user_id, COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ? GROUP BY user_id",
+      [voucherId],
+    )
+  ).rows as { user_id: string; n: string }[];
   const perUser = new Map(rows.map((r) => [Number(r.user_id), Number(r.n)]));
   for (const u of buyers) expect(perUser.get(u) ?? 0).toBe(1);
   expect(rows.length).toBe(buyers.length);
@@ -108,7 +126,10 @@ describe("zero lost orders", () => {
       faults.on("redis.eval", "lose", { times: 2, when: (args) => args.length > 2 });
       faults.on("queue.batchJSON", "drop", { times: 1 });
       const [victim, other] = userIds(2) as [number, number];
-      expect(await reserve(t.deps, { voucherId, userId: victim, ip: "10.0.0.1" })).toMatchObject({ ok: false, reason: "OUTCOME_UNKNOWN" });
+      expect(await reserve(t.deps, { voucherId, userId: victim, ip: "10.0.0.1" })).toMatchObject({
+        ok: false,
+        reason: "OUTCOME_UNKNOWN",
+      });
       faults.clear();
       expect((await reserve(t.deps, { voucherId, userId: other, ip: "10.0.0.1" })).ok).toBe(true);
       await t.settle();
@@ -165,10 +186,15 @@ describe("zero lost orders", () => {
       // Committed but not acknowledged: the outbox still holds all three.
       expect(await t.deps.redis.hlen(keys.seckill.outbox(shopId))).toBe(3);
       faults.clear();
-      await eventually("outbox acknowledged", async () => {
-        await cronPass(t);
-        return (await t.deps.redis.hlen(keys.seckill.outbox(shopId))) === 0;
-      }, 20_000, 200);
+      await eventually(
+        "outbox acknowledged",
+        async () => {
+          await cronPass(t);
+          return (await t.deps.redis.hlen(keys.seckill.outbox(shopId))) === 0;
+        },
+        20_000,
+        200,
+      );
       await t.settle();
       await expectConsistent(t, shopId, voucherId, 10, buyers);
     } finally {
@@ -182,7 +208,10 @@ describe("at-least-once delivery", () => {
   test("drain and close messages delivered two or three times, shuffled, closes before writes: no duplicate order, each unit released exactly once", async () => {
     const faults = new Faults();
     const clock = { skewMs: 0, now: () => Date.now() + clock.skewMs };
-    const t = await serveTestApp({ ...ENV, ORDER_MESSAGE_RETRIES: "0", ORDER_GROUP_MAX: "7" }, { clock, wrap: (deps) => faults.wrap(deps) });
+    const t = await serveTestApp(
+      { ...ENV, ORDER_MESSAGE_RETRIES: "0", ORDER_GROUP_MAX: "7" },
+      { clock, wrap: (deps) => faults.wrap(deps) },
+    );
     try {
       const stock = 40;
       const { shopId, voucherId } = await createSeckill(t, { stock });
@@ -195,14 +224,16 @@ describe("at-least-once delivery", () => {
         ids.push(r.orderId);
       }
       await t.settle();
-      const tapped = () => (faults.tapped.get("queue.batchJSON") ?? []).flatMap((args) => args[0] as { url: string; body: unknown }[]);
+      const tapped = () =>
+        (faults.tapped.get("queue.batchJSON") ?? []).flatMap((args) => args[0] as { url: string; body: unknown }[]);
       const drains = tapped().filter((m) => m.url.endsWith(ORDER_DRAIN_PATH));
       expect(drains.length).toBeGreaterThanOrEqual(1);
       // Everything is past its payment deadline from here on.
       clock.skewMs = 86_400_000 + 60_000;
       const deliveries: { path: string; body: string }[] = [];
       const copies = () => 2 + Math.floor(Math.random() * 2);
-      for (const m of drains) for (let i = copies(); i > 0; i--) deliveries.push({ path: ORDER_DRAIN_PATH, body: JSON.stringify(m.body) });
+      for (const m of drains)
+        for (let i = copies(); i > 0; i--) deliveries.push({ path: ORDER_DRAIN_PATH, body: JSON.stringify(m.body) });
       // Closes for groups of 5 ids: some arrive before their orders are written.
       for (let i = 0; i < ids.length; i += 5) {
         const body = JSON.stringify({ shopId, orderIds: ids.slice(i, i + 5) });
@@ -211,12 +242,18 @@ describe("at-least-once delivery", () => {
       // Fisher–Yates.
       for (let i = deliveries.length - 1; i > 0; i--) {
         const j = Math.floor(Math.random() * (i + 1));
-        [deliveries[i], deliveries[j]] = [deliveries[j] as (typeof deliveries)[0], deliveries[i] as (typeof deliveries)[0]];
+        [deliveries[i], deliveries[j]] = [
+          deliveries[j] as (typeof deliveries)[0],
+          deliveries[i] as (typeof deliveries)[0],
+        ];
       }
       const key = t.deps.config.QSTASH_CURRENT_SIGNING_KEY;
       const deliver = async (d: { path: string; body: string }) => {
         const signature = await qstashSignature({ key, url: `${t.deps.config.PUBLIC_URL}${d.path}`, body: d.body });
-        return await call(t.app, "POST", d.path, { body: d.body, headers: { "content-type": "application/json", "upstash-signature": signature } });
+        return await call(t.app, "POST", d.path, {
+          body: d.body,
+          headers: { "content-type": "application/json", "upstash-signature": signature },
+        });
       };
       const responses = await Promise.all(deliveries.map(deliver));
       // Lock conflicts are retried inside the handler: every delivery succeeds the first time.
@@ -224,12 +261,19 @@ describe("at-least-once delivery", () => {
       // Anything the drains did not reach yet (claimed under another delivery's lease) is closed
       // by the closes above or by the writer's own close messages, delivered now (twice each).
       const closes = tapped().filter((m) => m.url.endsWith(ORDER_CLOSE_PATH));
-      for (const m of closes) for (let i = 0; i < 2; i++) expect((await deliver({ path: ORDER_CLOSE_PATH, body: JSON.stringify(m.body) })).status).toBe(200);
+      for (const m of closes)
+        for (let i = 0; i < 2; i++)
+          expect((await deliver({ path: ORDER_CLOSE_PATH, body: JSON.stringify(m.body) })).status).toBe(200);
       const m = await mysqlCounts(t, voucherId);
       expect(m.orders).toBe(stock);
       expect(m.active).toBe(0);
       expect(m.stock).toBe(stock);
-      const rows = (await t.deps.db.execute("SELECT COUNT(DISTINCT id) AS n, COUNT(DISTINCT user_id) AS u FROM tb_voucher_order WHERE voucher_id = ?", [voucherId])).rows[0] as { n: string; u: string };
+      const rows = (
+        await t.deps.db.execute(
+          "SELECT COUNT(DISTINCT id) AS n, COUNT(DISTINCT user_id) AS u FROM tb_voucher_order WHERE voucher_id = ?",
+          [voucherId],
+        )
+      ).rows[0] as { n: string; u: string };
       expect(Number(rows.n)).toBe(stock);
       expect(Number(rows.u)).toBe(stock);
       expect(Number(await t.deps.redis.get(keys.seckill.stock(shopId, voucherId, 0)))).toBe(stock);
@@ -263,7 +307,9 @@ describe("close-expired", () => {
       const { writeOrder } = await import("../../src/services/seckill/orders.ts");
       for (const r of reservations.slice(0, 3)) await writeOrder(t.deps, r);
       // One of the written orders is paid: it must survive.
-      await t.deps.db.execute("UPDATE tb_voucher_order SET status = 2 WHERE id = ?", [BigInt(reservations[0]?.orderId as string)]);
+      await t.deps.db.execute("UPDATE tb_voucher_order SET status = 2 WHERE id = ?", [
+        BigInt(reservations[0]?.orderId as string),
+      ]);
       // Before the deadline nothing is closed.
       await runCron(t.deps, undefined, Date.now() + 60_000);
       expect((await mysqlCounts(t, voucherId)).active).toBe(3);
@@ -295,7 +341,9 @@ describe("reconcile", () => {
       await t.deps.redis.set(keys.seckill.stock(shopId, voucherId, 0), 999);
       await t.deps.redis.srem(keys.seckill.buyers(shopId, voucherId), String(buyers[0]));
       await cronPass(t);
-      const report = await call<{ vouchers: { voucherId: number; ok: boolean; drift: string[]; repaired: string[]; redisStock: number }[] }>(t.app, "GET", "/admin/reconcile", {
+      const report = await call<{
+        vouchers: { voucherId: number; ok: boolean; drift: string[]; repaired: string[]; redisStock: number }[];
+      }>(t.app, "GET", "/admin/reconcile", {
         token: `Bearer ${t.deps.config.ADMIN_TOKEN}`,
       });
       const mine = report.body.data?.vouchers.find((v) => v.voucherId === voucherId);
@@ -305,7 +353,9 @@ describe("reconcile", () => {
       expect(Number(await t.deps.redis.get(keys.seckill.stock(shopId, voucherId, 0)))).toBe(15);
       // The next pass finds nothing to repair.
       await cronPass(t);
-      const again = await call<{ vouchers: { voucherId: number; ok: boolean }[] }>(t.app, "GET", "/admin/reconcile", { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` });
+      const again = await call<{ vouchers: { voucherId: number; ok: boolean }[] }>(t.app, "GET", "/admin/reconcile", {
+        token: `Bearer ${t.deps.config.ADMIN_TOKEN}`,
+      });
       expect(again.body.data?.vouchers.find((v) => v.voucherId === voucherId)?.ok).toBe(true);
       expect((await call(t.app, "GET", "/admin/reconcile")).status).toBe(401);
     } finally {

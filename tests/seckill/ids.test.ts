@@ -12,7 +12,12 @@ import { createTestApp, eventually, getStack } from "../support/stack.ts";
 
 async function client(): Promise<Redis> {
   const stack = await getStack();
-  return new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, retry: false, enableTelemetry: false });
+  return new Redis({
+    url: stack.env.UPSTASH_REDIS_REST_URL as string,
+    token: stack.env.UPSTASH_REDIS_REST_TOKEN as string,
+    retry: false,
+    enableTelemetry: false,
+  });
 }
 
 async function sha1Hex(text: string): Promise<string> {
@@ -135,7 +140,11 @@ test("lost replies: draws that ran in Redis but timed out at the client burn blo
   const proxy = startFaultProxy(stack.env.UPSTASH_REDIS_REST_URL as string);
   proxies.push(proxy);
   // The production client and its deadline (REDIS_TIMEOUT_MS), through the proxy.
-  const t = await createTestApp({ UPSTASH_REDIS_REST_URL: proxy.url, REDIS_TIMEOUT_MS: "150", BREAKER_THRESHOLD: "1000" });
+  const t = await createTestApp({
+    UPSTASH_REDIS_REST_URL: proxy.url,
+    REDIS_TIMEOUT_MS: "150",
+    BREAKER_THRESHOLD: "1000",
+  });
   const redis = await client();
   const sha = await sha1Hex(luaSources.idBlock);
   // Load the script first, so each draw below is exactly one EVALSHA (no NOSCRIPT → EVAL).
@@ -143,7 +152,9 @@ test("lost replies: draws that ran in Redis but timed out at the client burn blo
 
   proxy.set({ kind: "replyDelay", ms: 600, match: sha });
   const counterBefore = BigInt((await redis.get<string | number>(keys.idBlock())) ?? -1);
-  const lost = await Promise.allSettled(Array.from({ length: 30 }, () => new IsolateIds(t.deps.redis, Date.now, { sharesIo: false }).next()));
+  const lost = await Promise.allSettled(
+    Array.from({ length: 30 }, () => new IsolateIds(t.deps.redis, Date.now, { sharesIo: false }).next()),
+  );
   expect(lost.every((r) => r.status === "rejected")).toBe(true);
   // The work was done: every one of the 30 draws moved the counter, though no caller heard it.
   const counter = async () => BigInt((await redis.get<string | number>(keys.idBlock())) ?? -1);

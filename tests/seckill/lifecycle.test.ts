@@ -14,13 +14,24 @@ import { createSeckill, mysqlCounts, userIds } from "../support/seckill.ts";
 import { createTestApp, eventually, serveTestApp, type ServedApp } from "../support/stack.ts";
 import { ORDER_CLOSE_PATH, ORDER_WRITE_PATH, PAYMENT_WEBHOOK_PATH } from "../../src/queue/messages.ts";
 
-const ENV = { ORDER_PAY_TIMEOUT_SECONDS: "86400", SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", LOCAL_PAYMENT_DELAY_MS: "0" };
+const ENV = {
+  ORDER_PAY_TIMEOUT_SECONDS: "86400",
+  SECKILL_USER_LIMIT: "0",
+  SECKILL_IP_LIMIT: "0",
+  LOCAL_PAYMENT_DELAY_MS: "0",
+};
 
 async function orderRow(t: ServedApp, id: string) {
-  return (await t.deps.db.execute("SELECT status, pay_time FROM tb_voucher_order WHERE id = ?", [BigInt(id)])).rows[0] as { status: number; pay_time: string | null } | undefined;
+  return (await t.deps.db.execute("SELECT status, pay_time FROM tb_voucher_order WHERE id = ?", [BigInt(id)]))
+    .rows[0] as { status: number; pay_time: string | null } | undefined;
 }
 
-async function signedPost(t: ServedApp, path: string, body: unknown, opts: { key?: string; signedPath?: string; expSec?: number; nowSec?: number } = {}) {
+async function signedPost(
+  t: ServedApp,
+  path: string,
+  body: unknown,
+  opts: { key?: string; signedPath?: string; expSec?: number; nowSec?: number } = {},
+) {
   const raw = JSON.stringify(body);
   const signature = await qstashSignature({
     key: opts.key ?? t.deps.config.QSTASH_CURRENT_SIGNING_KEY,
@@ -29,7 +40,10 @@ async function signedPost(t: ServedApp, path: string, body: unknown, opts: { key
     expSec: opts.expSec,
     nowSec: opts.nowSec,
   });
-  return await call(t.app, "POST", path, { body: raw, headers: { "content-type": "application/json", "upstash-signature": signature } });
+  return await call(t.app, "POST", path, {
+    body: raw,
+    headers: { "content-type": "application/json", "upstash-signature": signature },
+  });
 }
 
 /** A served app whose order messages are dropped: the test delivers callbacks itself. */
@@ -42,7 +56,9 @@ async function serveWithoutQueue(env: Record<string, string> = {}) {
 async function reserveOne(t: ServedApp, voucherId: number, userId = userIds(1)[0] as number): Promise<Reservation> {
   const r = await reserve(t.deps, { voucherId, userId, ip: "10.0.0.1" });
   if (!r.ok) throw new Error(`reserve failed: ${JSON.stringify(r)}`);
-  const cfg = (await t.deps.redis.smembers(keys.seckill.active())).map(String).find((m) => m.endsWith(`:${voucherId}`)) as string;
+  const cfg = (await t.deps.redis.smembers(keys.seckill.active()))
+    .map(String)
+    .find((m) => m.endsWith(`:${voucherId}`)) as string;
   const shopId = Number(cfg.split(":")[0]);
   const raw = await t.deps.redis.hget<Reservation | string>(keys.seckill.outbox(shopId), r.orderId);
   return (typeof raw === "string" ? JSON.parse(raw) : raw) as Reservation;
@@ -70,14 +86,21 @@ describe("order writer and close callbacks", () => {
       const { voucherId } = await createSeckill(t, { stock: 5 });
       const r = await reserveOne(t, voucherId);
       const raw = JSON.stringify(r);
-      const unsigned = await call(t.app, "POST", ORDER_WRITE_PATH, { body: raw, headers: { "content-type": "application/json" } });
+      const unsigned = await call(t.app, "POST", ORDER_WRITE_PATH, {
+        body: raw,
+        headers: { "content-type": "application/json" },
+      });
       expect(unsigned.status).toBe(401);
       expect((await signedPost(t, ORDER_WRITE_PATH, r, { key: "sig_not_the_right_key" })).status).toBe(401);
       const past = Math.floor(Date.now() / 1000) - 3600;
       expect((await signedPost(t, ORDER_WRITE_PATH, r, { nowSec: past, expSec: past + 300 })).status).toBe(401);
       expect((await signedPost(t, ORDER_CLOSE_PATH, r, { signedPath: ORDER_WRITE_PATH })).status).toBe(401);
       // A valid signature over a different body than the one sent.
-      const sig = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.url}${ORDER_WRITE_PATH}`, body: raw });
+      const sig = await qstashSignature({
+        key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY,
+        url: `${t.url}${ORDER_WRITE_PATH}`,
+        body: raw,
+      });
       const tampered = await call(t.app, "POST", ORDER_WRITE_PATH, {
         body: JSON.stringify({ ...r, userId: 1 }),
         headers: { "content-type": "application/json", "upstash-signature": sig },
@@ -104,7 +127,9 @@ describe("order writer and close callbacks", () => {
       expect(early.body).toMatchObject({ success: true, data: { cancelled: 0, outcomes: { [r.orderId]: "not-due" } } });
       expect(Number((await orderRow(t, r.orderId))?.status)).toBe(1);
       clock.skewMs = 86_400_000 + 60_000;
-      const results = await Promise.all([1, 2, 3, 4].map(() => signedPost(t, ORDER_CLOSE_PATH, { shopId, orderIds: [r.orderId] })));
+      const results = await Promise.all(
+        [1, 2, 3, 4].map(() => signedPost(t, ORDER_CLOSE_PATH, { shopId, orderIds: [r.orderId] })),
+      );
       expect(results.every((x) => x.status === 200)).toBe(true);
       expect(results.map((x) => (x.body.data as { cancelled: number }).cancelled).reduce((a, b) => a + b, 0)).toBe(1);
       expect(Number((await orderRow(t, r.orderId))?.status)).toBe(4);
@@ -129,7 +154,14 @@ describe("order writer and close callbacks", () => {
       await writeOrder(t.deps, real);
       clock.skewMs = 86_400_000 + 60_000;
       const fakeId = `${BigInt(real.orderId) + 1n}`;
-      const invented = { orderId: fakeId, userId: 777, voucherId, shopId, reservedAt: Date.now() - 86_400_000 * 2, amount: 1 };
+      const invented = {
+        orderId: fakeId,
+        userId: 777,
+        voucherId,
+        shopId,
+        reservedAt: Date.now() - 86_400_000 * 2,
+        amount: 1,
+      };
       // Today's body shape, and the older one that carried a whole reservation.
       for (const body of [{ shopId, orderIds: [fakeId] }, invented, { orderId: fakeId }]) {
         const res = await signedPost(t, ORDER_CLOSE_PATH, body);
@@ -177,23 +209,49 @@ describe("orders through the API", () => {
       const res = await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: owner.token });
       const id = res.body.data as string;
       expect(typeof id).toBe("string");
-      const first = await call<{ status: string; id: string }>(t.app, "GET", `/api/voucher-order/${id}`, { token: owner.token });
+      const first = await call<{ status: string; id: string }>(t.app, "GET", `/api/voucher-order/${id}`, {
+        token: owner.token,
+      });
       expect(["queued", "unpaid"]).toContain(first.body.data?.status as string);
       expect(first.body.data?.id).toBe(id);
       await eventually("order written", async () => (await orderRow(t, id)) !== undefined);
-      expect((await call<{ status: string }>(t.app, "GET", `/api/voucher-order/${id}`, { token: owner.token })).body.data?.status).toBe("unpaid");
+      expect(
+        (await call<{ status: string }>(t.app, "GET", `/api/voucher-order/${id}`, { token: owner.token })).body.data
+          ?.status,
+      ).toBe("unpaid");
       // Another user can neither read nor pay it.
-      expect((await call(t.app, "GET", `/api/voucher-order/${id}`, { token: other.token })).body).toMatchObject({ success: false, code: "NOT_FOUND" });
-      expect((await call(t.app, "POST", `/api/voucher-order/${id}/pay`, { token: other.token })).body).toMatchObject({ success: false, code: "NOT_FOUND" });
+      expect((await call(t.app, "GET", `/api/voucher-order/${id}`, { token: other.token })).body).toMatchObject({
+        success: false,
+        code: "NOT_FOUND",
+      });
+      expect((await call(t.app, "POST", `/api/voucher-order/${id}/pay`, { token: other.token })).body).toMatchObject({
+        success: false,
+        code: "NOT_FOUND",
+      });
       expect(Number((await orderRow(t, id))?.status)).toBe(1);
-      const pay = await call<{ paymentId: string }>(t.app, "POST", `/api/voucher-order/${id}/pay`, { token: owner.token });
+      const pay = await call<{ paymentId: string }>(t.app, "POST", `/api/voucher-order/${id}/pay`, {
+        token: owner.token,
+      });
       expect(pay.body.success).toBe(true);
       await eventually("paid", async () => Number((await orderRow(t, id))?.status) === 2);
-      expect((await call<{ status: string; payTime: string }>(t.app, "GET", `/api/voucher-order/${id}`, { token: owner.token })).body.data?.status).toBe("paid");
-      expect((await call(t.app, "POST", `/api/voucher-order/${id}/pay`, { token: owner.token })).body).toMatchObject({ success: false, code: "BAD_STATE" });
-      const mine = await call<{ id: string; status: string }[]>(t.app, "GET", "/api/voucher-order/of/me", { token: owner.token });
+      expect(
+        (
+          await call<{ status: string; payTime: string }>(t.app, "GET", `/api/voucher-order/${id}`, {
+            token: owner.token,
+          })
+        ).body.data?.status,
+      ).toBe("paid");
+      expect((await call(t.app, "POST", `/api/voucher-order/${id}/pay`, { token: owner.token })).body).toMatchObject({
+        success: false,
+        code: "BAD_STATE",
+      });
+      const mine = await call<{ id: string; status: string }[]>(t.app, "GET", "/api/voucher-order/of/me", {
+        token: owner.token,
+      });
       expect(mine.body.data?.map((o) => o.id)).toEqual([id]);
-      expect((await call<unknown[]>(t.app, "GET", "/api/voucher-order/of/me", { token: other.token })).body.data).toEqual([]);
+      expect(
+        (await call<unknown[]>(t.app, "GET", "/api/voucher-order/of/me", { token: other.token })).body.data,
+      ).toEqual([]);
       // A paid order is not closed by a late close message.
       expect(await closeOrder(t.deps, id)).toBe("not-unpaid");
     } finally {
@@ -220,7 +278,10 @@ describe("orders through the API", () => {
         expect(r.body.code).toBe("INVALID_INPUT");
       }
       expect((await call(t.app, "POST", "/api/voucher-order/seckill/1")).status).toBe(401);
-      expect((await call(t.app, "POST", "/api/voucher-order/seckill/987654321", { token })).body).toMatchObject({ success: false, code: "NOT_FOUND" });
+      expect((await call(t.app, "POST", "/api/voucher-order/seckill/987654321", { token })).body).toMatchObject({
+        success: false,
+        code: "NOT_FOUND",
+      });
     } finally {
       await t.stop();
     }
@@ -233,13 +294,22 @@ describe("orders through the API", () => {
       const future = await createSeckill(t, { stock: 5, beginMs: now + 3600_000, endMs: now + 7200_000 });
       const past = await createSeckill(t, { stock: 5, beginMs: now - 7200_000, endMs: now - 3600_000 });
       const [u1, u2] = userIds(2) as [number, number];
-      expect(await reserve(t.deps, { voucherId: future.voucherId, userId: u1, ip: "1.1.1.1" })).toMatchObject({ ok: false, reason: "NOT_STARTED" });
-      expect(await reserve(t.deps, { voucherId: past.voucherId, userId: u1, ip: "1.1.1.1" })).toMatchObject({ ok: false, reason: "ENDED" });
+      expect(await reserve(t.deps, { voucherId: future.voucherId, userId: u1, ip: "1.1.1.1" })).toMatchObject({
+        ok: false,
+        reason: "NOT_STARTED",
+      });
+      expect(await reserve(t.deps, { voucherId: past.voucherId, userId: u1, ip: "1.1.1.1" })).toMatchObject({
+        ok: false,
+        reason: "ENDED",
+      });
       // Two vouchers of one shop with "at most 1 per user per day across the shop".
       const a = await createSeckill(t, { stock: 5, shopDailyLimit: 1 });
       const b = await createSeckill(t, { stock: 5, shopDailyLimit: 1, shopId: a.shopId });
       expect((await reserve(t.deps, { voucherId: a.voucherId, userId: u2, ip: "1.1.1.2" })).ok).toBe(true);
-      expect(await reserve(t.deps, { voucherId: b.voucherId, userId: u2, ip: "1.1.1.2" })).toMatchObject({ ok: false, reason: "LIMIT_REACHED" });
+      expect(await reserve(t.deps, { voucherId: b.voucherId, userId: u2, ip: "1.1.1.2" })).toMatchObject({
+        ok: false,
+        reason: "LIMIT_REACHED",
+      });
       // Per-user attempts: 3 per window, counted even when the attempt fails (duplicate).
       const { token } = await loginAs(t.app, t.deps);
       const statuses: (string | number)[] = [];
@@ -291,7 +361,12 @@ describe("orders through the API", () => {
   });
 
   test("per-address limit across users, and the isolate's sold-out memo answers without Redis", async () => {
-    const t = await serveTestApp({ ...ENV, SECKILL_IP_LIMIT: "5", SECKILL_IP_WINDOW_MS: "60000", SOLD_OUT_MEMO_MS: "60000" });
+    const t = await serveTestApp({
+      ...ENV,
+      SECKILL_IP_LIMIT: "5",
+      SECKILL_IP_WINDOW_MS: "60000",
+      SOLD_OUT_MEMO_MS: "60000",
+    });
     try {
       const { voucherId } = await createSeckill(t, { stock: 100 });
       const results = [];
@@ -300,10 +375,15 @@ describe("orders through the API", () => {
       expect(results[5]).toMatchObject({ reason: "RATE_LIMITED" });
       const tiny = await createSeckill(t, { stock: 1 });
       await reserve(t.deps, { voucherId: tiny.voucherId, userId: userIds(1)[0] as number, ip: "8.8.8.1" });
-      expect(await reserve(t.deps, { voucherId: tiny.voucherId, userId: userIds(1)[0] as number, ip: "8.8.8.2" })).toMatchObject({ reason: "SOLD_OUT" });
+      expect(
+        await reserve(t.deps, { voucherId: tiny.voucherId, userId: userIds(1)[0] as number, ip: "8.8.8.2" }),
+      ).toMatchObject({ reason: "SOLD_OUT" });
       await t.settle();
       const before = t.stack.rest.stats().requests;
-      for (let i = 0; i < 20; i++) expect(await reserve(t.deps, { voucherId: tiny.voucherId, userId: userIds(1)[0] as number, ip: "8.8.8.3" })).toMatchObject({ reason: "SOLD_OUT" });
+      for (let i = 0; i < 20; i++)
+        expect(
+          await reserve(t.deps, { voucherId: tiny.voucherId, userId: userIds(1)[0] as number, ip: "8.8.8.3" }),
+        ).toMatchObject({ reason: "SOLD_OUT" });
       expect(t.stack.rest.stats().requests - before).toBe(0);
     } finally {
       await t.settle();
@@ -332,7 +412,8 @@ describe("pay vs close", () => {
    * give the payment a head start of up to 2 ms — both calls still overlap in flight — so both
    * outcomes come up every run (about 1 in 3 paid; measured).
    */
-  const headStart = () => (Math.random() < 0.5 ? Promise.resolve() : new Promise<void>((r) => setTimeout(r, Math.random() * 2)));
+  const headStart = () =>
+    Math.random() < 0.5 ? Promise.resolve() : new Promise<void>((r) => setTimeout(r, Math.random() * 2));
 
   test("pay and close racing 500 times: exactly one wins each time, both sides win some rounds, and every lost payment is refunded", async () => {
     const provider = recordingProvider();
@@ -346,7 +427,10 @@ describe("pay vs close", () => {
         const r = await reserveOne(t, voucherId);
         await writeOrder(t.deps, r);
         const paymentId = `${BigInt(r.orderId) + 7n}`;
-        await t.deps.db.execute("INSERT INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, 1)", [BigInt(paymentId), BigInt(r.orderId), r.userId, r.amount]);
+        await t.deps.db.execute(
+          "INSERT INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, 1)",
+          [BigInt(paymentId), BigInt(r.orderId), r.userId, r.amount],
+        );
         const [settled, closed] = await Promise.all([
           settleWebhook(t.deps, { type: "payment.succeeded", paymentId, providerRef: "x" }),
           headStart().then(() => closeOrder(t.deps, r.orderId)),
@@ -367,7 +451,12 @@ describe("pay vs close", () => {
       // A race, not a schedule: each outcome at least once, or one branch above went untested.
       expect(paid).toBeGreaterThan(0);
       expect(cancelled).toBeGreaterThan(0);
-      const refunds = (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_refund r JOIN tb_voucher_order o ON o.id = r.order_id WHERE o.voucher_id = ?", [voucherId])).rows[0] as { n: string };
+      const refunds = (
+        await t.deps.db.execute(
+          "SELECT COUNT(*) AS n FROM tb_refund r JOIN tb_voucher_order o ON o.id = r.order_id WHERE o.voucher_id = ?",
+          [voucherId],
+        )
+      ).rows[0] as { n: string };
       expect(Number(refunds.n)).toBe(cancelled);
       expect(provider.refunds.length).toBe(cancelled);
       // Every cancelled order's unit is back, in MySQL and in Redis.
@@ -384,15 +473,20 @@ describe("pay vs close", () => {
     try {
       const { voucherId } = await createSeckill(t, { stock: 5 });
       const owner = await loginAs(t.app, t.deps);
-      const me = (await call<{ id: number }>(t.app, "GET", "/api/user/me", { token: owner.token })).body.data?.id as number;
+      const me = (await call<{ id: number }>(t.app, "GET", "/api/user/me", { token: owner.token })).body.data
+        ?.id as number;
       const r = await reserveOne(t, voucherId, me);
       await writeOrder(t.deps, r);
-      const pay = await call<{ paymentId: string }>(t.app, "POST", `/api/voucher-order/${r.orderId}/pay`, { token: owner.token });
+      const pay = await call<{ paymentId: string }>(t.app, "POST", `/api/voucher-order/${r.orderId}/pay`, {
+        token: owner.token,
+      });
       expect(pay.body.success).toBe(true);
       // The close wins the race against the provider's (delayed) webhook...
       expect(await closeOrder(t.deps, r.orderId)).toBe("cancelled");
       await eventually("refunded", async () => Number((await orderRow(t, r.orderId))?.status) === 6);
-      const refund = (await t.deps.db.execute("SELECT reason, status FROM tb_refund WHERE order_id = ?", [BigInt(r.orderId)])).rows[0] as { reason: string; status: number };
+      const refund = (
+        await t.deps.db.execute("SELECT reason, status FROM tb_refund WHERE order_id = ?", [BigInt(r.orderId)])
+      ).rows[0] as { reason: string; status: number };
       expect(refund).toEqual({ reason: "paid-after-close", status: 2 });
     } finally {
       await t.settle();
@@ -406,8 +500,15 @@ describe("pay vs close", () => {
       const { shopId, voucherId } = await createSeckill(t, { stock: 5 });
       const r = await reserveOne(t, voucherId);
       const paymentId = `${BigInt(r.orderId) + 3n}`;
-      await t.deps.db.execute("INSERT INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, 1)", [BigInt(paymentId), BigInt(r.orderId), r.userId, r.amount]);
-      expect(await settleWebhook(t.deps, { type: "payment.succeeded", paymentId, providerRef: "x" })).toBe("paid-from-reservation");
+      await t.deps.db.execute("INSERT INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, 1)", [
+        BigInt(paymentId),
+        BigInt(r.orderId),
+        r.userId,
+        r.amount,
+      ]);
+      expect(await settleWebhook(t.deps, { type: "payment.succeeded", paymentId, providerRef: "x" })).toBe(
+        "paid-from-reservation",
+      );
       expect(await settleWebhook(t.deps, { type: "payment.succeeded", paymentId, providerRef: "x" })).toBe("duplicate");
       expect(await writeOrder(t.deps, r)).toBe("exists");
       expect(Number((await orderRow(t, r.orderId))?.status)).toBe(2);
@@ -424,17 +525,23 @@ describe("pay vs close", () => {
     try {
       const { voucherId } = await createSeckill(t, { stock: 5 });
       const owner = await loginAs(t.app, t.deps);
-      const me = (await call<{ id: number }>(t.app, "GET", "/api/user/me", { token: owner.token })).body.data?.id as number;
+      const me = (await call<{ id: number }>(t.app, "GET", "/api/user/me", { token: owner.token })).body.data
+        ?.id as number;
       const r = await reserveOne(t, voucherId, me);
       await eventually("order written", async () => (await orderRow(t, r.orderId)) !== undefined);
-      const pay = await call<{ paymentId: string }>(t.app, "POST", `/api/voucher-order/${r.orderId}/pay`, { token: owner.token });
+      const pay = await call<{ paymentId: string }>(t.app, "POST", `/api/voucher-order/${r.orderId}/pay`, {
+        token: owner.token,
+      });
       const paymentId = pay.body.data?.paymentId as string;
       await eventually("payment declined", async () => {
-        const row = (await t.deps.db.execute("SELECT status FROM tb_payment WHERE id = ?", [BigInt(paymentId)])).rows[0] as { status: number } | undefined;
+        const row = (await t.deps.db.execute("SELECT status FROM tb_payment WHERE id = ?", [BigInt(paymentId)]))
+          .rows[0] as { status: number } | undefined;
         return Number(row?.status) === 3;
       });
       expect(Number((await orderRow(t, r.orderId))?.status)).toBe(1);
-      expect((await call(t.app, "POST", `/api/voucher-order/${r.orderId}/pay`, { token: owner.token })).body.success).toBe(true);
+      expect(
+        (await call(t.app, "POST", `/api/voucher-order/${r.orderId}/pay`, { token: owner.token })).body.success,
+      ).toBe(true);
     } finally {
       await t.settle();
       await t.stop();
@@ -445,10 +552,16 @@ describe("pay vs close", () => {
     const t = await serveTestApp(ENV);
     try {
       const body = JSON.stringify({ type: "payment.succeeded", paymentId: "123", providerRef: "x" });
-      const post = (sig?: string) => call(t.app, "POST", PAYMENT_WEBHOOK_PATH, { body, headers: { "content-type": "application/json", ...(sig ? { "x-payment-signature": sig } : {}) } });
+      const post = (sig?: string) =>
+        call(t.app, "POST", PAYMENT_WEBHOOK_PATH, {
+          body,
+          headers: { "content-type": "application/json", ...(sig ? { "x-payment-signature": sig } : {}) },
+        });
       expect((await post()).status).toBe(401);
       expect((await post(await signWebhook("another-secret-of-enough-length", body, Date.now()))).status).toBe(401);
-      expect((await post(await signWebhook(t.deps.config.PAYMENT_WEBHOOK_SECRET, body, Date.now() - 3600_000))).status).toBe(401);
+      expect(
+        (await post(await signWebhook(t.deps.config.PAYMENT_WEBHOOK_SECRET, body, Date.now() - 3600_000))).status,
+      ).toBe(401);
       expect((await post("t=abc,v1=zz")).status).toBe(401);
       const ok = await post(await signWebhook(t.deps.config.PAYMENT_WEBHOOK_SECRET, body, Date.now()));
       expect(ok.status).toBe(200);

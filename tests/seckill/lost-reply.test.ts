@@ -29,7 +29,12 @@ let fenceSha: string;
 beforeAll(async () => {
   const stack = await getStack();
   proxy = startFaultProxy(stack.env.UPSTASH_REDIS_REST_URL as string);
-  direct = new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, retry: false, enableTelemetry: false });
+  direct = new Redis({
+    url: stack.env.UPSTASH_REDIS_REST_URL as string,
+    token: stack.env.UPSTASH_REDIS_REST_TOKEN as string,
+    retry: false,
+    enableTelemetry: false,
+  });
   // The production deadline path: 300 ms Redis timeout; the breaker must not open over a few timeouts.
   t = await serveTestApp({
     UPSTASH_REDIS_REST_URL: proxy.url,
@@ -53,7 +58,10 @@ afterAll(async () => {
 });
 
 async function orderRows(voucherId: number, userId: number): Promise<string[]> {
-  const res = await t.deps.db.execute("SELECT id FROM tb_voucher_order WHERE voucher_id = ? AND user_id = ?", [voucherId, userId]);
+  const res = await t.deps.db.execute("SELECT id FROM tb_voucher_order WHERE voucher_id = ? AND user_id = ?", [
+    voucherId,
+    userId,
+  ]);
   return (res.rows as { id: string | number }[]).map((r) => String(r.id));
 }
 
@@ -70,7 +78,10 @@ describe("a reservation whose reply is lost", () => {
     const { voucherId } = await createSeckill(t, { stock: 5 });
     // Warm the voucher config and the id block with one normal purchase.
     const first = await warmBuyer();
-    expect((await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: first.token })).body.success).toBe(true);
+    expect(
+      (await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: first.token })).body
+        .success,
+    ).toBe(true);
 
     const buyer = await warmBuyer();
     const settledBefore = t.deps.isolate.seckillLostReplies.reserved;
@@ -89,7 +100,10 @@ describe("a reservation whose reply is lost", () => {
     expect({ code: again.body.code, data: again.body.data }).toEqual({ code: "DUPLICATE_ORDER", data: orderId });
 
     // Announced and indexed like any other: the writer puts it in MySQL exactly once.
-    await eventually("the lost-reply order is in MySQL", async () => (await orderRows(voucherId, buyer.userId)).length > 0);
+    await eventually(
+      "the lost-reply order is in MySQL",
+      async () => (await orderRows(voucherId, buyer.userId)).length > 0,
+    );
     expect(await orderRows(voucherId, buyer.userId)).toEqual([orderId]);
     const view = await call<{ id: string }>(t.app, "GET", `/api/voucher-order/${orderId}`, { token: buyer.token });
     expect(view.body.success).toBe(true);
@@ -98,7 +112,10 @@ describe("a reservation whose reply is lost", () => {
   test("a reservation that never ran is fenced: the buyer is told nothing was reserved, and a late execution cannot reserve", async () => {
     const { shopId, voucherId } = await createSeckill(t, { stock: 3 });
     const first = await warmBuyer();
-    expect((await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: first.token })).body.success).toBe(true);
+    expect(
+      (await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: first.token })).body
+        .success,
+    ).toBe(true);
     const stockKey = keys.seckill.stock(shopId, voucherId, 0);
     const stockBefore = Number(await direct.get(stockKey));
 
@@ -121,7 +138,10 @@ describe("a reservation whose reply is lost", () => {
     const cfg = await t.deps.isolate.caches.seckill.get(t.deps, voucherId);
     const now = Date.now();
     const r = { orderId, userId: buyer.userId, voucherId, shopId, reservedAt: now, amount: 8000 };
-    const late = await scriptsFor(direct).reserveStock.exec(reserveKeys(cfg!, buyer.userId, "10.0.0.1", serviceDay(now, t.deps.config.SERVICE_TIME_ZONE), orderId), reserveArgs(t.deps.config, r, cfg!));
+    const late = await scriptsFor(direct).reserveStock.exec(
+      reserveKeys(cfg!, buyer.userId, "10.0.0.1", serviceDay(now, t.deps.config.SERVICE_TIME_ZONE), orderId),
+      reserveArgs(t.deps.config, r, cfg!),
+    );
     expect(late[0]).toBe(8);
     expect(Number(await direct.get(stockKey))).toBe(stockBefore);
     expect(await direct.hexists(keys.seckill.outbox(shopId), orderId)).toBe(0);
@@ -134,7 +154,10 @@ describe("a reservation whose reply is lost", () => {
   test("reply and check both lost: 503 OUTCOME_UNKNOWN with Retry-After; the order is still drained, and a retry learns it", async () => {
     const { voucherId } = await createSeckill(t, { stock: 5 });
     const first = await warmBuyer();
-    expect((await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: first.token })).body.success).toBe(true);
+    expect(
+      (await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: first.token })).body
+        .success,
+    ).toBe(true);
 
     const buyer = await warmBuyer();
     // The reservation's reply and its settling check's reply both held (the writer's own commands
@@ -147,7 +170,10 @@ describe("a reservation whose reply is lost", () => {
     expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
 
     // The script did run; its order was announced anyway, so the writer drains it without the sweep.
-    await eventually("the unknown-outcome order is in MySQL", async () => (await orderRows(voucherId, buyer.userId)).length === 1);
+    await eventually(
+      "the unknown-outcome order is in MySQL",
+      async () => (await orderRows(voucherId, buyer.userId)).length === 1,
+    );
     const [orderId] = await orderRows(voucherId, buyer.userId);
     const retry = await call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: buyer.token });
     expect({ code: retry.body.code, data: retry.body.data }).toEqual({ code: "DUPLICATE_ORDER", data: orderId });

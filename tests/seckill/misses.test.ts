@@ -17,7 +17,9 @@ test("a voucher created after its id was probed sells to its first buyer (the cr
   const [token, probe] = (await sessionsFor(t, userIds(2))) as [string, string];
   // A buyer (or a scraper) tries the next id before the sale exists: NOT_FOUND, cached.
   const next = first.voucherId + 1;
-  expect((await call(t.app, "POST", `/api/voucher-order/seckill/${next}`, { token: probe })).body.code).toBe("NOT_FOUND");
+  expect((await call(t.app, "POST", `/api/voucher-order/seckill/${next}`, { token: probe })).body.code).toBe(
+    "NOT_FOUND",
+  );
   const created = await createSeckill(t, { stock: 5, shopId: first.shopId });
   expect(created.voucherId).toBe(next);
   const res = await call<string>(t.app, "POST", `/api/voucher-order/seckill/${next}`, { token });
@@ -32,20 +34,30 @@ test("probing thousands of unknown voucher ids never evicts a live sale's config
   const t = await createTestApp(ENV, {});
   const live = await createSeckill(t, { stock: 50 });
   const tokens = await sessionsFor(t, userIds(2));
-  expect((await call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { token: tokens[0] })).body.success).toBe(true);
+  expect(
+    (await call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { token: tokens[0] })).body.success,
+  ).toBe(true);
   const seckill = t.deps.isolate.caches.seckill;
   const origin = seckill.counters.originLoads;
   // More unknown ids than the module's L1 holds (policy.l1Max).
   const probes = seckill.policy.l1Max + 500;
   for (let i = 0; i < probes; i += 250) {
-    await Promise.all(Array.from({ length: Math.min(250, probes - i) }, (_, k) => seckill.get(t.deps, 900_000_000 + i + k)));
+    await Promise.all(
+      Array.from({ length: Math.min(250, probes - i) }, (_, k) => seckill.get(t.deps, 900_000_000 + i + k)),
+    );
   }
   const loadsForProbes = seckill.counters.originLoads - origin;
   expect(loadsForProbes).toBeGreaterThan(0);
   // The live config is still in L1: the next attempt reads neither Redis nor MySQL for it.
   const before = { ...seckill.counters };
-  expect((await call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { token: tokens[1] })).body.success).toBe(true);
-  expect({ l1: seckill.counters.l1Hits - before.l1Hits, l2: seckill.counters.l2Hits - before.l2Hits, origin: seckill.counters.originLoads - before.originLoads }).toEqual({ l1: 1, l2: 0, origin: 0 });
+  expect(
+    (await call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { token: tokens[1] })).body.success,
+  ).toBe(true);
+  expect({
+    l1: seckill.counters.l1Hits - before.l1Hits,
+    l2: seckill.counters.l2Hits - before.l2Hits,
+    origin: seckill.counters.originLoads - before.originLoads,
+  }).toEqual({ l1: 1, l2: 0, origin: 0 });
   await t.settle();
 });
 
@@ -57,9 +69,13 @@ test("not-found lookups are metered per address: past the budget, unknown shop a
   const live = await createSeckill(t, { stock: 5 });
   const [token, warm] = (await sessionsFor(t, userIds(2))) as [string, string];
   const ip = `10.91.${Math.floor(Math.random() * 250)}.${1 + Math.floor(Math.random() * 250)}`;
-  for (let i = 0; i < 20; i++) expect((await call(t.app, "GET", `/api/shop/${800_000_000 + i}`, { ip })).body.code).toBe("NOT_FOUND");
+  for (let i = 0; i < 20; i++)
+    expect((await call(t.app, "GET", `/api/shop/${800_000_000 + i}`, { ip })).body.code).toBe("NOT_FOUND");
   // Another buyer's attempt from another address: the upkeep a first seckill request of an isolate starts.
-  expect((await call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { ip: "10.92.0.2", token: warm })).body.success).toBe(true);
+  expect(
+    (await call(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { ip: "10.92.0.2", token: warm })).body
+      .success,
+  ).toBe(true);
   t.deps.isolate.caches.metrics.maybeFlush(t.deps);
   await t.settle();
   const redisBefore = t.stack.rest.stats().requests;
@@ -72,7 +88,9 @@ test("not-found lookups are metered per address: past the budget, unknown shop a
   expect(t.stack.rest.stats().requests - redisBefore).toBe(0);
   expect(t.stack.planetscale.stats().requests - dbBefore).toBe(0);
   // What the isolate holds is still served to that address, and other addresses are not affected.
-  expect((await call<string>(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { ip, token })).body.success).toBe(true);
+  expect(
+    (await call<string>(t.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { ip, token })).body.success,
+  ).toBe(true);
   expect((await call(t.app, "GET", `/api/shop/${800_000_100}`, { ip: "10.92.0.1" })).body.code).toBe("NOT_FOUND");
   await t.settle();
 });
@@ -82,7 +100,11 @@ test("a crowd at a cold isolate for a real sale is never refused by the miss met
   const live = await createSeckill(t, { stock: 300 });
   const cold = await createTestApp({ ...ENV, MISS_PER_ADDRESS: "5" });
   const tokens = await sessionsFor(cold, userIds(200));
-  const res = await Promise.all(tokens.map((token) => call<string>(cold.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { token, ip: "10.93.0.1" })));
+  const res = await Promise.all(
+    tokens.map((token) =>
+      call<string>(cold.app, "POST", `/api/voucher-order/seckill/${live.voucherId}`, { token, ip: "10.93.0.1" }),
+    ),
+  );
   expect(res.filter((r) => r.body.success).length).toBe(200);
   await cold.settle();
 });

@@ -30,7 +30,7 @@ const Status = { unpaid: 1, paid: 2, cancelled: 4, refunding: 5, refunded: 6 } a
 /** A random positive 63-bit id (18 digits), as order and payment ids are. */
 function randomId(): string {
   const digits = [...crypto.getRandomValues(new Uint8Array(17))].map((b) => b % 10).join("");
-  return `${1 + (crypto.getRandomValues(new Uint8Array(1))[0] as number) % 9}${digits}`;
+  return `${1 + ((crypto.getRandomValues(new Uint8Array(1))[0] as number) % 9)}${digits}`;
 }
 
 /** An order row of a fresh user, in the given status, for a real seckill voucher (so the price is known). */
@@ -38,7 +38,12 @@ async function seedOrder(t: ServedApp, status: number): Promise<{ orderId: strin
   const { voucherId } = await createSeckill(t, { stock: 10, payValue: 4200 });
   const userId = userIds(1)[0] as number;
   const orderId = randomId();
-  await t.deps.db.execute("INSERT INTO tb_voucher_order (id, user_id, voucher_id, status) VALUES (?, ?, ?, ?)", [BigInt(orderId), userId, voucherId, status]);
+  await t.deps.db.execute("INSERT INTO tb_voucher_order (id, user_id, voucher_id, status) VALUES (?, ?, ?, ?)", [
+    BigInt(orderId),
+    userId,
+    voucherId,
+    status,
+  ]);
   const [token] = await sessionsFor(t, [userId]);
   return { orderId, userId, token: token as string };
 }
@@ -46,28 +51,36 @@ async function seedOrder(t: ServedApp, status: number): Promise<{ orderId: strin
 /** A pending payment row, as startPayment leaves it once the provider accepted the charge. */
 async function seedPendingPayment(t: ServedApp, orderId: string, userId: number): Promise<string> {
   const paymentId = randomId();
-  await t.deps.db.execute("INSERT INTO tb_payment (id, order_id, user_id, amount, status, provider_ref) VALUES (?, ?, ?, 4200, 1, 'lp_seeded')", [
-    BigInt(paymentId),
-    BigInt(orderId),
-    userId,
-  ]);
+  await t.deps.db.execute(
+    "INSERT INTO tb_payment (id, order_id, user_id, amount, status, provider_ref) VALUES (?, ?, ?, 4200, 1, 'lp_seeded')",
+    [BigInt(paymentId), BigInt(orderId), userId],
+  );
   return paymentId;
 }
 
 /** Delivers a webhook the way the provider (or a forger holding the secret) does: signed, over the route. */
-async function webhook(t: ServedApp, event: Record<string, string>): Promise<{ status: number; body: Envelope<{ outcome: string }> }> {
+async function webhook(
+  t: ServedApp,
+  event: Record<string, string>,
+): Promise<{ status: number; body: Envelope<{ outcome: string }> }> {
   const body = JSON.stringify({ providerRef: "lp_test", ...event });
   const sig = await signWebhook(t.deps.config.PAYMENT_WEBHOOK_SECRET, body, Date.now());
-  return await call<{ outcome: string }>(t.app, "POST", PAYMENT_WEBHOOK_PATH, { body, headers: { "content-type": "application/json", "x-payment-signature": sig } });
+  return await call<{ outcome: string }>(t.app, "POST", PAYMENT_WEBHOOK_PATH, {
+    body,
+    headers: { "content-type": "application/json", "x-payment-signature": sig },
+  });
 }
 
 async function orderStatus(t: ServedApp, orderId: string): Promise<number> {
-  const row = (await t.deps.db.execute("SELECT status FROM tb_voucher_order WHERE id = ?", [BigInt(orderId)])).rows[0] as { status: number } | undefined;
+  const row = (await t.deps.db.execute("SELECT status FROM tb_voucher_order WHERE id = ?", [BigInt(orderId)]))
+    .rows[0] as { status: number } | undefined;
   return Number(row?.status);
 }
 
 async function paymentsOf(t: ServedApp, orderId: string): Promise<{ id: string; status: number }[]> {
-  const rows = (await t.deps.db.execute("SELECT id, status FROM tb_payment WHERE order_id = ? ORDER BY id", [BigInt(orderId)])).rows as { id: string; status: number }[];
+  const rows = (
+    await t.deps.db.execute("SELECT id, status FROM tb_payment WHERE order_id = ? ORDER BY id", [BigInt(orderId)])
+  ).rows as { id: string; status: number }[];
   return rows.map((r) => ({ id: String(r.id), status: Number(r.status) }));
 }
 
@@ -106,11 +119,22 @@ describe("payment webhooks out of order", () => {
       const paymentId = await seedPendingPayment(t, orderId, userId);
       expect((await webhook(t, { type: "payment.failed", paymentId })).body.data?.outcome).toBe("declined");
       // The order is closed in the meantime (pay timeout).
-      await t.deps.db.execute("UPDATE tb_voucher_order SET status = ? WHERE id = ?", [Status.cancelled, BigInt(orderId)]);
+      await t.deps.db.execute("UPDATE tb_voucher_order SET status = ? WHERE id = ?", [
+        Status.cancelled,
+        BigInt(orderId),
+      ]);
       expect((await webhook(t, { type: "payment.succeeded", paymentId })).body.data?.outcome).toBe("refund-requested");
       await eventually("refunded", async () => (await orderStatus(t, orderId)) === Status.refunded);
       const [refund] = await refundsAtOperatorRoute(t, orderId);
-      expect(refund).toMatchObject({ paymentId, orderId, amount: 4200, reason: "paid-after-close", state: "succeeded", attempts: 1, nextAttemptAt: null });
+      expect(refund).toMatchObject({
+        paymentId,
+        orderId,
+        amount: 4200,
+        reason: "paid-after-close",
+        state: "succeeded",
+        attempts: 1,
+        nextAttemptAt: null,
+      });
     } finally {
       await t.settle();
       await t.stop();
@@ -126,7 +150,9 @@ describe("starting a payment", () => {
       const { orderId, token } = await seedOrder(t, Status.unpaid);
       let answered = 0;
       const calls = Array.from({ length: 20 }, () =>
-        call<{ paymentId: string }>(t.app, "POST", `/api/voucher-order/${orderId}/pay`, { token }).finally(() => answered++),
+        call<{ paymentId: string }>(t.app, "POST", `/api/voucher-order/${orderId}/pay`, { token }).finally(
+          () => answered++,
+        ),
       );
       // The winner is held inside the provider's charge; everyone else must answer meanwhile.
       await eventually("all but the charging caller answered", async () => answered === 19 || hold.held > 1);
@@ -140,7 +166,10 @@ describe("starting a payment", () => {
       // The one charge is the one that settles the order.
       await eventually("paid", async () => (await orderStatus(t, orderId)) === Status.paid);
       expect(hold.held).toBe(1);
-      expect((await call(t.app, "POST", `/api/voucher-order/${orderId}/pay`, { token })).body).toMatchObject({ success: false, code: "BAD_STATE" });
+      expect((await call(t.app, "POST", `/api/voucher-order/${orderId}/pay`, { token })).body).toMatchObject({
+        success: false,
+        code: "BAD_STATE",
+      });
     } finally {
       hold.release();
       await t.settle();
@@ -150,7 +179,9 @@ describe("starting a payment", () => {
 
   test("while a payment is pending, pay returns it without a new charge; after it fails, pay starts a new one", async () => {
     const faults = new Faults();
-    const t = await serveTestApp(ENV, { wrap: (deps) => ({ ...deps, payments: faults.wrapPort("payments", deps.payments) }) });
+    const t = await serveTestApp(ENV, {
+      wrap: (deps) => ({ ...deps, payments: faults.wrapPort("payments", deps.payments) }),
+    });
     try {
       const { orderId, userId, token } = await seedOrder(t, Status.unpaid);
       const pending = await seedPendingPayment(t, orderId, userId);
@@ -173,12 +204,17 @@ describe("starting a payment", () => {
 describe("refund retries", () => {
   test("a refund whose provider call fails is retried by the refund-retry job until it succeeds, and the operator sees every state", async () => {
     const faults = new Faults();
-    const t = await serveTestApp(ENV, { wrap: (deps) => ({ ...deps, payments: faults.wrapPort("payments", deps.payments) }) });
+    const t = await serveTestApp(ENV, {
+      wrap: (deps) => ({ ...deps, payments: faults.wrapPort("payments", deps.payments) }),
+    });
     try {
       const { orderId, userId } = await seedOrder(t, Status.cancelled);
       const paymentId = await seedPendingPayment(t, orderId, userId);
       // The provider is down for this order's refund: two requests fail, the third goes through.
-      faults.on("payments.refund", "fail", { times: 2, when: (args) => (args[0] as RefundRequest).orderId === orderId });
+      faults.on("payments.refund", "fail", {
+        times: 2,
+        when: (args) => (args[0] as RefundRequest).orderId === orderId,
+      });
 
       expect((await webhook(t, { type: "payment.succeeded", paymentId })).body.data?.outcome).toBe("refund-requested");
       expect(await orderStatus(t, orderId)).toBe(Status.refunding);
@@ -200,7 +236,9 @@ describe("refund retries", () => {
       // Due again: through the real cron registry this time; the provider accepts, its webhook confirms.
       const job = cronJobs.filter((j) => j.name === "refund-retry");
       expect(job.length).toBe(1);
-      expect(await runCron(t.deps, undefined, later + RETRY_MAX_MS + 60_000, job)).toEqual([{ name: "refund-retry", ok: true }]);
+      expect(await runCron(t.deps, undefined, later + RETRY_MAX_MS + 60_000, job)).toEqual([
+        { name: "refund-retry", ok: true },
+      ]);
       await eventually("refunded", async () => (await orderStatus(t, orderId)) === Status.refunded);
       [refund] = await refundsAtOperatorRoute(t, orderId);
       expect(refund).toMatchObject({ state: "succeeded", attempts: 3, nextAttemptAt: null });
@@ -242,7 +280,11 @@ describe("refund retries", () => {
 
       expect((await webhook(t, { type: "refund.failed", refundId })).body.data?.outcome).toBe("refund-failed");
       expect((await webhook(t, { type: "refund.failed", refundId })).body.data?.outcome).toBe("duplicate");
-      expect((await refundsAtOperatorRoute(t, orderId))[0]).toMatchObject({ state: "failed", attempts: 1, lastError: "provider reported refund.failed" });
+      expect((await refundsAtOperatorRoute(t, orderId))[0]).toMatchObject({
+        state: "failed",
+        attempts: 1,
+        lastError: "provider reported refund.failed",
+      });
       expect(await orderStatus(t, orderId)).toBe(Status.refunding);
 
       await retryRefunds(t.deps, Date.now() + RETRY_MAX_MS + 60_000);
@@ -251,7 +293,11 @@ describe("refund retries", () => {
 
       expect((await webhook(t, { type: "refund.succeeded", refundId })).body.data?.outcome).toBe("refunded");
       expect(await orderStatus(t, orderId)).toBe(Status.refunded);
-      expect((await refundsAtOperatorRoute(t, orderId))[0]).toMatchObject({ state: "succeeded", attempts: 2, nextAttemptAt: null });
+      expect((await refundsAtOperatorRoute(t, orderId))[0]).toMatchObject({
+        state: "succeeded",
+        attempts: 2,
+        nextAttemptAt: null,
+      });
     } finally {
       await t.settle();
       await t.stop();
@@ -264,7 +310,14 @@ describe("refund retries", () => {
       const [userToken] = await sessionsFor(t, userIds(1));
       expect((await call(t.app, "GET", "/admin/refunds")).status).toBe(401);
       expect((await call(t.app, "GET", "/admin/refunds", { token: userToken })).status).toBe(401);
-      for (const q of ["state=lost", "limit=0", "limit=1000", "orderId=abc", "orderId=0012", "orderId=99999999999999999999"]) {
+      for (const q of [
+        "state=lost",
+        "limit=0",
+        "limit=1000",
+        "orderId=abc",
+        "orderId=0012",
+        "orderId=99999999999999999999",
+      ]) {
         const r = await call(t.app, "GET", `/admin/refunds?${q}`, { token: operator(t) });
         expect(r.status, q).toBe(400);
         expect(r.body.code).toBe("INVALID_INPUT");
@@ -283,7 +336,9 @@ describe("webhook secret configuration", () => {
     const { PAYMENT_WEBHOOK_SECRET: secret, ...rest } = (await getStack()).env;
     expect(() => parseEnv(rest)).toThrow(/PAYMENT_WEBHOOK_SECRET is required/);
     expect(() => parseEnv({ ...rest, PAYMENT_WEBHOOK_SECRET: "" })).toThrow(/PAYMENT_WEBHOOK_SECRET is required/);
-    expect(() => parseEnv({ ...rest, PAYMENT_WEBHOOK_SECRET: "too-short" })).toThrow(/PAYMENT_WEBHOOK_SECRET must be at least 16/);
+    expect(() => parseEnv({ ...rest, PAYMENT_WEBHOOK_SECRET: "too-short" })).toThrow(
+      /PAYMENT_WEBHOOK_SECRET must be at least 16/,
+    );
     expect(parseEnv({ ...rest, PAYMENT_WEBHOOK_SECRET: secret }).PAYMENT_WEBHOOK_SECRET).toBe(secret as string);
   });
 

@@ -20,7 +20,12 @@ import { qstashSignature } from "../support/qstash-sign.ts";
 import { createSeckill, mysqlCounts, userIds } from "../support/seckill.ts";
 import { createTestApp, eventually, serveTestApp, type TestApp } from "../support/stack.ts";
 
-const ENV = { ORDER_PAY_TIMEOUT_SECONDS: "86400", SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", SOLD_OUT_MEMO_MS: "0" };
+const ENV = {
+  ORDER_PAY_TIMEOUT_SECONDS: "86400",
+  SECKILL_USER_LIMIT: "0",
+  SECKILL_IP_LIMIT: "0",
+  SOLD_OUT_MEMO_MS: "0",
+};
 
 type Message = { url: string; body: unknown; deduplicationId?: string; notBefore?: number; delay?: number };
 
@@ -47,7 +52,11 @@ async function outbox(t: TestApp, shopId: number): Promise<Reservation[]> {
 
 function counters(t: TestApp) {
   const rest = t.stack.rest.stats();
-  return { redisRequests: rest.requests, redisCommands: rest.commands, dbRequests: t.stack.planetscale.stats().requests };
+  return {
+    redisRequests: rest.requests,
+    redisCommands: rest.commands,
+    dbRequests: t.stack.planetscale.stats().requests,
+  };
 }
 
 describe("batched order pipeline", () => {
@@ -81,16 +90,19 @@ describe("batched order pipeline", () => {
       const closesBefore = messages().filter((m) => m.url.endsWith(ORDER_CLOSE_PATH)).length;
       // Counted at the app's own clients (the fault wrapper counts every call through the ports).
       // One EVALSHA per script call (a first call after a script flush adds an EVAL: not counted).
-      const redisCalls = () => [...faults.calls].filter(([k]) => k.startsWith("redis.") && k !== "redis.eval").reduce((n, [, v]) => n + v, 0);
+      const redisCalls = () =>
+        [...faults.calls].filter(([k]) => k.startsWith("redis.") && k !== "redis.eval").reduce((n, [, v]) => n + v, 0);
       const r0 = redisCalls();
       const c0 = counters(t);
       const res = await drainShop(t.deps, shopId);
       const c1 = counters(t);
       const r1 = redisCalls();
       expect(res).toMatchObject({ groups: 1, created: n, existed: 0, refused: 0 });
-      const closes = messages().filter((m) => m.url.endsWith(ORDER_CLOSE_PATH)).slice(closesBefore);
+      const closes = messages()
+        .filter((m) => m.url.endsWith(ORDER_CLOSE_PATH))
+        .slice(closesBefore);
       expect(closes.length).toBe(1);
-      expect((closes[0]?.body as { orderIds: string[] }).orderIds.length).toBe(n);
+      expect(((closes[0]?.body ?? { orderIds: [] }) as { orderIds: string[] }).orderIds.length).toBe(n);
       expect(closes[0]?.delay).toBe(86400);
       costs.push({ redis: r1 - r0, db: c1.dbRequests - c0.dbRequests, closes: closes.length });
       expect(await mysqlCounts(t, voucherId)).toEqual({ orders: n, active: n, stock: 0 });
@@ -111,10 +123,19 @@ describe("batched order pipeline", () => {
     const all = await outbox(t, shopId);
     // Six writers, each with a random ~half of the reservations, all at once, plus two drains.
     const subsets = Array.from({ length: 6 }, () => all.filter(() => Math.random() < 0.5));
-    const results = await Promise.all([...subsets.map((s) => writeGroup(t.deps, s)), drainShop(t.deps, shopId), drainShop(t.deps, shopId)]);
+    const results = await Promise.all([
+      ...subsets.map((s) => writeGroup(t.deps, s)),
+      drainShop(t.deps, shopId),
+      drainShop(t.deps, shopId),
+    ]);
     const created = results.reduce((n, r) => n + ("created" in r ? r.created : 0), 0);
     expect(created).toBe(stock);
-    const rows = (await t.deps.db.execute("SELECT COUNT(*) AS n, COUNT(DISTINCT id) AS d FROM tb_voucher_order WHERE voucher_id = ?", [voucherId])).rows[0] as { n: string; d: string };
+    const rows = (
+      await t.deps.db.execute(
+        "SELECT COUNT(*) AS n, COUNT(DISTINCT id) AS d FROM tb_voucher_order WHERE voucher_id = ?",
+        [voucherId],
+      )
+    ).rows[0] as { n: string; d: string };
     expect(Number(rows.n)).toBe(stock);
     expect(Number(rows.d)).toBe(stock);
     expect(await mysqlCounts(t, voucherId)).toEqual({ orders: stock, active: stock, stock: 0 });
@@ -130,12 +151,20 @@ describe("batched order pipeline", () => {
     await reserveMany(t, voucherId, 2);
     const [mine, other] = (await outbox(t, shopId)) as [Reservation, Reservation];
     // Someone else's order already holds `mine`'s id (a collision the id scheme rules out, stated as a test).
-    await t.deps.db.execute("INSERT INTO tb_voucher_order (id, user_id, voucher_id, status, create_time) VALUES (?, ?, ?, 1, NOW())", [BigInt(mine.orderId), mine.userId + 1, voucherId]);
+    await t.deps.db.execute(
+      "INSERT INTO tb_voucher_order (id, user_id, voucher_id, status, create_time) VALUES (?, ?, ?, 1, NOW())",
+      [BigInt(mine.orderId), mine.userId + 1, voucherId],
+    );
     const res = await writeGroup(t.deps, [mine, other]);
     expect(res.refused).toEqual([mine.orderId]);
     expect(res.written).toEqual([other.orderId]);
     // Its replay of the same reservation (same user and voucher) is still exactly-once and acknowledged.
-    expect(await writeGroup(t.deps, [other])).toMatchObject({ created: 0, existed: 1, written: [other.orderId], refused: [] });
+    expect(await writeGroup(t.deps, [other])).toMatchObject({
+      created: 0,
+      existed: 1,
+      written: [other.orderId],
+      refused: [],
+    });
   });
 
   test("a claimed group is not handed to a second writer until its lease runs out, and a failed write hands it back at once", async () => {
@@ -175,7 +204,10 @@ describe("batched order pipeline", () => {
       db: {
         execute: deps.db.execute.bind(deps.db),
         transaction: (async (fn: Parameters<Deps["db"]["transaction"]>[0]) => {
-          if (conflicts-- > 0) throw new Error("target: cityhub.-.primary: vttablet: Deadlock found when trying to get lock; try restarting transaction (errno 1213) (sqlstate 40001)");
+          if (conflicts-- > 0)
+            throw new Error(
+              "target: cityhub.-.primary: vttablet: Deadlock found when trying to get lock; try restarting transaction (errno 1213) (sqlstate 40001)",
+            );
           return await deps.db.transaction(fn);
         }) as Deps["db"]["transaction"],
       },
@@ -185,10 +217,18 @@ describe("batched order pipeline", () => {
       const { shopId, voucherId } = await createSeckill(t, { stock: 4 });
       conflicts = 3;
       // Reserve without the real QStash delivering anything yet: deliver the drain ourselves.
-      for (const userId of userIds(4)) expect((await reserve(t.deps, { voucherId, userId, ip: "10.0.0.1" })).ok).toBe(true);
+      for (const userId of userIds(4))
+        expect((await reserve(t.deps, { voucherId, userId, ip: "10.0.0.1" })).ok).toBe(true);
       const body = JSON.stringify({ shopId });
-      const signature = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.url}${ORDER_DRAIN_PATH}`, body });
-      const res = await call(t.app, "POST", ORDER_DRAIN_PATH, { body, headers: { "content-type": "application/json", "upstash-signature": signature } });
+      const signature = await qstashSignature({
+        key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY,
+        url: `${t.url}${ORDER_DRAIN_PATH}`,
+        body,
+      });
+      const res = await call(t.app, "POST", ORDER_DRAIN_PATH, {
+        body,
+        headers: { "content-type": "application/json", "upstash-signature": signature },
+      });
       expect(res.status).toBe(200);
       await eventually("orders written", async () => (await mysqlCounts(t, voucherId)).orders === 4);
       expect(t.deps.isolate.orderGroups.lockConflicts.retried).toBe(3);
@@ -220,7 +260,10 @@ describe("operators", () => {
     const { shopId, voucherId } = await createSeckill(t, { stock: 30 });
     await reserveMany(t, voucherId, 30);
     const op = `Bearer ${t.deps.config.ADMIN_TOKEN}`;
-    type View = { shops: { shopId: number; pending: number; lagMs: number }[]; isolate: { reservations: number; lockConflicts: { retried: number } } };
+    type View = {
+      shops: { shopId: number; pending: number; lagMs: number }[];
+      isolate: { reservations: number; lockConflicts: { retried: number } };
+    };
     const before = await call<View>(t.app, "GET", "/admin/orders/pipeline", { token: op });
     expect(before.body.data?.shops.find((s) => s.shopId === shopId)).toMatchObject({ pending: 30 });
     expect(before.body.data?.isolate.reservations).toBe(30);
@@ -265,9 +308,14 @@ describe("bounded lookups", () => {
     const id = res.body.data as string;
     await t.settle();
     const second = await createTestApp(ENV);
-    const seen = await call<{ status: string; id: string }>(second.app, "GET", `/api/voucher-order/${id}`, { token: owner.token });
+    const seen = await call<{ status: string; id: string }>(second.app, "GET", `/api/voucher-order/${id}`, {
+      token: owner.token,
+    });
     expect(seen.body).toMatchObject({ success: true, data: { id, status: "queued" } });
-    expect((await call(second.app, "GET", `/api/voucher-order/${id}`, { token: other.token })).body).toMatchObject({ success: false, code: "NOT_FOUND" });
+    expect((await call(second.app, "GET", `/api/voucher-order/${id}`, { token: other.token })).body).toMatchObject({
+      success: false,
+      code: "NOT_FOUND",
+    });
   });
 });
 
@@ -281,7 +329,10 @@ describe("drain windows", () => {
   test("the drain window is the one the outbox entry landed in, not the clock read before the reservation's awaits", async () => {
     const faults = new Faults().on("queue.batchJSON", "tap");
     const clock = stoppableClock();
-    const t = await createTestApp({ ...ENV, ORDER_WINDOW_GRACE_MS: "100" }, { clock, wrap: (deps) => faults.wrap(deps) });
+    const t = await createTestApp(
+      { ...ENV, ORDER_WINDOW_GRACE_MS: "100" },
+      { clock, wrap: (deps) => faults.wrap(deps) },
+    );
     const { shopId, voucherId } = await createSeckill(t, { stock: 10 });
     const w = Math.floor(Date.now() / 1000) + 1;
     // The reservation starts 500 ms into window w; its awaits (config, admission, id, the script)
@@ -305,7 +356,9 @@ describe("drain windows", () => {
     const res = await reserve(slowScript(t.deps), { voucherId, userId: 7, ip: "10.0.0.1" });
     expect(res.ok).toBe(true);
     await t.settle();
-    const ids = (faults.tapped.get("queue.batchJSON") ?? []).flatMap((args) => args[0] as Message[]).map((m) => m.deduplicationId);
+    const ids = (faults.tapped.get("queue.batchJSON") ?? [])
+      .flatMap((args) => args[0] as Message[])
+      .map((m) => m.deduplicationId);
     // Window w was (or will be) drained before this entry existed: w + 1 is the one announced.
     expect(ids).toContain(`drain-s${shopId}-w${w + 1}`);
     expect(ids).not.toContain(`drain-s${shopId}-w${w}`);
@@ -314,7 +367,10 @@ describe("drain windows", () => {
   test("a reservation in the last ORDER_WINDOW_GRACE_MS of its window also announces the next window; one earlier in the window does not", async () => {
     const faults = new Faults().on("queue.batchJSON", "tap");
     const clock = stoppableClock();
-    const t = await createTestApp({ ...ENV, ORDER_WINDOW_GRACE_MS: "100" }, { clock, wrap: (deps) => faults.wrap(deps) });
+    const t = await createTestApp(
+      { ...ENV, ORDER_WINDOW_GRACE_MS: "100" },
+      { clock, wrap: (deps) => faults.wrap(deps) },
+    );
     const { shopId, voucherId } = await createSeckill(t, { stock: 10 });
     const drainIds = () =>
       (faults.tapped.get("queue.batchJSON") ?? [])
@@ -359,7 +415,9 @@ describe("drain windows", () => {
       // Written and acknowledged (the writer acks after its commit).
       await eventually(
         "the straggler's order in MySQL and out of the outbox",
-        async () => (await mysqlCounts(t, voucherId)).orders === 1 && (await t.deps.redis.hlen(keys.seckill.outbox(shopId))) === 0,
+        async () =>
+          (await mysqlCounts(t, voucherId)).orders === 1 &&
+          (await t.deps.redis.hlen(keys.seckill.outbox(shopId))) === 0,
         8_000,
       );
     } finally {
@@ -379,9 +437,14 @@ describe("outbox sweep", () => {
     const mine = (from: number) =>
       messages()
         .slice(from)
-        .filter((m) => [a.shopId, b.shopId].includes((m.body as { shopId: number }).shopId) && m.url.endsWith(ORDER_DRAIN_PATH));
+        .filter(
+          (m) =>
+            [a.shopId, b.shopId].includes((m.body as { shopId: number }).shopId) && m.url.endsWith(ORDER_DRAIN_PATH),
+        );
     // QStash is "slow": nothing it was given is delivered. Wait until the backlog is overdue.
-    const shopDue = async () => (await t.deps.redis.zcount(keys.seckill.outboxDue(a.shopId), "-inf", Date.now() - 1000)) + (await t.deps.redis.zcount(keys.seckill.outboxDue(b.shopId), "-inf", Date.now() - 1000));
+    const shopDue = async () =>
+      (await t.deps.redis.zcount(keys.seckill.outboxDue(a.shopId), "-inf", Date.now() - 1000)) +
+      (await t.deps.redis.zcount(keys.seckill.outboxDue(b.shopId), "-inf", Date.now() - 1000));
     await eventually("entries overdue", async () => (await shopDue()) === 300, 10_000, 100);
     const start = messages().length;
     for (let pass = 1; pass <= 3; pass++) {
@@ -391,11 +454,15 @@ describe("outbox sweep", () => {
       expect(mine(start).length).toBe(2 * pass);
     }
     const sent = mine(start);
-    expect(new Set(sent.map((m) => JSON.stringify(m.body)))).toEqual(new Set([JSON.stringify({ shopId: a.shopId }), JSON.stringify({ shopId: b.shopId })]));
+    expect(new Set(sent.map((m) => JSON.stringify(m.body)))).toEqual(
+      new Set([JSON.stringify({ shopId: a.shopId }), JSON.stringify({ shopId: b.shopId })]),
+    );
     // Re-sends within a minute carry the same deduplication id (QStash keeps one): at most two
     // distinct ids per shop even if the passes straddle a minute boundary.
     for (const shopId of [a.shopId, b.shopId]) {
-      const ids = new Set(sent.filter((m) => (m.body as { shopId: number }).shopId === shopId).map((m) => m.deduplicationId));
+      const ids = new Set(
+        sent.filter((m) => (m.body as { shopId: number }).shopId === shopId).map((m) => m.deduplicationId),
+      );
       expect(ids.size).toBeLessThanOrEqual(2);
     }
     // The backlog itself is untouched: still 150 entries per shop, nothing multiplied.

@@ -20,7 +20,12 @@ import { call } from "../support/http.ts";
 import { createSeckill, sessionsFor, userIds } from "../support/seckill.ts";
 import { createTestApp, eventually, serveTestApp, type TestApp } from "../support/stack.ts";
 
-const ENV = { ORDER_PAY_TIMEOUT_SECONDS: "86400", SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", SOLD_OUT_MEMO_MS: "0" };
+const ENV = {
+  ORDER_PAY_TIMEOUT_SECONDS: "86400",
+  SECKILL_USER_LIMIT: "0",
+  SECKILL_IP_LIMIT: "0",
+  SOLD_OUT_MEMO_MS: "0",
+};
 const shopRule = (limit: number, days: number) => ({ scope: "shop" as const, limit, days });
 const campaignRule = (limit: number, days: number) => ({ scope: "campaign" as const, limit, days });
 
@@ -31,10 +36,25 @@ async function cfgOf(t: TestApp, voucherId: number): Promise<SeckillConfig> {
 }
 
 /** One reserve-stock.lua call at an exact `now` (the script's clock is its ARGV). */
-async function reserveAt(t: TestApp, cfg: SeckillConfig, userId: number, now: number): Promise<{ code: number; orderId: string }> {
+async function reserveAt(
+  t: TestApp,
+  cfg: SeckillConfig,
+  userId: number,
+  now: number,
+): Promise<{ code: number; orderId: string }> {
   const orderId = (BigInt(now) * 1000n + BigInt(Math.floor(Math.random() * 1000))).toString();
-  const r: Reservation = { orderId, userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue };
-  const [code] = await scriptsFor(t.deps.redis).reserveStock.exec(reserveKeys(cfg, userId, "10.0.0.9", serviceDay(now, t.deps.config.SERVICE_TIME_ZONE), orderId), reserveArgs(t.deps.config, r, cfg));
+  const r: Reservation = {
+    orderId,
+    userId,
+    voucherId: cfg.voucherId,
+    shopId: cfg.shopId,
+    reservedAt: now,
+    amount: cfg.payValue,
+  };
+  const [code] = await scriptsFor(t.deps.redis).reserveStock.exec(
+    reserveKeys(cfg, userId, "10.0.0.9", serviceDay(now, t.deps.config.SERVICE_TIME_ZONE), orderId),
+    reserveArgs(t.deps.config, r, cfg),
+  );
   return { code, orderId };
 }
 
@@ -49,7 +69,9 @@ async function footprint(t: TestApp, cfg: SeckillConfig, userId: number) {
       .map(parseReservation)
       .filter((r) => r.voucherId === voucherId && r.userId === userId).length,
     shopLog: await t.deps.redis.zrange(keys.seckill.ruleShop(shopId, userId), 0, -1, { withScores: true }),
-    campaignLog: cfg.campaign ? await t.deps.redis.zrange(keys.seckill.ruleCampaign(shopId, cfg.campaign, userId), 0, -1, { withScores: true }) : [],
+    campaignLog: cfg.campaign
+      ? await t.deps.redis.zrange(keys.seckill.ruleCampaign(shopId, cfg.campaign, userId), 0, -1, { withScores: true })
+      : [],
   };
 }
 
@@ -62,8 +84,22 @@ describe("purchase rules: creation", () => {
     const t = await createTestApp(ENV);
     const shopId = await createShop(t, await createShopType(t));
     const now = Date.now();
-    const base = { shopId, title: "flash", payValue: 8000, actualValue: 10000, stock: 5, beginTime: now - 3600_000, endTime: now + 3600_000 };
-    const count = async () => Number(((await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_seckill_config WHERE shop_id = ?", [shopId])).rows[0] as { n: string }).n);
+    const base = {
+      shopId,
+      title: "flash",
+      payValue: 8000,
+      actualValue: 10000,
+      stock: 5,
+      beginTime: now - 3600_000,
+      endTime: now + 3600_000,
+    };
+    const count = async () =>
+      Number(
+        (
+          (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_seckill_config WHERE shop_id = ?", [shopId]))
+            .rows[0] as { n: string }
+        ).n,
+      );
     const bad: [unknown, string][] = [
       [{ purchaseRules: [shopRule(0, 7)] }, "purchaseRules.0.limit"],
       [{ purchaseRules: [shopRule(1.5, 7)] }, "purchaseRules.0.limit"],
@@ -85,7 +121,10 @@ describe("purchase rules: creation", () => {
       [{ purchaseRules: { scope: "shop", limit: 1, days: 1 } }, "purchaseRules"],
     ];
     for (const [extra, field] of bad) {
-      const res = await call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: { ...base, ...(extra as object) } });
+      const res = await call(t.app, "POST", "/api/voucher/seckill", {
+        token: operator(t),
+        json: { ...base, ...(extra as object) },
+      });
       expect(res.status, JSON.stringify(extra)).toBe(400);
       expect(res.body.code).toBe("INVALID_INPUT");
       expect(res.body.errorMsg, JSON.stringify(extra)).toContain(field);
@@ -95,7 +134,11 @@ describe("purchase rules: creation", () => {
     // The classic body: no rules, no campaign, stored as none.
     const classic = await call<number>(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: base });
     expect(classic.body.success).toBe(true);
-    const row = (await t.deps.db.execute("SELECT campaign, purchase_rules FROM tb_seckill_config WHERE voucher_id = ?", [classic.body.data])).rows[0];
+    const row = (
+      await t.deps.db.execute("SELECT campaign, purchase_rules FROM tb_seckill_config WHERE voucher_id = ?", [
+        classic.body.data,
+      ])
+    ).rows[0];
     expect(row).toEqual({ campaign: null, purchase_rules: null });
     const cfg = await cfgOf(t, classic.body.data as number);
     expect(cfg.purchaseRules).toEqual([]);
@@ -104,7 +147,12 @@ describe("purchase rules: creation", () => {
     expect(reserveKeys(cfg, 1, "1.1.1.1", "20260101", "1")).toHaveLength(9);
     expect(reserveArgs(t.deps.config, r, cfg)).toHaveLength(9);
     // Rules come back in canonical order (shop first) whatever the order given.
-    const both = await createSeckill(t, { stock: 5, shopId, purchaseRules: [campaignRule(3, 30), shopRule(2, 7)], campaign: "summer-2026" });
+    const both = await createSeckill(t, {
+      stock: 5,
+      shopId,
+      purchaseRules: [campaignRule(3, 30), shopRule(2, 7)],
+      campaign: "summer-2026",
+    });
     const bc = await cfgOf(t, both.voucherId);
     expect(bc.purchaseRules).toEqual([shopRule(2, 7), campaignRule(3, 30)]);
     expect(bc.campaign).toBe("summer-2026");
@@ -128,7 +176,11 @@ describe("purchase rules: reservation", () => {
     const cfgC = await cfgOf(t, c.voucherId);
     const before = await footprint(t, cfgC, u);
     const refused = await reserve(t.deps, { voucherId: c.voucherId, userId: u, ip });
-    expect(refused).toEqual({ ok: false, reason: "LIMIT_REACHED", message: "purchase limit reached: at most 2 per user across this shop in 7 days" });
+    expect(refused).toEqual({
+      ok: false,
+      reason: "LIMIT_REACHED",
+      message: "purchase limit reached: at most 2 per user across this shop in 7 days",
+    });
     // A refused attempt writes nothing.
     expect(await footprint(t, cfgC, u)).toEqual(before);
     expect(await redisStock(t, cfgC)).toBe(5);
@@ -139,7 +191,11 @@ describe("purchase rules: reservation", () => {
     const [token] = await sessionsFor(t, [u]);
     const viaRoute = await call(t.app, "POST", `/api/voucher-order/seckill/${c.voucherId}`, { token });
     expect(viaRoute.status).toBe(200);
-    expect(viaRoute.body).toEqual({ success: false, code: "LIMIT_REACHED", errorMsg: "purchase limit reached: at most 2 per user across this shop in 7 days" });
+    expect(viaRoute.body).toEqual({
+      success: false,
+      code: "LIMIT_REACHED",
+      errorMsg: "purchase limit reached: at most 2 per user across this shop in 7 days",
+    });
     await t.settle();
   });
 
@@ -148,7 +204,8 @@ describe("purchase rules: reservation", () => {
     const now = Date.now();
     // Sales long enough for the whole test (the sale window is checked before the rules).
     const long = { stock: 10, beginMs: now - 3600_000, endMs: now + 300 * DAY_MS };
-    const make = async (rule: ReturnType<typeof shopRule>, shopId?: number) => await cfgOf(t, (await createSeckill(t, { ...long, shopId, purchaseRules: [rule] })).voucherId);
+    const make = async (rule: ReturnType<typeof shopRule>, shopId?: number) =>
+      await cfgOf(t, (await createSeckill(t, { ...long, shopId, purchaseRules: [rule] })).voucherId);
     const a = await make(shopRule(1, 3));
     const b = await make(shopRule(1, 3), a.shopId);
     const c = await make(shopRule(3, 30), a.shopId);
@@ -189,21 +246,43 @@ describe("purchase rules: reservation", () => {
     const t = await createTestApp(ENV);
     const rules = [campaignRule(2, 30)];
     const first = await createSeckill(t, { stock: 20, purchaseRules: rules, campaign: "summer" });
-    const vouchers = [first, ...(await Promise.all(Array.from({ length: 4 }, () => createSeckill(t, { stock: 20, shopId: first.shopId, purchaseRules: rules, campaign: "summer" }))))];
+    const vouchers = [
+      first,
+      ...(await Promise.all(
+        Array.from({ length: 4 }, () =>
+          createSeckill(t, { stock: 20, shopId: first.shopId, purchaseRules: rules, campaign: "summer" }),
+        ),
+      )),
+    ];
     const [u, v] = userIds(2) as [number, number];
     const [token] = await sessionsFor(t, [u]);
-    const results = await Promise.all(Array.from({ length: 50 }, (_, i) => call<string>(t.app, "POST", `/api/voucher-order/seckill/${vouchers[i % 5]?.voucherId}`, { token })));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, i) =>
+        call<string>(t.app, "POST", `/api/voucher-order/seckill/${vouchers[i % 5]?.voucherId}`, { token }),
+      ),
+    );
     const wins = results.filter((r) => r.body.success);
     expect(wins).toHaveLength(2);
-    expect(results.every((r) => r.status === 200 && (r.body.success || r.body.code === "LIMIT_REACHED" || r.body.code === "DUPLICATE_ORDER"))).toBe(true);
-    expect(results.find((r) => r.body.code === "LIMIT_REACHED")?.body.errorMsg).toBe('purchase limit reached: at most 2 per user across campaign "summer" in 30 days');
+    expect(
+      results.every(
+        (r) =>
+          r.status === 200 && (r.body.success || r.body.code === "LIMIT_REACHED" || r.body.code === "DUPLICATE_ORDER"),
+      ),
+    ).toBe(true);
+    expect(results.find((r) => r.body.code === "LIMIT_REACHED")?.body.errorMsg).toBe(
+      'purchase limit reached: at most 2 per user across campaign "summer" in 30 days',
+    );
     let stock = 0;
     for (const x of vouchers) stock += await redisStock(t, await cfgOf(t, x.voucherId));
     expect(stock).toBe(5 * 20 - 2);
     // (The SDK's automatic deserialization turns some order ids into numbers: compare as strings.)
-    expect((await t.deps.redis.zrange(keys.seckill.ruleCampaign(first.shopId, "summer", u), 0, -1)).map(String).sort()).toEqual(wins.map((w) => w.body.data as string).sort());
+    expect(
+      (await t.deps.redis.zrange(keys.seckill.ruleCampaign(first.shopId, "summer", u), 0, -1)).map(String).sort(),
+    ).toEqual(wins.map((w) => w.body.data as string).sort());
     // Another user is not affected; a campaign of the same name in another shop is another campaign.
-    expect((await reserve(t.deps, { voucherId: vouchers[0]?.voucherId as number, userId: v, ip: "10.0.0.3" })).ok).toBe(true);
+    expect((await reserve(t.deps, { voucherId: vouchers[0]?.voucherId as number, userId: v, ip: "10.0.0.3" })).ok).toBe(
+      true,
+    );
     const otherShop = await createSeckill(t, { stock: 5, purchaseRules: rules, campaign: "summer" });
     expect((await reserve(t.deps, { voucherId: otherShop.voucherId, userId: u, ip: "10.0.0.3" })).ok).toBe(true);
     await t.settle();
@@ -224,16 +303,33 @@ describe("purchase rules: reservation", () => {
       purchaseRules: [{ scope: "campaign", limit, days: 30 }],
       campaign,
     });
-    const vouchersBefore = Number(((await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = ?", [first.shopId])).rows[0] as { n: string }).n);
+    const vouchersBefore = Number(
+      (
+        (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = ?", [first.shopId])).rows[0] as {
+          n: string;
+        }
+      ).n,
+    );
     const other = await call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: body(2) });
     expect(other.status).toBe(400);
     expect(other.body.errorMsg).toContain('campaign "once" already has the rule 1 per user in 30 days');
     // The same rule is fine.
-    expect((await call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: body(1) })).body.success).toBe(true);
+    expect(
+      (await call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: body(1) })).body.success,
+    ).toBe(true);
     // Two new campaigns' first vouchers created at once with different limits: exactly one wins.
-    const raced = await Promise.all([call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: body(1, "race") }), call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: body(3, "race") })]);
+    const raced = await Promise.all([
+      call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: body(1, "race") }),
+      call(t.app, "POST", "/api/voucher/seckill", { token: operator(t), json: body(3, "race") }),
+    ]);
     expect(raced.map((r) => r.status).sort()).toEqual([200, 400]);
-    const vouchersAfter = Number(((await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = ?", [first.shopId])).rows[0] as { n: string }).n);
+    const vouchersAfter = Number(
+      (
+        (await t.deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = ?", [first.shopId])).rows[0] as {
+          n: string;
+        }
+      ).n,
+    );
     expect(vouchersAfter - vouchersBefore).toBe(2);
   });
 
@@ -248,10 +344,16 @@ describe("purchase rules: reservation", () => {
     const [u] = userIds(1) as [number];
     const ip = "10.0.0.4";
     expect((await reserve(t.deps, { voucherId: c1.voucherId, userId: u, ip })).ok).toBe(true);
-    expect(await reserve(t.deps, { voucherId: c2.voucherId, userId: u, ip })).toMatchObject({ reason: "LIMIT_REACHED", message: expect.stringContaining('campaign "gold"') });
+    expect(await reserve(t.deps, { voucherId: c2.voucherId, userId: u, ip })).toMatchObject({
+      reason: "LIMIT_REACHED",
+      message: expect.stringContaining('campaign "gold"'),
+    });
     expect((await reserve(t.deps, { voucherId: shop.voucherId, userId: u, ip })).ok).toBe(true);
     expect((await reserve(t.deps, { voucherId: s2.voucherId, userId: u, ip })).ok).toBe(true);
-    expect(await reserve(t.deps, { voucherId: s3.voucherId, userId: u, ip })).toMatchObject({ reason: "LIMIT_REACHED", message: expect.stringContaining("this shop") });
+    expect(await reserve(t.deps, { voucherId: s3.voucherId, userId: u, ip })).toMatchObject({
+      reason: "LIMIT_REACHED",
+      message: expect.stringContaining("this shop"),
+    });
     await t.settle();
   });
 });
@@ -268,9 +370,16 @@ describe("purchase rules: releases and reloads", () => {
       const ip = "10.0.0.5";
       const first = await reserve(t.deps, { voucherId: a.voucherId, userId: u, ip });
       if (!first.ok) throw new Error("first reservation refused");
-      expect(await reserve(t.deps, { voucherId: b.voucherId, userId: u, ip })).toMatchObject({ reason: "LIMIT_REACHED" });
+      expect(await reserve(t.deps, { voucherId: b.voucherId, userId: u, ip })).toMatchObject({
+        reason: "LIMIT_REACHED",
+      });
       await t.settle();
-      await eventually("order written", async () => (await t.deps.db.execute("SELECT 1 FROM tb_voucher_order WHERE id = ?", [BigInt(first.orderId)])).rows.length === 1);
+      await eventually(
+        "order written",
+        async () =>
+          (await t.deps.db.execute("SELECT 1 FROM tb_voucher_order WHERE id = ?", [BigInt(first.orderId)])).rows
+            .length === 1,
+      );
       // Past the payment deadline the close-expired job cancels it and releases it in Redis.
       clock.skewMs = 86_400_000 + 60_000;
       expect((await closeExpired(t.deps, clock.now())).closed).toBeGreaterThanOrEqual(1);
@@ -281,7 +390,9 @@ describe("purchase rules: releases and reloads", () => {
       // Closing the first order again (redelivery, an operator) gives nothing back a second time.
       expect(await closeOrder(t.deps, first.orderId)).toBe("already-cancelled");
       expect(await t.deps.redis.zcard(keys.seckill.ruleShop(a.shopId, u))).toBe(1);
-      expect(await reserve(t.deps, { voucherId: c.voucherId, userId: u, ip })).toMatchObject({ reason: "LIMIT_REACHED" });
+      expect(await reserve(t.deps, { voucherId: c.voucherId, userId: u, ip })).toMatchObject({
+        reason: "LIMIT_REACHED",
+      });
       // A reservation closed before it reached MySQL gives its quota back too.
       if (!second.ok) throw new Error("unreachable");
       expect(await closeOrder(t.deps, second.orderId)).toMatch(/^cancelled/);
@@ -309,13 +420,19 @@ describe("purchase rules: releases and reloads", () => {
       ids.push(res.orderId);
     }
     // The close's MySQL transaction committed (a minute ago), then the process died before the Redis release.
-    await t.deps.db.execute("UPDATE tb_voucher_order SET status = 4, update_time = NOW() - INTERVAL 2 MINUTE WHERE id IN (?, ?)", ids.map((id) => BigInt(id)));
+    await t.deps.db.execute(
+      "UPDATE tb_voucher_order SET status = 4, update_time = NOW() - INTERVAL 2 MINUTE WHERE id IN (?, ?)",
+      ids.map((id) => BigInt(id)),
+    );
     await t.deps.db.execute("UPDATE tb_seckill_voucher SET stock = stock + 2 WHERE voucher_id = ?", [a.voucherId]);
     // w was also lost from the buyers set: reconcile marks that order released without a release.
     await t.deps.redis.srem(keys.seckill.buyers(a.shopId, a.voucherId), String(w));
     expect(await reserve(t.deps, { voucherId: b.voucherId, userId: u, ip })).toMatchObject({ reason: "LIMIT_REACHED" });
     await reconcile(t.deps, Date.now());
-    for (const [user, id] of [[u, ids[0]], [w, ids[1]]] as const) {
+    for (const [user, id] of [
+      [u, ids[0]],
+      [w, ids[1]],
+    ] as const) {
       expect(await t.deps.redis.zscore(keys.seckill.ruleShop(a.shopId, user), id as string)).toBeNull();
       expect((await reserve(t.deps, { voucherId: b.voucherId, userId: user, ip })).ok).toBe(true);
     }
@@ -335,7 +452,10 @@ describe("purchase rules: releases and reloads", () => {
     if (!r) throw new Error("reservation not in the outbox");
     await writeOrder(t.deps, r);
     // Closed in MySQL a while ago; the close died before its release, and the buyer was lost from Redis.
-    await t.deps.db.execute("UPDATE tb_voucher_order SET status = 4, update_time = NOW() - INTERVAL 2 MINUTE WHERE id = ?", [BigInt(res.orderId)]);
+    await t.deps.db.execute(
+      "UPDATE tb_voucher_order SET status = 4, update_time = NOW() - INTERVAL 2 MINUTE WHERE id = ?",
+      [BigInt(res.orderId)],
+    );
     await t.deps.db.execute("UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = ?", [a.voucherId]);
     await t.deps.redis.srem(keys.seckill.buyers(a.shopId, a.voucherId), String(w));
     expect(await reserve(t.deps, { voucherId: b.voucherId, userId: w, ip })).toMatchObject({ reason: "LIMIT_REACHED" });
@@ -350,7 +470,17 @@ describe("purchase rules: releases and reloads", () => {
   test("rules survive a Redis reload: the vouchers' keys, rule logs and cached config deleted, reconcile reloads them from MySQL with the holders' logs and the rules still hold", async () => {
     const t = await createTestApp(ENV);
     const a = await cfgOf(t, (await createSeckill(t, { stock: 5, purchaseRules: [shopRule(1, 7)] })).voucherId);
-    const b = await cfgOf(t, (await createSeckill(t, { stock: 5, shopId: a.shopId, purchaseRules: [shopRule(1, 7), campaignRule(1, 7)], campaign: "c1" })).voucherId);
+    const b = await cfgOf(
+      t,
+      (
+        await createSeckill(t, {
+          stock: 5,
+          shopId: a.shopId,
+          purchaseRules: [shopRule(1, 7), campaignRule(1, 7)],
+          campaign: "c1",
+        })
+      ).voucherId,
+    );
     const [u, w, x] = userIds(3) as [number, number, number];
     const ip = "10.0.0.6";
     const held = await reserve(t.deps, { voucherId: a.voucherId, userId: u, ip });
@@ -378,15 +508,21 @@ describe("purchase rules: releases and reloads", () => {
     // A fresh isolate (no L1) that loads the config from MySQL.
     const fresh = await createTestApp(ENV);
     await reconcile(fresh.deps, Date.now());
-    expect(await fresh.deps.redis.hget(keys.seckill.meta(b.shopId, b.voucherId), "rules")).toBe("shop:1:7,campaign:1:7");
+    expect(await fresh.deps.redis.hget(keys.seckill.meta(b.shopId, b.voucherId), "rules")).toBe(
+      "shop:1:7,campaign:1:7",
+    );
     expect(await fresh.deps.redis.hget(keys.seckill.meta(b.shopId, b.voucherId), "campaign")).toBe("c1");
     // The holder's order is back in its shop log, scored with its reservation time (MySQL keeps whole seconds).
     const score = Number(await fresh.deps.redis.zscore(keys.seckill.ruleShop(a.shopId, u), held.orderId));
     expect(Math.abs(score - Date.now())).toBeLessThan(60_000);
     expect(await fresh.deps.redis.ttl(keys.seckill.ruleShop(a.shopId, u))).toBeGreaterThan(6 * 86400);
-    expect(await reserve(fresh.deps, { voucherId: b.voucherId, userId: u, ip })).toMatchObject({ reason: "LIMIT_REACHED" });
+    expect(await reserve(fresh.deps, { voucherId: b.voucherId, userId: u, ip })).toMatchObject({
+      reason: "LIMIT_REACHED",
+    });
     expect((await reserve(fresh.deps, { voucherId: b.voucherId, userId: w, ip })).ok).toBe(true);
-    expect(await reserve(fresh.deps, { voucherId: a.voucherId, userId: w, ip })).toMatchObject({ reason: "LIMIT_REACHED" });
+    expect(await reserve(fresh.deps, { voucherId: a.voucherId, userId: w, ip })).toMatchObject({
+      reason: "LIMIT_REACHED",
+    });
     // The closed order gave its quota back.
     expect(await fresh.deps.redis.zscore(keys.seckill.ruleShop(a.shopId, x), closed.orderId)).toBeNull();
     expect((await reserve(fresh.deps, { voucherId: b.voucherId, userId: x, ip })).ok).toBe(true);

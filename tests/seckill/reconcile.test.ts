@@ -19,7 +19,12 @@ import { afterQuery, withReplyLatency } from "../support/hooks.ts";
 import { createSeckill, mysqlCounts, userIds } from "../support/seckill.ts";
 import { createTestApp, type TestApp } from "../support/stack.ts";
 
-const ENV = { ORDER_PAY_TIMEOUT_SECONDS: "86400", SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", SOLD_OUT_MEMO_MS: "0" };
+const ENV = {
+  ORDER_PAY_TIMEOUT_SECONDS: "86400",
+  SECKILL_USER_LIMIT: "0",
+  SECKILL_IP_LIMIT: "0",
+  SOLD_OUT_MEMO_MS: "0",
+};
 
 /** Deps whose queue calls are dropped (the test drives the writer and the closer itself). */
 function muted(faults: Faults): (deps: Deps) => Deps {
@@ -34,7 +39,11 @@ async function app(faults = new Faults()): Promise<TestApp> {
 /** Takes the voucher out of the jobs' registry (sale ended > 7 days ago), so later reconciles skip it. */
 async function retire(t: TestApp, voucherId: number): Promise<void> {
   const now = Date.now();
-  await t.deps.db.execute("UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id = ?", [toSqlUtc(now - 9 * 86_400_000), toSqlUtc(now - 8 * 86_400_000), voucherId]);
+  await t.deps.db.execute("UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id = ?", [
+    toSqlUtc(now - 9 * 86_400_000),
+    toSqlUtc(now - 8 * 86_400_000),
+    voucherId,
+  ]);
 }
 
 async function outboxOf(t: TestApp, shopId: number, voucherId: number): Promise<Reservation[]> {
@@ -56,7 +65,12 @@ async function buy(t: TestApp, voucherId: number, userId: number): Promise<strin
   return r.orderId;
 }
 
-async function redisState(t: TestApp, shopId: number, voucherId: number, buckets: number): Promise<{ stock: number; buyers: Set<string> }> {
+async function redisState(
+  t: TestApp,
+  shopId: number,
+  voucherId: number,
+  buckets: number,
+): Promise<{ stock: number; buyers: Set<string> }> {
   const tx = t.deps.redis.multi();
   for (let i = 0; i < buckets; i++) tx.get(keys.seckill.stock(shopId, voucherId, i));
   tx.smembers(keys.seckill.buyers(shopId, voucherId));
@@ -66,11 +80,16 @@ async function redisState(t: TestApp, shopId: number, voucherId: number, buckets
 }
 
 async function activeUsers(t: TestApp, voucherId: number): Promise<Set<string>> {
-  const rows = (await t.deps.db.execute("SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)", [voucherId])).rows as { user_id: string }[];
+  const rows = (
+    await t.deps.db.execute("SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)", [
+      voucherId,
+    ])
+  ).rows as { user_id: string }[];
   return new Set(rows.map((r) => String(r.user_id)));
 }
 
-const mine = (report: ReconcileReport, voucherId: number): VoucherReport | undefined => report.vouchers.find((v) => v.voucherId === voucherId);
+const mine = (report: ReconcileReport, voucherId: number): VoucherReport | undefined =>
+  report.vouchers.find((v) => v.voucherId === voucherId);
 
 /** Scheduling noise: resume now, after a few microtasks, or after a timer of 0–3 ms. Never a synchronisation. */
 async function jitter(): Promise<void> {
@@ -88,7 +107,14 @@ async function jitter(): Promise<void> {
  * Everything a trial must leave behind once every write is done: stock conserved on both sides,
  * both sides agreeing, and the buyers set being exactly the users holding a unit.
  */
-async function expectConserved(t: TestApp, shopId: number, voucherId: number, initial: number, buckets: number, label: string): Promise<Set<string>> {
+async function expectConserved(
+  t: TestApp,
+  shopId: number,
+  voucherId: number,
+  initial: number,
+  buckets: number,
+  label: string,
+): Promise<Set<string>> {
   const r = await redisState(t, shopId, voucherId, buckets);
   const m = await mysqlCounts(t, voucherId);
   const holders = await activeUsers(t, voucherId);
@@ -154,12 +180,18 @@ describe("reconcile vs close", () => {
         expect(seen?.drift ?? ["voucher not visited"], `${label}: reconcile during the race`).toEqual([]);
         expect(seen?.repaired, `${label}: reconcile during the race repaired`).toEqual([]);
         // The next reconcile finds nothing either.
-        expect(mine(await reconcile(t.deps, Date.now()), voucherId)?.drift, `${label}: reconcile after the race`).toEqual([]);
+        expect(
+          mine(await reconcile(t.deps, Date.now()), voucherId)?.drift,
+          `${label}: reconcile after the race`,
+        ).toEqual([]);
         // No one without an order is blocked: every user not holding a unit may reserve again.
         for (const u of [a, b, c, d, e]) {
           if (buyers.has(String(u))) continue;
           const again = await reserve(t.deps, { voucherId, userId: u, ip: "10.0.0.9" });
-          expect(again.ok || again.reason === "SOLD_OUT", `${label}: user ${u} may buy again (${again.ok ? "ok" : again.reason})`).toBe(true);
+          expect(
+            again.ok || again.reason === "SOLD_OUT",
+            `${label}: user ${u} may buy again (${again.ok ? "ok" : again.reason})`,
+          ).toBe(true);
         }
         const after = await redisState(t, shopId, voucherId, buckets);
         expect(after.stock + after.buyers.size, `${label}: Redis stock + buyers after the re-buys`).toBe(initial);
@@ -190,7 +222,9 @@ describe("reconcile vs close", () => {
       // id), then u's close — commit and release — before reconcile takes its next step.
       const hook = afterQuery(
         t.deps,
-        (sql, _args, result) => /tb_voucher_order/.test(sql) && (result.rows as { user_id?: unknown }[]).some((row) => String(row.user_id) === String(u)),
+        (sql, _args, result) =>
+          /tb_voucher_order/.test(sql) &&
+          (result.rows as { user_id?: unknown }[]).some((row) => String(row.user_id) === String(u)),
         () => closeOrder(t.deps, ou),
       );
       const report = await reconcile(hook.deps, Date.now());
@@ -290,7 +324,9 @@ describe("the jobs' registry", () => {
       expect((await redisState(t, shopId, voucherId, 2)).stock).toBe(initial - 2);
 
       // It sells again, exactly what is left: b (released) and two new buyers; then sold out.
-      const results = await Promise.all([b, d, e, f, a, c].map((u) => reserve(t.deps, { voucherId, userId: u, ip: "10.0.0.9" })));
+      const results = await Promise.all(
+        [b, d, e, f, a, c].map((u) => reserve(t.deps, { voucherId, userId: u, ip: "10.0.0.9" })),
+      );
       const reasons = results.map((x) => (x.ok ? "ok" : x.reason));
       expect(reasons.filter((x) => x === "ok").length).toBe(3);
       expect(reasons.slice(4)).toEqual(["DUPLICATE_ORDER", "DUPLICATE_ORDER"]);
@@ -312,9 +348,22 @@ describe("the jobs' registry", () => {
     // The creation's Redis step (one script call) fails after the MySQL transaction committed.
     faults.on("redis.evalsha", "fail", { times: 1 });
     await expect(
-      createSeckillVoucher(t.deps, { shopId, title: "flash", subTitle: null, rules: null, payValue: 8000, actualValue: 10000, stock: 4, beginMs: now - 3_600_000, endMs: now + 3_600_000, buckets: 1, dailyLimit: 0 }),
+      createSeckillVoucher(t.deps, {
+        shopId,
+        title: "flash",
+        subTitle: null,
+        rules: null,
+        payValue: 8000,
+        actualValue: 10000,
+        stock: 4,
+        beginMs: now - 3_600_000,
+        endMs: now + 3_600_000,
+        buckets: 1,
+        dailyLimit: 0,
+      }),
     ).rejects.toThrow("injected fault");
-    const row = (await t.deps.db.execute("SELECT voucher_id FROM tb_seckill_config WHERE shop_id = ?", [shopId])).rows[0] as { voucher_id: string } | undefined;
+    const row = (await t.deps.db.execute("SELECT voucher_id FROM tb_seckill_config WHERE shop_id = ?", [shopId]))
+      .rows[0] as { voucher_id: string } | undefined;
     const voucherId = Number(row?.voucher_id);
     expect(voucherId).toBeGreaterThan(0);
     try {

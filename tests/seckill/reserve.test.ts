@@ -5,10 +5,17 @@ import { call } from "../support/http.ts";
 import { createSeckill, mysqlCounts, sessionsFor, userIds } from "../support/seckill.ts";
 import { eventually, serveTestApp, type ServedApp } from "../support/stack.ts";
 
-const ENV = { ORDER_PAY_TIMEOUT_SECONDS: "86400", SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", SOLD_OUT_MEMO_MS: "0" };
+const ENV = {
+  ORDER_PAY_TIMEOUT_SECONDS: "86400",
+  SECKILL_USER_LIMIT: "0",
+  SECKILL_IP_LIMIT: "0",
+  SOLD_OUT_MEMO_MS: "0",
+};
 
 async function redisStock(t: ServedApp, shopId: number, voucherId: number, buckets: number): Promise<number> {
-  const vals = await t.deps.redis.mget<(string | number | null)[]>(...Array.from({ length: buckets }, (_, i) => keys.seckill.stock(shopId, voucherId, i)));
+  const vals = await t.deps.redis.mget<(string | number | null)[]>(
+    ...Array.from({ length: buckets }, (_, i) => keys.seckill.stock(shopId, voucherId, i)),
+  );
   return vals.reduce<number>((s, v) => s + Number(v ?? 0), 0);
 }
 
@@ -23,7 +30,9 @@ describe("seckill reservation", () => {
       try {
         const { shopId, voucherId } = await createSeckill(t, { stock, buckets });
         const tokens = await sessionsFor(t, userIds(stock * 10));
-        const results = await Promise.all(tokens.map((token) => call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token })));
+        const results = await Promise.all(
+          tokens.map((token) => call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token })),
+        );
         const wins = results.filter((r) => r.body.success);
         expect(wins.length).toBe(stock);
         expect(results.filter((r) => !r.body.success).every((r) => r.body.code === "SOLD_OUT")).toBe(true);
@@ -46,11 +55,22 @@ describe("seckill reservation", () => {
     try {
       const { voucherId } = await createSeckill(t, { stock: 1000 });
       const tokens = await sessionsFor(t, userIds(50));
-      const results = await Promise.all(tokens.flatMap((token) => Array.from({ length: 5 }, () => call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token }))));
+      const results = await Promise.all(
+        tokens.flatMap((token) =>
+          Array.from({ length: 5 }, () =>
+            call<string>(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token }),
+          ),
+        ),
+      );
       expect(results.filter((r) => r.body.success).length).toBe(50);
       expect(results.filter((r) => r.body.code === "DUPLICATE_ORDER").length).toBe(200);
       await eventually("orders written", async () => (await mysqlCounts(t, voucherId)).orders === 50);
-      const perUser = (await t.deps.db.execute("SELECT MAX(n) AS m FROM (SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ? GROUP BY user_id) x", [voucherId])).rows[0] as { m: string };
+      const perUser = (
+        await t.deps.db.execute(
+          "SELECT MAX(n) AS m FROM (SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ? GROUP BY user_id) x",
+          [voucherId],
+        )
+      ).rows[0] as { m: string };
       expect(Number(perUser.m)).toBe(1);
     } finally {
       await t.settle();
@@ -63,7 +83,9 @@ describe("seckill reservation", () => {
     try {
       const { voucherId } = await createSeckill(t, { stock: 8, buckets: 4 });
       // Eight buyers whose home bucket is the same (ids ≡ 0 mod 4): all must be served.
-      const ids = userIds(40).filter((id) => id % 4 === 0).slice(0, 8);
+      const ids = userIds(40)
+        .filter((id) => id % 4 === 0)
+        .slice(0, 8);
       const results = await Promise.all(ids.map((userId) => reserve(t.deps, { voucherId, userId, ip: "10.0.0.1" })));
       expect(results.every((r) => r.ok)).toBe(true);
       const more = await reserve(t.deps, { voucherId, userId: userIds(1)[0] as number, ip: "10.0.0.1" });

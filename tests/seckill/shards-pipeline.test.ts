@@ -8,12 +8,26 @@
  */
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import type { Deps } from "../../src/deps.ts";
-import { CloseBody, closeMessage, DrainBody, drainMessage, drainNowMessage, ORDER_CLOSE_PATH, ORDER_DRAIN_PATH } from "../../src/queue/messages.ts";
+import {
+  CloseBody,
+  closeMessage,
+  DrainBody,
+  drainMessage,
+  drainNowMessage,
+  ORDER_CLOSE_PATH,
+  ORDER_DRAIN_PATH,
+} from "../../src/queue/messages.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { closeExpired } from "../../src/services/seckill/close.ts";
 import { loadSeckillConfig, type SeckillConfig } from "../../src/services/seckill/config.ts";
 import { closeOrder, findReservation } from "../../src/services/seckill/orders.ts";
-import { indexHourOf, indexValueOf, outboxesOf, parseIndexValue, parseReservation } from "../../src/services/seckill/outbox.ts";
+import {
+  indexHourOf,
+  indexValueOf,
+  outboxesOf,
+  parseIndexValue,
+  parseReservation,
+} from "../../src/services/seckill/outbox.ts";
 import { settleWebhook } from "../../src/services/seckill/payments.ts";
 import { sweepOutbox } from "../../src/services/seckill/pipeline.ts";
 import { reserve } from "../../src/services/seckill/reserve.ts";
@@ -30,7 +44,12 @@ import { getShardStack, type ShardStack } from "../support/shards.ts";
 import { createTestApp, type TestApp } from "../support/stack.ts";
 
 const N = 4;
-const ENV = { ORDER_PAY_TIMEOUT_SECONDS: "86400", SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", SOLD_OUT_MEMO_MS: "0" };
+const ENV = {
+  ORDER_PAY_TIMEOUT_SECONDS: "86400",
+  SECKILL_USER_LIMIT: "0",
+  SECKILL_IP_LIMIT: "0",
+  SOLD_OUT_MEMO_MS: "0",
+};
 const IP = "10.0.18.4";
 
 type Message = { url: string; body: unknown; deduplicationId?: string; notBefore?: number; delay?: number };
@@ -56,14 +75,23 @@ afterAll(async () => {
   if (!cleaner || created.length === 0) return;
   const inList = created.map(() => "?").join(", ");
   const end = Date.now() - RETIRE_AFTER_MS - 86_400_000;
-  await cleaner.deps.db.execute(`UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`, [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created]);
-  await cleaner.deps.db.execute(`UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`, created);
+  await cleaner.deps.db.execute(
+    `UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`,
+    [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created],
+  );
+  await cleaner.deps.db.execute(
+    `UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`,
+    created,
+  );
 });
 
 /** An app (sharded unless `unsharded`) whose QStash publishes are recorded and dropped: the test delivers what it wants. */
 async function tappedApp(opts: { unsharded?: boolean; env?: Record<string, string> } = {}) {
   const faults = new Faults().on("queue.batchJSON", "tap");
-  const t = await createTestApp({ ...ENV, ...(opts.unsharded ? {} : shards.env), ...opts.env }, { wrap: (deps) => faults.wrap(deps) });
+  const t = await createTestApp(
+    { ...ENV, ...(opts.unsharded ? {} : shards.env), ...opts.env },
+    { wrap: (deps) => faults.wrap(deps) },
+  );
   const messages = () => (faults.tapped.get("queue.batchJSON") ?? []).flatMap((args) => args[0] as Message[]);
   return { t, faults, messages };
 }
@@ -77,7 +105,8 @@ async function cfgOf(t: TestApp, voucherId: number): Promise<SeckillConfig> {
 /** Users whose home shard of `n` is `shard`. */
 function usersHomedAt(shard: number, n: number, count: number): number[] {
   const out: number[] = [];
-  while (out.length < count) for (const u of userIds(50)) if (homeShard(u, n) === shard && out.length < count) out.push(u);
+  while (out.length < count)
+    for (const u of userIds(50)) if (homeShard(u, n) === shard && out.length < count) out.push(u);
   return out;
 }
 
@@ -91,15 +120,24 @@ async function reserveAll(t: TestApp, voucherId: number, users: readonly number[
 
 /** The shop's outbox entries in one database (a shard's, or the main one's). */
 async function outboxIn(redis: Deps["redis"], shopId: number): Promise<Reservation[]> {
-  return Object.values((await redis.hgetall<Record<string, unknown>>(keys.seckill.outbox(shopId))) ?? {}).map(parseReservation);
+  return Object.values((await redis.hgetall<Record<string, unknown>>(keys.seckill.outbox(shopId))) ?? {}).map(
+    parseReservation,
+  );
 }
 
 /** Stock left and buyers of the voucher in each shard (read straight from the shard databases). */
 async function perShard(t: TestApp, cfg: SeckillConfig): Promise<{ stock: number; buyers: number }[]> {
   return await Promise.all(
     t.deps.seckillShards.slice(0, N).map(async (r) => {
-      const stocks = await Promise.all(Array.from({ length: cfg.buckets }, (_, b) => r.get<number | string>(keys.seckill.stock(cfg.shopId, cfg.voucherId, b))));
-      return { stock: stocks.reduce<number>((a, s) => a + Number(s ?? 0), 0), buyers: await r.scard(keys.seckill.buyers(cfg.shopId, cfg.voucherId)) };
+      const stocks = await Promise.all(
+        Array.from({ length: cfg.buckets }, (_, b) =>
+          r.get<number | string>(keys.seckill.stock(cfg.shopId, cfg.voucherId, b)),
+        ),
+      );
+      return {
+        stock: stocks.reduce<number>((a, s) => a + Number(s ?? 0), 0),
+        buyers: await r.scard(keys.seckill.buyers(cfg.shopId, cfg.voucherId)),
+      };
     }),
   );
 }
@@ -107,14 +145,23 @@ async function perShard(t: TestApp, cfg: SeckillConfig): Promise<{ stock: number
 /** Delivers a drain body to the drain route, signed as QStash signs it. */
 async function deliverDrain(t: TestApp, body: unknown) {
   const raw = JSON.stringify(body);
-  const signature = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.deps.config.PUBLIC_URL}${ORDER_DRAIN_PATH}`, body: raw });
-  const res = await call<{ created: number; existed: number }>(t.app, "POST", ORDER_DRAIN_PATH, { body: raw, headers: { "content-type": "application/json", "upstash-signature": signature } });
+  const signature = await qstashSignature({
+    key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY,
+    url: `${t.deps.config.PUBLIC_URL}${ORDER_DRAIN_PATH}`,
+    body: raw,
+  });
+  const res = await call<{ created: number; existed: number }>(t.app, "POST", ORDER_DRAIN_PATH, {
+    body: raw,
+    headers: { "content-type": "application/json", "upstash-signature": signature },
+  });
   expect(res.status).toBe(200);
   return res.body.data as { created: number; existed: number };
 }
 
-const drainsOf = (ms: readonly Message[], shopId: number) => ms.filter((m) => m.url.endsWith(ORDER_DRAIN_PATH) && (m.body as { shopId: number }).shopId === shopId);
-const closesOf = (ms: readonly Message[], shopId: number) => ms.filter((m) => m.url.endsWith(ORDER_CLOSE_PATH) && (m.body as { shopId: number }).shopId === shopId);
+const drainsOf = (ms: readonly Message[], shopId: number) =>
+  ms.filter((m) => m.url.endsWith(ORDER_DRAIN_PATH) && (m.body as { shopId: number }).shopId === shopId);
+const closesOf = (ms: readonly Message[], shopId: number) =>
+  ms.filter((m) => m.url.endsWith(ORDER_CLOSE_PATH) && (m.body as { shopId: number }).shopId === shopId);
 
 describe("order pipeline over seckill shards", () => {
   test("buyers homed in every shard: drains are announced per (shop, shard) with the shard, and the drain route writes each reservation to MySQL exactly once, acknowledged in its own shard's outbox only", async () => {
@@ -164,7 +211,8 @@ describe("order pipeline over seckill shards", () => {
     expect(c1.map((c, i) => c - (c0[i] ?? 0)).slice(1)).toEqual([0, 0, 0]);
     expect((c1[0] ?? 0) - (c0[0] ?? 0)).toBeGreaterThanOrEqual(3);
     expect(await mysqlCounts(t, voucherId)).toEqual({ orders: 3, active: 3, stock: 37 });
-    const sizes = async () => await Promise.all(t.deps.seckillShards.slice(0, N).map((r) => r.hlen(keys.seckill.outbox(shopId))));
+    const sizes = async () =>
+      await Promise.all(t.deps.seckillShards.slice(0, N).map((r) => r.hlen(keys.seckill.outbox(shopId))));
     expect(await sizes()).toEqual([0, 3, 3, 3]);
     expect(await t.deps.seckillShards[0]?.zcard(keys.seckill.outboxDue(shopId))).toBe(0);
     // What the writer published names the same shard: the group's close and the next window's drain.
@@ -172,7 +220,9 @@ describe("order pipeline over seckill shards", () => {
     const closes = closesOf(published, shopId);
     expect(closes.length).toBe(1);
     expect(closes[0]?.body).toEqual({ shopId, orderIds: expect.any(Array), shard: 0 });
-    expect([...((closes[0]?.body as { orderIds: string[] }).orderIds)].sort()).toEqual(ids.slice(0, 3).sort());
+    expect([...((closes[0]?.body ?? { orderIds: [] }) as { orderIds: string[] }).orderIds].sort()).toEqual(
+      ids.slice(0, 3).sort(),
+    );
     expect(CloseBody.safeParse(closes[0]?.body).success).toBe(true);
     for (const d of drainsOf(published, shopId)) expect(d.body).toEqual({ shopId, shard: 0 });
 
@@ -180,7 +230,12 @@ describe("order pipeline over seckill shards", () => {
     for (const shard of [1, 2, 3]) expect(await deliverDrain(t, { shopId, shard })).toMatchObject({ created: 3 });
     for (const shard of [0, 1, 2, 3]) expect(await deliverDrain(t, { shopId, shard })).toMatchObject({ created: 0 });
     expect(await sizes()).toEqual([0, 0, 0, 0]);
-    const rows = (await t.deps.db.execute("SELECT COUNT(*) AS n, COUNT(DISTINCT id) AS d FROM tb_voucher_order WHERE voucher_id = ?", [voucherId])).rows[0] as { n: string; d: string };
+    const rows = (
+      await t.deps.db.execute(
+        "SELECT COUNT(*) AS n, COUNT(DISTINCT id) AS d FROM tb_voucher_order WHERE voucher_id = ?",
+        [voucherId],
+      )
+    ).rows[0] as { n: string; d: string };
     expect([Number(rows.n), Number(rows.d)]).toEqual([12, 12]);
     expect(await mysqlCounts(t, voucherId)).toEqual({ orders: 12, active: 12, stock: 28 });
     // A drain of the main database's outbox for this shop finds nothing (the voucher is not there).
@@ -193,8 +248,19 @@ describe("order pipeline over seckill shards", () => {
     const { shopId } = await createSeckill(t, { stock: 4 });
     for (const shard of [-1, 1.5, 64, "1"]) expect(DrainBody.safeParse({ shopId, shard }).success).toBe(false);
     const raw = JSON.stringify({ shopId, shard: 64 });
-    const signature = await qstashSignature({ key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY, url: `${t.deps.config.PUBLIC_URL}${ORDER_DRAIN_PATH}`, body: raw });
-    expect((await call(t.app, "POST", ORDER_DRAIN_PATH, { body: raw, headers: { "content-type": "application/json", "upstash-signature": signature } })).status).toBe(400);
+    const signature = await qstashSignature({
+      key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY,
+      url: `${t.deps.config.PUBLIC_URL}${ORDER_DRAIN_PATH}`,
+      body: raw,
+    });
+    expect(
+      (
+        await call(t.app, "POST", ORDER_DRAIN_PATH, {
+          body: raw,
+          headers: { "content-type": "application/json", "upstash-signature": signature },
+        })
+      ).status,
+    ).toBe(400);
     // Valid, but this deployment has 4 shards: the delivery fails (QStash retries, then dead-letters).
     await expect(drainShop(t.deps, shopId, { shard: 9 })).rejects.toThrow(/seckill shard 9 is not configured/);
   });
@@ -228,9 +294,18 @@ describe("order pipeline over seckill shards", () => {
     expect(res.closed).toBeGreaterThanOrEqual(1);
     expect(res.closedBeforeWrite).toBeGreaterThanOrEqual(1);
     const end = await perShard(t, cfg);
-    expect(end).toEqual(afterOne.map((s, i) => (i === 2 || i === 3 ? { stock: s.stock + 1, buyers: s.buyers - 1 } : s)));
+    expect(end).toEqual(
+      afterOne.map((s, i) => (i === 2 || i === 3 ? { stock: s.stock + 1, buyers: s.buyers - 1 } : s)),
+    );
     expect(end.map((s) => s.stock).reduce((a, b) => a + b, 0)).toBe(12);
-    const status = async (id: string) => Number(((await t.deps.db.execute("SELECT status FROM tb_voucher_order WHERE id = ?", [BigInt(id)])).rows[0] as { status: number }).status);
+    const status = async (id: string) =>
+      Number(
+        (
+          (await t.deps.db.execute("SELECT status FROM tb_voucher_order WHERE id = ?", [BigInt(id)])).rows[0] as {
+            status: number;
+          }
+        ).status,
+      );
     expect([await status(o2 as string), await status(o3 as string)]).toEqual([4, 4]);
     // Shard 3's entry left its own outbox; MySQL stock counts only the written orders' units back.
     expect(await t.deps.seckillShards[3]?.hlen(keys.seckill.outbox(shopId))).toBe(0);
@@ -248,12 +323,19 @@ describe("order pipeline over seckill shards", () => {
     const r = await findReservation(other.deps, orderId);
     expect(r).toMatchObject({ orderId, userId: user, voucherId, shopId, shard: 2 });
     const [token] = (await sessionsFor(other, [user])) as [string];
-    const res = await call<{ id: string; status: string; userId: number }>(other.app, "GET", `/api/voucher-order/${orderId}`, { token });
+    const res = await call<{ id: string; status: string; userId: number }>(
+      other.app,
+      "GET",
+      `/api/voucher-order/${orderId}`,
+      { token },
+    );
     expect(res.status).toBe(200);
     expect(res.body.data).toMatchObject({ id: orderId, status: "queued", userId: user, voucherId });
     // Someone else asking gets nothing.
     const [stranger] = (await sessionsFor(other, userIds(1))) as [string];
-    expect((await call(other.app, "GET", `/api/voucher-order/${orderId}`, { token: stranger })).body.success).toBe(false);
+    expect((await call(other.app, "GET", `/api/voucher-order/${orderId}`, { token: stranger })).body.success).toBe(
+      false,
+    );
     // Before its index write, the reserving isolate finds it from memory (the shard included).
     const [late] = usersHomedAt(1, N, 1) as [number];
     const lateRes = await reserve(t.deps, { voucherId, userId: late, ip: IP });
@@ -279,7 +361,8 @@ describe("order pipeline over seckill shards", () => {
     expect(drains[0]?.deduplicationId).toBe(`drain-s${shopId}-sh2-sweep-${Math.floor(now / 60_000)}`);
     expect(drains[0]?.notBefore).toBeUndefined();
     expect(await deliverDrain(t, drains[0]?.body)).toMatchObject({ created: 1 });
-    const rows = (await t.deps.db.execute("SELECT user_id FROM tb_voucher_order WHERE id = ?", [BigInt(orderId)])).rows as { user_id: number | string }[];
+    const rows = (await t.deps.db.execute("SELECT user_id FROM tb_voucher_order WHERE id = ?", [BigInt(orderId)]))
+      .rows as { user_id: number | string }[];
     expect(rows.map((r) => Number(r.user_id))).toEqual([user]);
     await t.settle();
   });
@@ -293,8 +376,15 @@ describe("order pipeline over seckill shards", () => {
     const r = (await findReservation(t.deps, orderId)) as Reservation;
     expect(r.shard).toBe(3);
     const paymentId = `${BigInt(orderId) + 3n}`;
-    await t.deps.db.execute("INSERT INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, 1)", [BigInt(paymentId), BigInt(orderId), user, r.amount]);
-    expect(await settleWebhook(t.deps, { type: "payment.succeeded", paymentId, providerRef: "x" })).toBe("paid-from-reservation");
+    await t.deps.db.execute("INSERT INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, 1)", [
+      BigInt(paymentId),
+      BigInt(orderId),
+      user,
+      r.amount,
+    ]);
+    expect(await settleWebhook(t.deps, { type: "payment.succeeded", paymentId, providerRef: "x" })).toBe(
+      "paid-from-reservation",
+    );
     expect(await t.deps.seckillShards[3]?.hlen(keys.seckill.outbox(shopId))).toBe(0);
     expect(await mysqlCounts(t, voucherId)).toEqual({ orders: 1, active: 1, stock: 7 });
     // The late drain of shard 3 finds nothing; a close finds it paid; the buyer still holds the unit.
@@ -320,13 +410,16 @@ describe("order pipeline over seckill shards", () => {
     const entries = await outboxIn(t.deps.redis, shopId);
     expect(entries.length).toBe(3);
     for (const e of entries) expect("shard" in e).toBe(false);
-    for (const id of ids) expect(String(await t.deps.redis.hget(keys.seckill.orderIndex(indexHourOf(id)), id))).toBe(String(shopId));
+    for (const id of ids)
+      expect(String(await t.deps.redis.hget(keys.seckill.orderIndex(indexHourOf(id)), id))).toBe(String(shopId));
     // The sweep's drain.
     const b0 = messages().length;
     const now = Date.now() + t.deps.config.OUTBOX_REPUBLISH_AFTER_SECONDS * 1000 + 5_000;
     await sweepOutbox(t.deps, now);
     const swept = drainsOf(messages().slice(b0), shopId);
-    expect(swept.map((m) => [m.body, m.deduplicationId])).toEqual([[{ shopId }, `drain-s${shopId}-sweep-${Math.floor(now / 60_000)}`]]);
+    expect(swept.map((m) => [m.body, m.deduplicationId])).toEqual([
+      [{ shopId }, `drain-s${shopId}-sweep-${Math.floor(now / 60_000)}`],
+    ]);
     // The writer's close and next-window drain.
     const b1 = messages().length;
     expect(await drainShop(t.deps, shopId)).toMatchObject({ created: 3 });
@@ -341,11 +434,30 @@ describe("order pipeline over seckill shards", () => {
   });
 
   test("message builders: no shard → the pre-shard shape; a shard → in the body and in the deduplication id", () => {
-    const deps = { config: { PUBLIC_URL: "http://app.test", ORDER_MESSAGE_RETRIES: 3, ORDER_PAY_TIMEOUT_SECONDS: 900 } } as unknown as Pick<Deps, "config">;
-    expect(drainMessage(deps, 7, 100)).toEqual({ url: `http://app.test${ORDER_DRAIN_PATH}`, body: { shopId: 7 }, deduplicationId: "drain-s7-w100", notBefore: 101, retries: 3 });
-    expect(drainMessage(deps, 7, 100, 2)).toEqual({ url: `http://app.test${ORDER_DRAIN_PATH}`, body: { shopId: 7, shard: 2 }, deduplicationId: "drain-s7-sh2-w100", notBefore: 101, retries: 3 });
+    const deps = {
+      config: { PUBLIC_URL: "http://app.test", ORDER_MESSAGE_RETRIES: 3, ORDER_PAY_TIMEOUT_SECONDS: 900 },
+    } as unknown as Pick<Deps, "config">;
+    expect(drainMessage(deps, 7, 100)).toEqual({
+      url: `http://app.test${ORDER_DRAIN_PATH}`,
+      body: { shopId: 7 },
+      deduplicationId: "drain-s7-w100",
+      notBefore: 101,
+      retries: 3,
+    });
+    expect(drainMessage(deps, 7, 100, 2)).toEqual({
+      url: `http://app.test${ORDER_DRAIN_PATH}`,
+      body: { shopId: 7, shard: 2 },
+      deduplicationId: "drain-s7-sh2-w100",
+      notBefore: 101,
+      retries: 3,
+    });
     expect(drainMessage(deps, 7, 100, 0).deduplicationId).not.toBe(drainMessage(deps, 7, 100, 1).deduplicationId);
-    expect(drainNowMessage(deps, 7, "sweep-5")).toEqual({ url: `http://app.test${ORDER_DRAIN_PATH}`, body: { shopId: 7 }, deduplicationId: "drain-s7-sweep-5", retries: 3 });
+    expect(drainNowMessage(deps, 7, "sweep-5")).toEqual({
+      url: `http://app.test${ORDER_DRAIN_PATH}`,
+      body: { shopId: 7 },
+      deduplicationId: "drain-s7-sweep-5",
+      retries: 3,
+    });
     expect(drainNowMessage(deps, 7, "sweep-5", 3).deduplicationId).toBe("drain-s7-sh3-sweep-5");
     expect(closeMessage(deps, 7, ["1"]).body).toEqual({ shopId: 7, orderIds: ["1"] });
     expect(closeMessage(deps, 7, ["1"], 3).body).toEqual({ shopId: 7, orderIds: ["1"], shard: 3 });
@@ -359,8 +471,17 @@ describe("order pipeline over seckill shards", () => {
     expect(parseIndexValue(5)).toEqual({ shopId: 5 });
     expect(parseIndexValue("5")).toEqual({ shopId: 5 });
     expect(parseIndexValue("5:3")).toEqual({ shopId: 5, shard: 3 });
-    for (const junk of [null, undefined, "", "0", "-1", "5:", "5:-1", "5:1:2", "x:1", "5:1.5"]) expect(parseIndexValue(junk)).toBeNull();
-    expect(outboxesOf([{ shopId: 1 }, { shopId: 2, shards: 2 }, { shopId: 1, shards: 3 }, { shopId: 3 }, { shopId: 2, shards: 1 }])).toEqual([
+    for (const junk of [null, undefined, "", "0", "-1", "5:", "5:-1", "5:1:2", "x:1", "5:1.5"])
+      expect(parseIndexValue(junk)).toBeNull();
+    expect(
+      outboxesOf([
+        { shopId: 1 },
+        { shopId: 2, shards: 2 },
+        { shopId: 1, shards: 3 },
+        { shopId: 3 },
+        { shopId: 2, shards: 1 },
+      ]),
+    ).toEqual([
       { shopId: 1 },
       { shopId: 1, shard: 0 },
       { shopId: 1, shard: 1 },

@@ -20,7 +20,19 @@ import { toSqlUtc } from "../../src/util/time.ts";
 import { pollUntil, within } from "../support/child.ts";
 import { createShop, createShopType } from "../support/fixtures.ts";
 import { limiter } from "../support/runtimes.ts";
-import { type Attempt, buy, type Buyer, createSaleOverHttp, expectEveryOrderOnce, expectStockConserved, mysqlOrderCount, orderFindings, outboxSize, redisSide, stockFindings } from "../support/sale-checks.ts";
+import {
+  type Attempt,
+  buy,
+  type Buyer,
+  createSaleOverHttp,
+  expectEveryOrderOnce,
+  expectStockConserved,
+  mysqlOrderCount,
+  orderFindings,
+  outboxSize,
+  redisSide,
+  stockFindings,
+} from "../support/sale-checks.ts";
 import { sessionsFor, userIds } from "../support/seckill.ts";
 import { getShardStack } from "../support/shards.ts";
 import { type ServedApp, serveTestApp } from "../support/stack.ts";
@@ -51,15 +63,26 @@ afterAll(async () => {
   if (created.length > 0) {
     const inList = created.map(() => "?").join(", ");
     const end = Date.now() - RETIRE_AFTER_MS - 86_400_000;
-    await t.deps.db.execute(`UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`, [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created]);
-    await t.deps.db.execute(`UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`, created);
+    await t.deps.db.execute(
+      `UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`,
+      [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created],
+    );
+    await t.deps.db.execute(
+      `UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`,
+      created,
+    );
   }
   await t?.settle();
   await t?.stop();
 });
 
-async function admin<T>(path: string): Promise<{ status: number; body: { success: boolean; data?: T; code?: string } }> {
-  const res = await fetch(`${t.url}${path}`, { headers: { authorization: `Bearer ${t.deps.config.ADMIN_TOKEN}` }, signal: AbortSignal.timeout(10_000) });
+async function admin<T>(
+  path: string,
+): Promise<{ status: number; body: { success: boolean; data?: T; code?: string } }> {
+  const res = await fetch(`${t.url}${path}`, {
+    headers: { authorization: `Bearer ${t.deps.config.ADMIN_TOKEN}` },
+    signal: AbortSignal.timeout(10_000),
+  });
   return { status: res.status, body: (await res.json()) as { success: boolean; data?: T; code?: string } };
 }
 
@@ -67,7 +90,11 @@ describe("a sharded flash sale over HTTP", () => {
   test(
     `${USERS} buyers × ${ATTEMPTS_PER_USER} attempts on ${UNITS} units over ${SHARDS} shards: exactly ${UNITS} sold, one per user, every acknowledged order in MySQL once, stock conserved, and GET /admin/seckill/{id} shows ${SHARDS} shards that each sold part of it`,
     async () => {
-      const { shopId, voucherId } = await within(20_000, "creating the sale", createSaleOverHttp(t.url, t.deps, { units: UNITS, label: "shards-swarm" }));
+      const { shopId, voucherId } = await within(
+        20_000,
+        "creating the sale",
+        createSaleOverHttp(t.url, t.deps, { units: UNITS, label: "shards-swarm" }),
+      );
       created.push(voucherId);
       const ids = userIds(USERS);
       const tokens = await within(30_000, "signing in the buyers", sessionsFor(t, ids));
@@ -93,7 +120,11 @@ describe("a sharded flash sale over HTTP", () => {
       await pollUntil(
         "the writer to drain every shard's outbox: one MySQL row per Redis buyer",
         async () => {
-          const [outbox, rows, side] = await Promise.all([outboxSize(t.deps, shopId), mysqlOrderCount(t.deps, voucherId), redisSide(t.deps, shopId, voucherId)]);
+          const [outbox, rows, side] = await Promise.all([
+            outboxSize(t.deps, shopId),
+            mysqlOrderCount(t.deps, voucherId),
+            redisSide(t.deps, shopId, voucherId),
+          ]);
           return outbox === 0 && rows === side.buyers;
         },
         DRAIN_TIMEOUT_MS,
@@ -104,17 +135,27 @@ describe("a sharded flash sale over HTTP", () => {
       const count = (k: Attempt["outcome"]["kind"]) => attempts.filter((a) => a.outcome.kind === k).length;
       const codes = new Map<string, number>();
       for (const { outcome: o } of attempts) {
-        const key = o.kind === "ack" ? "ack" : o.kind === "rejected" ? o.code : o.kind === "error" ? `${o.status}${o.code ? `:${o.code}` : ""}` : "lost";
+        const key =
+          o.kind === "ack"
+            ? "ack"
+            : o.kind === "rejected"
+              ? o.code
+              : o.kind === "error"
+                ? `${o.status}${o.code ? `:${o.code}` : ""}`
+                : "lost";
         codes.set(key, (codes.get(key) ?? 0) + 1);
       }
-      const acks = attempts.flatMap((a) => (a.outcome.kind === "ack" ? [{ orderId: a.outcome.orderId, userId: a.buyer.userId }] : []));
+      const acks = attempts.flatMap((a) =>
+        a.outcome.kind === "ack" ? [{ orderId: a.outcome.orderId, userId: a.buyer.userId }] : [],
+      );
       const problems = attempts.filter((a) => a.outcome.kind === "error" || a.outcome.kind === "lost");
 
       // GET /admin/seckill/{id}: the sale as an operator sees it, per shard.
       const view = await admin<unknown>(`/admin/seckill/${voucherId}`);
       expect(view.status).toBe(200);
       const parsed = S.SeckillView.safeParse(view.body.data);
-      if (!parsed.success) throw new Error(`GET /admin/seckill answer does not fit its documented schema: ${parsed.error.message}`);
+      if (!parsed.success)
+        throw new Error(`GET /admin/seckill answer does not fit its documented schema: ${parsed.error.message}`);
       const v = parsed.data;
       console.log(
         `shards swarm: attempts=${attempts.length} acks=${acks.length} saleMs=${saleMs} drainMs=${drainMs} ` +
@@ -137,7 +178,14 @@ describe("a sharded flash sale over HTTP", () => {
       expectEveryOrderOnce(await orderFindings(t.deps, voucherId, attempts), UNITS);
       expectStockConserved(await stockFindings(t.deps, shopId, voucherId), UNITS);
 
-      expect({ shardCount: v.shardCount, shards: v.shards.map((s) => s.shard), stock: v.stock, buyers: v.buyers, sold: v.sold, unaccounted: v.unaccounted }).toEqual({
+      expect({
+        shardCount: v.shardCount,
+        shards: v.shards.map((s) => s.shard),
+        stock: v.stock,
+        buyers: v.buyers,
+        sold: v.sold,
+        unaccounted: v.unaccounted,
+      }).toEqual({
         shardCount: SHARDS,
         shards: [0, 1, 2, 3],
         stock: 0,
@@ -149,7 +197,12 @@ describe("a sharded flash sale over HTTP", () => {
       expect(v.shards.every((s) => s.buyers > 0 && s.buyers < UNITS)).toBe(true);
       expect(v.shards.every((s) => s.stock === 0 && s.share === s.buyers)).toBe(true);
       expect(v.shards.reduce((a, s) => a + s.buyers, 0)).toBe(UNITS);
-      expect({ mysqlStock: v.mysqlStock, ordersInMysql: v.ordersInMysql, outboxPending: v.outboxPending, perShard: v.shards.map((s) => s.outbox.pending) }).toEqual({
+      expect({
+        mysqlStock: v.mysqlStock,
+        ordersInMysql: v.ordersInMysql,
+        outboxPending: v.outboxPending,
+        perShard: v.shards.map((s) => s.outbox.pending),
+      }).toEqual({
         mysqlStock: 0,
         ordersInMysql: UNITS,
         outboxPending: 0,
@@ -157,8 +210,16 @@ describe("a sharded flash sale over HTTP", () => {
       });
 
       // The overviews read the shards too.
-      const sales = await admin<{ voucherId: number; stockLeft: number; shards: number; unreadShards: number; state: string }[]>("/admin/sales");
-      expect(sales.body.data?.find((r) => r.voucherId === voucherId)).toMatchObject({ stockLeft: 0, shards: SHARDS, unreadShards: 0, state: "sold out" });
+      const sales =
+        await admin<{ voucherId: number; stockLeft: number; shards: number; unreadShards: number; state: string }[]>(
+          "/admin/sales",
+        );
+      expect(sales.body.data?.find((r) => r.voucherId === voucherId)).toMatchObject({
+        stockLeft: 0,
+        shards: SHARDS,
+        unreadShards: 0,
+        state: "sold out",
+      });
       const pipeline = await admin<{ shops: { shopId: number }[] }>("/admin/orders/pipeline");
       expect(pipeline.body.data?.shops.find((s) => s.shopId === shopId)).toBeUndefined();
     },
@@ -184,7 +245,13 @@ describe("a sharded flash sale over HTTP", () => {
       quiet: true,
     });
     created.push(s.voucherId);
-    expect({ sold: s.sold, drained: s.drained, ordersInMysql: s.ordersInMysql, outboxPending: s.outboxPending, other: s.refusals.other }).toEqual({
+    expect({
+      sold: s.sold,
+      drained: s.drained,
+      ordersInMysql: s.ordersInMysql,
+      outboxPending: s.outboxPending,
+      other: s.refusals.other,
+    }).toEqual({
       sold: 40,
       drained: true,
       ordersInMysql: 40,
@@ -192,6 +259,11 @@ describe("a sharded flash sale over HTTP", () => {
       other: 0,
     });
     const v = (await admin<z.output<typeof S.SeckillView>>(`/admin/seckill/${s.voucherId}`)).body.data;
-    expect({ shardCount: v?.shardCount, buyers: v?.buyers, stock: v?.stock, sold: v?.sold }).toEqual({ shardCount: SHARDS, buyers: 40, stock: 0, sold: 40 });
+    expect({ shardCount: v?.shardCount, buyers: v?.buyers, stock: v?.stock, sold: v?.sold }).toEqual({
+      shardCount: SHARDS,
+      buyers: 40,
+      stock: 0,
+      sold: 40,
+    });
   }, 45_000);
 });

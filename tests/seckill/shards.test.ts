@@ -42,8 +42,14 @@ afterAll(async () => {
   if (!cleaner || created.length === 0) return;
   const inList = created.map(() => "?").join(", ");
   const end = Date.now() - RETIRE_AFTER_MS - 86_400_000;
-  await cleaner.deps.db.execute(`UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`, [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created]);
-  await cleaner.deps.db.execute(`UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`, created);
+  await cleaner.deps.db.execute(
+    `UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`,
+    [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created],
+  );
+  await cleaner.deps.db.execute(
+    `UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`,
+    created,
+  );
 });
 
 /** A clock the test moves (reconcile's grace for half-done moves is MOVE_GRACE_MS). */
@@ -67,7 +73,8 @@ async function cfgOf(t: TestApp, voucherId: number): Promise<SeckillConfig> {
 /** Users whose home shard of `n` is `shard`. */
 function usersHomedAt(shard: number, n: number, count: number): number[] {
   const out: number[] = [];
-  while (out.length < count) for (const u of userIds(50)) if (homeShard(u, n) === shard && out.length < count) out.push(u);
+  while (out.length < count)
+    for (const u of userIds(50)) if (homeShard(u, n) === shard && out.length < count) out.push(u);
   return out;
 }
 
@@ -92,7 +99,8 @@ describe("seckill shards", () => {
     // NOSCRIPT, and the client then sends the source: a cost of the first attempt per database).
     const warm = await createSeckill(t, { stock: 10 });
     await cfgOf(t, warm.voucherId);
-    for (let shard = 0; shard < N; shard++) await reserve(t.deps, { voucherId: warm.voucherId, userId: usersHomedAt(shard, N, 1)[0] as number, ip: IP });
+    for (let shard = 0; shard < N; shard++)
+      await reserve(t.deps, { voucherId: warm.voucherId, userId: usersHomedAt(shard, N, 1)[0] as number, ip: IP });
     const { voucherId } = await createSeckill(t, { stock: 100 });
     const cfg = await cfgOf(t, voucherId);
     const buyers = userIds(300);
@@ -151,7 +159,11 @@ describe("seckill shards", () => {
     if (!donor) throw new Error("no shard 1");
     // The first half of a move to shard 0, as a dying process leaves it.
     const [taken] = await scriptsFor(donor.redis).seckillMoveOut.exec(
-      [keys.seckill.meta(shopId, voucherId), keys.seckill.movesOut(shopId, voucherId), keys.seckill.stock(shopId, voucherId, 0)],
+      [
+        keys.seckill.meta(shopId, voucherId),
+        keys.seckill.movesOut(shopId, voucherId),
+        keys.seckill.stock(shopId, voucherId, 0),
+      ],
       ["8", "dead-move:1", "0", String(clock.now())],
     );
     expect(taken).toBe(1);
@@ -188,7 +200,9 @@ describe("seckill shards", () => {
       env: { ...process.env, APP_ENV_JSON: JSON.stringify(t.deps.config), VOUCHER_ID: String(voucherId) },
       stdio: ["ignore", "pipe", "inherit"],
     });
-    const exited = new Promise<number | null>((resolve) => child.on("exit", (code, signal) => resolve(signal === "SIGKILL" ? -9 : code)));
+    const exited = new Promise<number | null>((resolve) =>
+      child.on("exit", (code, signal) => resolve(signal === "SIGKILL" ? -9 : code)),
+    );
     await new Promise<void>((resolve, reject) => {
       child.stdout.on("data", (b: Buffer) => {
         if (b.toString().includes("moved-out")) resolve();
@@ -213,11 +227,17 @@ describe("seckill shards", () => {
       const urls = shards.env.SECKILL_SHARD_URLS.split(",");
       urls[0] = proxy.url;
       const { clock, advance } = testClock();
-      const t = await shardedApp({ SECKILL_SHARD_URLS: urls.join(","), REDIS_TIMEOUT_MS: "1000", SOLD_OUT_MEMO_MS: "0" }, clock);
+      const t = await shardedApp(
+        { SECKILL_SHARD_URLS: urls.join(","), REDIS_TIMEOUT_MS: "1000", SOLD_OUT_MEMO_MS: "0" },
+        clock,
+      );
       const { voucherId } = await createSeckill(t, { stock: 8 });
       const cfg = await cfgOf(t, voucherId);
       // Load the move-in script in shard 0 through the healthy proxy (so the next one is an EVALSHA).
-      await scriptsFor(shardsOf(t.deps, cfg)[0]?.redis as Deps["redis"]).seckillMoveIn.exec(["nope:meta", "nope:in", "nope:stock"], ["x", "1", "60"]);
+      await scriptsFor(shardsOf(t.deps, cfg)[0]?.redis as Deps["redis"]).seckillMoveIn.exec(
+        ["nope:meta", "nope:in", "nope:stock"],
+        ["x", "1", "60"],
+      );
       const home = usersHomedAt(0, N, 2);
       // Shard 0 sells its own 2 units, then its next buyer refills: the move-in's answer is held.
       for (const userId of home) expect((await reserve(t.deps, { voucherId, userId, ip: IP })).ok).toBe(true);
@@ -249,7 +269,13 @@ describe("seckill shards", () => {
       // second may roll over in between, so up to 5 tries — none may be a 500.
       let res = await call(t.app, "GET", "/health");
       for (let i = 0; i < 5 && res.status !== 503; i++) {
-        for (const { redis } of shardsOf(t.deps, cfg)) while (await redis.ping().then(() => true, () => false));
+        for (const { redis } of shardsOf(t.deps, cfg))
+          while (
+            await redis.ping().then(
+              () => true,
+              () => false,
+            )
+          );
         res = await call(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: token as string, ip: IP });
         statuses.push(res.status);
         if (res.body.success === true) reserved++;

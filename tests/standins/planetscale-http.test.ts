@@ -46,7 +46,12 @@ async function post(path: string, body: string, auth = true): Promise<Response> 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "ps-http-test-"));
   maria = await startMariadb({ dir });
-  const admin = await createConnection({ host: maria.host, port: maria.port, user: maria.user, password: maria.password });
+  const admin = await createConnection({
+    host: maria.host,
+    port: maria.port,
+    user: maria.user,
+    password: maria.password,
+  });
   await admin.query(`CREATE DATABASE ${DB} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci`);
   await admin.query(`USE ${DB}`);
   await admin.query(`CREATE TABLE kinds (
@@ -74,7 +79,14 @@ beforeAll(async () => {
   await admin.end();
   const mysql = { host: maria.host, port: maria.port, user: maria.user, password: maria.password };
   ps = await startPlanetscaleHttp({ mysql, database: DB, username: USER, password: PASS });
-  tight = await startPlanetscaleHttp({ mysql, database: DB, username: USER, password: PASS, idleTimeoutMs: 150, maxRows: 10 });
+  tight = await startPlanetscaleHttp({
+    mysql,
+    database: DB,
+    username: USER,
+    password: PASS,
+    idleTimeoutMs: 150,
+    maxRows: 10,
+  });
 }, 30_000);
 
 afterAll(async () => {
@@ -99,7 +111,9 @@ describe("value encoding", () => {
   });
 
   test("integers, big integers, decimals, dates, floats, enums come back as PlanetScale casts them", async () => {
-    const r = await conn().execute("SELECT id, flag, big, ubig, price, day, at, dur, ratio, mood FROM kinds WHERE id = 1");
+    const r = await conn().execute(
+      "SELECT id, flag, big, ubig, price, day, at, dur, ratio, mood FROM kinds WHERE id = 1",
+    );
     expect(r.rows[0]).toEqual({
       id: 1,
       flag: 1,
@@ -349,7 +363,10 @@ describe("errors", () => {
       expect(typeof parsed.error.message).toBe("string");
     }
     // A garbage session is treated as no session, not as a crash.
-    const res = await post("/psdb.v1alpha1.Database/Execute", JSON.stringify({ query: "SELECT 2 AS x", session: [1, { a: 2 }] }));
+    const res = await post(
+      "/psdb.v1alpha1.Database/Execute",
+      JSON.stringify({ query: "SELECT 2 AS x", session: [1, { a: 2 }] }),
+    );
     expect(res.status).toBe(200);
     const ok = (await res.json()) as { session: unknown; result: { rows: unknown[] } };
     expect(ok.session).toBeTruthy();

@@ -43,7 +43,11 @@ function startQstash(extra: Partial<Parameters<typeof startLocalQstash>[0]> = {}
   });
 }
 
-async function waitFor<T>(what: string, fn: () => T | undefined | Promise<T | undefined>, timeoutMs = 6000): Promise<T> {
+async function waitFor<T>(
+  what: string,
+  fn: () => T | undefined | Promise<T | undefined>,
+  timeoutMs = 6000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();
@@ -59,7 +63,10 @@ const uniqueLabel = (kind: string) => `${kind}-${crypto.randomUUID().slice(0, 8)
 /** Publishes `n` messages that fail at once (no retries) and waits until all are in the DLQ. */
 async function deadLetters(n: number, label: string, kind = "fail"): Promise<string[]> {
   const ids: string[] = [];
-  for (let i = 0; i < n; i++) ids.push((await client.publish({ url: destUrl + uniquePath(kind), body: `dead ${i}`, retries: 0, label })).messageId);
+  for (let i = 0; i < n; i++)
+    ids.push(
+      (await client.publish({ url: destUrl + uniquePath(kind), body: `dead ${i}`, retries: 0, label })).messageId,
+    );
   await waitFor(`${n} DLQ entries labelled ${label}`, async () => {
     const { messages } = await client.dlq.listMessages({ filter: { label } });
     return messages.length >= n || undefined;
@@ -75,13 +82,21 @@ async function dlqIdsLabelled(label: string): Promise<string[]> {
 /** Delayed messages stay pending, so cancel filters have something to act on. */
 async function pending(n: number, label: string): Promise<string[]> {
   const ids: string[] = [];
-  for (let i = 0; i < n; i++) ids.push((await client.publish({ url: destUrl + uniquePath("ok"), body: "later", delay: 1000, label })).messageId);
+  for (let i = 0; i < n; i++)
+    ids.push((await client.publish({ url: destUrl + uniquePath("ok"), body: "later", delay: 1000, label })).messageId);
   return ids;
 }
 
 async function stillPending(ids: string[]): Promise<string[]> {
   const out: string[] = [];
-  for (const id of ids) if (await client.messages.get(id).then(() => true, () => false)) out.push(id);
+  for (const id of ids)
+    if (
+      await client.messages.get(id).then(
+        () => true,
+        () => false,
+      )
+    )
+      out.push(id);
   return out;
 }
 
@@ -105,7 +120,8 @@ beforeAll(async () => {
       await req.arrayBuffer();
       delivered.push(u.pathname);
       if (u.pathname.startsWith("/fail/")) return new Response("always broken", { status: 500 });
-      if (u.pathname.startsWith("/toggle/")) return new Response("toggle", { status: healed.has(u.pathname) ? 200 : 503 });
+      if (u.pathname.startsWith("/toggle/"))
+        return new Response("toggle", { status: healed.has(u.pathname) ? 200 : 503 });
       return new Response("ok");
     },
   });
@@ -142,7 +158,10 @@ describe("local QStash behaves as the hosted API", () => {
     const mine = await pending(2, label);
     expect(await statusOf(client.messages.cancel(typo))).toBe(400);
     // `callerIP` is the hosted API's deprecated spelling of callerIp: a filter, not "no filter".
-    const raw = await fetch(`${qstash.url}/v2/messages?callerIP=203.0.113.9`, { method: "DELETE", headers: { Authorization: `Bearer ${TOKEN}` } });
+    const raw = await fetch(`${qstash.url}/v2/messages?callerIP=203.0.113.9`, {
+      method: "DELETE",
+      headers: { Authorization: `Bearer ${TOKEN}` },
+    });
     expect(await raw.json()).toEqual({ cancelled: 0 });
     expect(await stillPending(mine)).toEqual(mine);
 
@@ -156,14 +175,20 @@ describe("local QStash behaves as the hosted API", () => {
   // custom on fixed pricing. The stand-in has no other plan limits, so it defaults to a year.
   test("delays up to a year are accepted, longer ones refused with a 400; the limit is an option", async () => {
     const t0 = Date.now();
-    const { messageId } = await client.publish({ url: destUrl + uniquePath("ok"), body: "in ten days", delay: 10 * DAY_S });
+    const { messageId } = await client.publish({
+      url: destUrl + uniquePath("ok"),
+      body: "in ten days",
+      delay: 10 * DAY_S,
+    });
     const m = await client.messages.get(messageId);
     expect(m.notBefore).toBeGreaterThanOrEqual(t0 + 10 * DAY_S * 1000 * SCALE);
     expect(await client.messages.cancel(messageId)).toEqual({ cancelled: 1 });
 
     const year = await client.publish({ url: destUrl + uniquePath("ok"), body: "in a year", delay: "365d" });
     expect(await client.messages.cancel(year.messageId)).toEqual({ cancelled: 1 });
-    const tooLong = await client.publish({ url: destUrl + uniquePath("ok"), body: "x", delay: "366d" }).catch((e: unknown) => e);
+    const tooLong = await client
+      .publish({ url: destUrl + uniquePath("ok"), body: "x", delay: "366d" })
+      .catch((e: unknown) => e);
     expect(tooLong).toBeInstanceOf(QstashError);
     expect((tooLong as QstashError).status).toBe(400);
     expect((tooLong as QstashError).message).toContain("maximum allowed delay");
@@ -172,7 +197,13 @@ describe("local QStash behaves as the hosted API", () => {
 
     const freePlan = await startQstash({ keyPrefix: "free-plan:", maxDelayMs: 7 * DAY_S * 1000 });
     try {
-      const c = new Client({ baseUrl: freePlan.url, token: TOKEN, devMode: false, retry: false, enableTelemetry: false });
+      const c = new Client({
+        baseUrl: freePlan.url,
+        token: TOKEN,
+        devMode: false,
+        retry: false,
+        enableTelemetry: false,
+      });
       expect(await statusOf(c.publish({ url: destUrl + uniquePath("ok"), body: "x", delay: "8d" }))).toBe(400);
       const week = await c.publish({ url: destUrl + uniquePath("ok"), body: "x", delay: "7d" });
       expect(await c.messages.cancel(week.messageId)).toEqual({ cancelled: 1 });
@@ -211,7 +242,8 @@ describe("the DLQ endpoints a console needs, through the production client", () 
       expect(page.messages.length).toBeLessThanOrEqual(2);
       expect(page.messages.every((m) => m.labels?.includes(label))).toBe(true);
       seen.push(...page.messages.map((m) => m.dlqId));
-      if (page.messages.length > 0) expect(await client.dlq.delete(page.messages.map((m) => m.dlqId))).toEqual({ deleted: page.messages.length });
+      if (page.messages.length > 0)
+        expect(await client.dlq.delete(page.messages.map((m) => m.dlqId))).toEqual({ deleted: page.messages.length });
       cursor = page.cursor;
     } while (cursor);
     expect(seen.sort()).toEqual(all);
@@ -226,7 +258,12 @@ describe("the DLQ endpoints a console needs, through the production client", () 
     const { messages } = await client.dlq.listMessages({ filter: { label, messageId: firstMessage } });
     expect(messages).toHaveLength(1);
     const one = messages[0]!;
-    expect(one).toMatchObject({ messageId: firstMessage, responseStatus: 500, responseBody: "always broken", maxRetries: 0 });
+    expect(one).toMatchObject({
+      messageId: firstMessage,
+      responseStatus: 500,
+      responseBody: "always broken",
+      maxRetries: 0,
+    });
 
     const byId = await client.dlq.listMessages({ dlqIds: [one.dlqId] });
     expect(byId.messages.map((m) => m.dlqId)).toEqual([one.dlqId]);
@@ -273,15 +310,28 @@ describe("the DLQ endpoints a console needs, through the production client", () 
     const newIds = [single, many, byFilter].flatMap((r) => r.responses.map((x) => x.messageId));
     expect(newIds.every((id) => !entries.some((e) => e.messageId === id))).toBe(true);
 
-    await waitFor("re-driven deliveries", () => entries.every((e) => delivered.filter((p) => p === new URL(e.url).pathname).length >= 2) || undefined);
+    await waitFor(
+      "re-driven deliveries",
+      () => entries.every((e) => delivered.filter((p) => p === new URL(e.url).pathname).length >= 2) || undefined,
+    );
     expect(await dlqIdsLabelled(label)).toEqual([]);
 
     // The hosted single-entry path, for callers without the SDK.
     const [last] = await deadLetters(1, uniqueLabel("redrive-raw"));
     const entry = (await client.dlq.listMessages({ filter: { messageId: last } })).messages[0]!;
-    const res = await fetch(`${qstash.url}/v2/dlq/retry/${entry.dlqId}`, { method: "POST", headers: { Authorization: `Bearer ${TOKEN}` } });
+    const res = await fetch(`${qstash.url}/v2/dlq/retry/${entry.dlqId}`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${TOKEN}` },
+    });
     expect(res.status).toBe(201);
     expect((await res.json()) as unknown).toEqual({ messageId: expect.stringMatching(/^msg_/) });
-    expect((await fetch(`${qstash.url}/v2/dlq/retry/${entry.dlqId}`, { method: "POST", headers: { Authorization: `Bearer ${TOKEN}` } })).status).toBe(404);
+    expect(
+      (
+        await fetch(`${qstash.url}/v2/dlq/retry/${entry.dlqId}`, {
+          method: "POST",
+          headers: { Authorization: `Bearer ${TOKEN}` },
+        })
+      ).status,
+    ).toBe(404);
   });
 });

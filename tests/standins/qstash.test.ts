@@ -40,7 +40,11 @@ const hits = new Map<string, number>();
 /** Paths under /toggle/ answer 500 until they are added here. */
 const healed = new Set<string>();
 
-async function waitFor<T>(what: string, fn: () => T | undefined | Promise<T | undefined>, timeoutMs = 6000): Promise<T> {
+async function waitFor<T>(
+  what: string,
+  fn: () => T | undefined | Promise<T | undefined>,
+  timeoutMs = 6000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();
@@ -85,7 +89,8 @@ beforeAll(async () => {
       if (u.pathname.startsWith("/flaky/")) return new Response("nope", { status: n <= 2 ? 500 : 200 });
       if (u.pathname.startsWith("/fail/")) return new Response("always broken", { status: 500 });
       if (u.pathname.startsWith("/toggle/")) return new Response("toggle", { status: healed.has(path) ? 200 : 503 });
-      if (u.pathname.startsWith("/busy/") && n === 1) return new Response("later", { status: 429, headers: { "Retry-After": "50" } });
+      if (u.pathname.startsWith("/busy/") && n === 1)
+        return new Response("later", { status: 429, headers: { "Retry-After": "50" } });
       if (u.pathname.startsWith("/slow/") && n === 1) await Bun.sleep(800);
       return new Response("ok");
     },
@@ -103,7 +108,7 @@ afterAll(async () => {
 describe("local QStash via @upstash/qstash", () => {
   test("publishJSON delivers method, body, headers and the delivery metadata", async () => {
     // `//` in the path and an encoded query must reach the destination untouched.
-    const path = uniquePath("ok") + "//double?a=1&b=%C3%A9";
+    const path = `${uniquePath("ok")}//double?a=1&b=%C3%A9`;
     const res = await client.publishJSON({
       url: destUrl + path,
       body: { hello: "world", n: 1 },
@@ -154,8 +159,8 @@ describe("local QStash via @upstash/qstash", () => {
     const receiver = new Receiver({ currentSigningKey: CURRENT, nextSigningKey: NEXT });
     expect(await receiver.verify({ signature: sig, body: d.body })).toBe(true);
     expect(await receiver.verify({ signature: sig, body: d.body, url: destUrl + path })).toBe(true);
-    await expect(receiver.verify({ signature: sig, body: d.body + "x" })).rejects.toThrow(/body hash/);
-    await expect(receiver.verify({ signature: sig, body: d.body, url: destUrl + "/other" })).rejects.toThrow(/subject/);
+    await expect(receiver.verify({ signature: sig, body: `${d.body}x` })).rejects.toThrow(/body hash/);
+    await expect(receiver.verify({ signature: sig, body: d.body, url: `${destUrl}/other` })).rejects.toThrow(/subject/);
 
     // Same claims, signed with a key the receiver does not know.
     const now = Math.floor(Date.now() / 1000);
@@ -189,7 +194,8 @@ describe("local QStash via @upstash/qstash", () => {
     expect(seen[2]!.at - seen[1]!.at).toBeGreaterThanOrEqual(Math.floor(Math.exp(5) * 1000 * SCALE));
     // Each attempt is signed afresh (new jti) and verifies.
     const receiver = new Receiver({ currentSigningKey: CURRENT, nextSigningKey: NEXT });
-    for (const d of seen) expect(await receiver.verify({ signature: d.headers.get("upstash-signature")!, body: d.body })).toBe(true);
+    for (const d of seen)
+      expect(await receiver.verify({ signature: d.headers.get("upstash-signature")!, body: d.body })).toBe(true);
     expect(new Set(seen.map((d) => d.headers.get("upstash-signature"))).size).toBe(3);
     await Bun.sleep(150);
     expect(deliveredTo(path)).toHaveLength(3);
@@ -198,7 +204,9 @@ describe("local QStash via @upstash/qstash", () => {
   });
 
   test("a custom retry-delay expression and Retry-After are honoured", async () => {
-    const fn = compileRetryDelay("max(10, pow(2, retried) * 1000 - sqrt(16) + abs(-1) * floor(1.5) / ceil(0.5) + round(0.4) + exp(0) - 1 + min(1, 2) - 1)");
+    const fn = compileRetryDelay(
+      "max(10, pow(2, retried) * 1000 - sqrt(16) + abs(-1) * floor(1.5) / ceil(0.5) + round(0.4) + exp(0) - 1 + min(1, 2) - 1)",
+    );
     expect(fn(0)).toBe(997);
     expect(fn(3)).toBe(7997);
     expect(() => compileRetryDelay("process.exit(1)")).toThrow();
@@ -239,16 +247,40 @@ describe("local QStash via @upstash/qstash", () => {
     const failPath = uniquePath("fail");
     const cbPath = uniquePath("ok");
     const fcbPath = uniquePath("ok");
-    const ok = await client.publish({ url: destUrl + okPath, body: "src", callback: destUrl + cbPath, failureCallback: destUrl + fcbPath });
-    const bad = await client.publish({ url: destUrl + failPath, body: "src2", retries: 0, callback: destUrl + cbPath, failureCallback: destUrl + fcbPath });
+    const ok = await client.publish({
+      url: destUrl + okPath,
+      body: "src",
+      callback: destUrl + cbPath,
+      failureCallback: destUrl + fcbPath,
+    });
+    const bad = await client.publish({
+      url: destUrl + failPath,
+      body: "src2",
+      retries: 0,
+      callback: destUrl + cbPath,
+      failureCallback: destUrl + fcbPath,
+    });
     const cb = await waitFor("callback", () => deliveredTo(cbPath)[0]);
     const fcb = await waitFor("failure callback", () => deliveredTo(fcbPath)[0]);
     const receiver = new Receiver({ currentSigningKey: CURRENT, nextSigningKey: NEXT });
-    expect(await receiver.verify({ signature: cb.headers.get("upstash-signature")!, body: cb.body, url: destUrl + cbPath })).toBe(true);
+    expect(
+      await receiver.verify({ signature: cb.headers.get("upstash-signature")!, body: cb.body, url: destUrl + cbPath }),
+    ).toBe(true);
     const cbBody = JSON.parse(cb.body) as Record<string, unknown>;
-    expect(cbBody).toMatchObject({ status: 200, sourceMessageId: ok.messageId, url: destUrl + okPath, body: btoa("ok"), sourceBody: btoa("src") });
+    expect(cbBody).toMatchObject({
+      status: 200,
+      sourceMessageId: ok.messageId,
+      url: destUrl + okPath,
+      body: btoa("ok"),
+      sourceBody: btoa("src"),
+    });
     const fcbBody = JSON.parse(fcb.body) as Record<string, unknown>;
-    expect(fcbBody).toMatchObject({ status: 500, sourceMessageId: bad.messageId, body: btoa("always broken"), maxRetries: 0 });
+    expect(fcbBody).toMatchObject({
+      status: 500,
+      sourceMessageId: bad.messageId,
+      body: btoa("always broken"),
+      maxRetries: 0,
+    });
     expect(fcbBody.dlqId).toBeString();
     await Bun.sleep(100);
     expect(deliveredTo(cbPath)).toHaveLength(1);
@@ -280,7 +312,11 @@ describe("local QStash via @upstash/qstash", () => {
     await waitFor("deliveries", () => (deliveredTo(path).length >= 1 && deliveredTo(cpath).length >= 2) || undefined);
     await Bun.sleep(200);
     expect(deliveredTo(path).map((d) => d.body)).toEqual(["one"]);
-    expect(deliveredTo(cpath).map((d) => d.body).sort()).toEqual(["different", "same"]);
+    expect(
+      deliveredTo(cpath)
+        .map((d) => d.body)
+        .sort(),
+    ).toEqual(["different", "same"]);
   });
 
   test("retries exhausted → DLQ; re-drive delivers again; dlq.delete removes", async () => {
@@ -341,7 +377,11 @@ describe("local QStash via @upstash/qstash", () => {
     expect(d1.body).toBe("b1");
     expect(d1.headers.get("x-one")).toBe("1");
     expect(d2.method).toBe("PATCH");
-    expect(deliveredTo(p3).map((d) => d.body).sort()).toEqual(['"a string"', '{"k":[1,2]}']);
+    expect(
+      deliveredTo(p3)
+        .map((d) => d.body)
+        .sort(),
+    ).toEqual(['"a string"', '{"k":[1,2]}']);
     expect(deliveredTo(p3).every((d) => d.headers.get("content-type") === "application/json")).toBe(true);
   });
 
@@ -360,17 +400,24 @@ describe("local QStash via @upstash/qstash", () => {
 
   test("auth, bad input and unknown routes", async () => {
     const bad = new Client({ baseUrl: qstash.url, token: "wrong-token", devMode: false, retry: false });
-    const err = await bad.publish({ url: destUrl + "/ok/x", body: "x" }).catch((e: unknown) => e);
+    const err = await bad.publish({ url: `${destUrl}/ok/x`, body: "x" }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(QstashError);
     expect((err as QstashError).status).toBe(401);
 
     const auth = { Authorization: `Bearer ${TOKEN}` };
-    const post = (path: string, init: RequestInit = {}) => fetch(qstash.url + path, { method: "POST", ...init, headers: { ...auth, ...(init.headers as Record<string, string>) } });
+    const post = (path: string, init: RequestInit = {}) =>
+      fetch(qstash.url + path, {
+        method: "POST",
+        ...init,
+        headers: { ...auth, ...(init.headers as Record<string, string>) },
+      });
     expect((await post("/v2/batch", { body: "[{not json" })).status).toBe(400);
     expect((await post("/v2/batch", { body: '{"destination":"x"}' })).status).toBe(400);
     expect((await post("/v2/batch", { body: "[42]" })).status).toBe(400);
     expect((await post(`/v2/publish/${destUrl}/ok/x`, { headers: { "Upstash-Delay": "soon" } })).status).toBe(400);
-    expect((await post(`/v2/publish/${destUrl}/ok/x`, { headers: { "Upstash-Retry-Delay": "eval('1')" } })).status).toBe(400);
+    expect(
+      (await post(`/v2/publish/${destUrl}/ok/x`, { headers: { "Upstash-Retry-Delay": "eval('1')" } })).status,
+    ).toBe(400);
     expect((await post(`/v2/publish/${destUrl}/ok/x`, { headers: { "Upstash-Retries": "-1" } })).status).toBe(400);
     expect((await post(`/v2/publish/ftp://example.com/x`)).status).toBe(400);
     const unknown = await fetch(`${qstash.url}/v2/nothing-here`, { headers: auth });

@@ -11,7 +11,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { errors, Redis } from "@upstash/redis";
 import { startRedis, type Engine } from "../../scripts/stack/engines.ts";
-import { startUpstashRest, THROTTLED_ERROR_PREFIX, THROTTLED_STATUS, type UpstashRestServer } from "../../scripts/stack/upstash-rest.ts";
+import {
+  startUpstashRest,
+  THROTTLED_ERROR_PREFIX,
+  THROTTLED_STATUS,
+  type UpstashRestServer,
+} from "../../scripts/stack/upstash-rest.ts";
 
 process.env.UPSTASH_DISABLE_TELEMETRY = "1";
 
@@ -26,7 +31,13 @@ let clock = 1_800_000_000_000;
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "upstash-throttle-test-"));
   engine = await startRedis({ dir });
-  capped = await startUpstashRest({ redisHost: engine.host, redisPort: engine.port, token: TOKEN, maxCommandsPerSecond: 100, now: () => clock });
+  capped = await startUpstashRest({
+    redisHost: engine.host,
+    redisPort: engine.port,
+    token: TOKEN,
+    maxCommandsPerSecond: 100,
+    now: () => clock,
+  });
 });
 
 afterAll(async () => {
@@ -83,19 +94,47 @@ test("with a cap of 100/s a burst of 150 commands gets 100 answers and 50 thrott
   const again = await Promise.allSettled(Array.from({ length: 99 }, () => redis.incr(k)));
   expect(again.every((r) => r.status === "fulfilled")).toBe(true);
 
-  expect(capped.stats()).toMatchObject({ requests: 200, commands: 200, throttledRequests: 51, throttledCommands: 51, maxPerSecond: 100, maxOfferedPerSecond: 151 });
+  expect(capped.stats()).toMatchObject({
+    requests: 200,
+    commands: 200,
+    throttledRequests: 51,
+    throttledCommands: 51,
+    maxPerSecond: 100,
+    maxOfferedPerSecond: 151,
+  });
 });
 
 test("the throttled reply is a 400 with one Upstash-style error object, for single commands, pipelines and transactions", async () => {
-  await fetch(`${capped.url}/pipeline`, { method: "POST", headers: auth, body: JSON.stringify(Array.from({ length: 100 }, () => ["PING"])) });
+  await fetch(`${capped.url}/pipeline`, {
+    method: "POST",
+    headers: auth,
+    body: JSON.stringify(Array.from({ length: 100 }, () => ["PING"])),
+  });
   for (const [path, body, usage] of [
     ["", ["GET", "x"], 101],
-    ["/pipeline", [["GET", "x"], ["GET", "y"]], 102],
-    ["/multi-exec", [["INCR", "x"], ["INCR", "y"], ["INCR", "z"]], 103],
+    [
+      "/pipeline",
+      [
+        ["GET", "x"],
+        ["GET", "y"],
+      ],
+      102,
+    ],
+    [
+      "/multi-exec",
+      [
+        ["INCR", "x"],
+        ["INCR", "y"],
+        ["INCR", "z"],
+      ],
+      103,
+    ],
   ] as const) {
     const res = await fetch(capped.url + path, { method: "POST", headers: auth, body: JSON.stringify(body) });
     expect(res.status).toBe(THROTTLED_STATUS);
-    expect(await res.text()).toBe(`{"error":"ERR max commands per second limit exceeded. Limit: 100, Usage: ${usage}."}`);
+    expect(await res.text()).toBe(
+      `{"error":"ERR max commands per second limit exceeded. Limit: 100, Usage: ${usage}."}`,
+    );
   }
 });
 
@@ -118,7 +157,12 @@ test("pipelines and transactions count each of their commands, and one over the 
 
   clock += 1000;
   expect(await redis.multi().get(k).get(`${k}:refused`).exec()).toEqual([100, null]);
-  expect(capped.stats()).toMatchObject({ throttledRequests: 2, throttledCommands: 51, maxPerSecond: 100, maxOfferedPerSecond: 151 });
+  expect(capped.stats()).toMatchObject({
+    throttledRequests: 2,
+    throttledCommands: 51,
+    maxPerSecond: 100,
+    maxOfferedPerSecond: 151,
+  });
   expect(capped.stats().byPath).toEqual({ "/pipeline": 3, "/multi-exec": 1 });
 });
 
@@ -151,7 +195,9 @@ test("the cap is read, set and cleared over /__standin/limits and on the server 
   for (const bad of [{ commandsPerSecond: -1 }, { commandsPerSecond: 1.5 }, { commandsPerSecond: "10" }, {}]) {
     expect((await fetch(limits, { method: "POST", headers: auth, body: JSON.stringify(bad) })).status).toBe(400);
   }
-  expect((await fetch(limits, { method: "POST", headers: auth, body: JSON.stringify({ commandsPerSecond: null }) })).status).toBe(200);
+  expect(
+    (await fetch(limits, { method: "POST", headers: auth, body: JSON.stringify({ commandsPerSecond: null }) })).status,
+  ).toBe(200);
   expect(capped.limits()).toEqual({ commandsPerSecond: null });
   await Promise.all(Array.from({ length: 300 }, () => redis.ping()));
 
@@ -187,7 +233,12 @@ test("stats report the busiest second's commands and the throttled ones, over HT
 });
 
 test("on the real clock the cap resets at the next wall-clock second", async () => {
-  const real = await startUpstashRest({ redisHost: engine.host, redisPort: engine.port, token: TOKEN, maxCommandsPerSecond: 100 });
+  const real = await startUpstashRest({
+    redisHost: engine.host,
+    redisPort: engine.port,
+    token: TOKEN,
+    maxCommandsPerSecond: 100,
+  });
   try {
     const redis = sdk(real.url);
     await Bun.sleep(1000 - (Date.now() % 1000) + 20); // just after a second begins

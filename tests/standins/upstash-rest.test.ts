@@ -123,14 +123,13 @@ test("multi().exec() applies the other commands when one fails inside EXEC", asy
   const k = prefix("multi");
   await redis.set(`${k}:str`, "not a number");
   standin.resetStats();
-  const res = await redis
-    .multi()
-    .set(`${k}:a`, 1)
-    .incr(`${k}:str`)
-    .incr(`${k}:a`)
-    .exec({ keepErrors: true });
+  const res = await redis.multi().set(`${k}:a`, 1).incr(`${k}:str`).incr(`${k}:a`).exec({ keepErrors: true });
   expect(standin.stats().byPath).toEqual({ "/multi-exec": 1 });
-  expect(res.map((r) => r.error)).toEqual([undefined, expect.stringContaining("ERR value is not an integer"), undefined]);
+  expect(res.map((r) => r.error)).toEqual([
+    undefined,
+    expect.stringContaining("ERR value is not an integer"),
+    undefined,
+  ]);
   expect(res[0]?.result).toBe("OK");
   expect(res[2]?.result).toBe(2);
   expect(await redis.get<number>(`${k}:a`)).toBe(2);
@@ -141,7 +140,13 @@ test("multi().exec() applies the other commands when one fails inside EXEC", asy
 
 test("a transaction discarded while queueing is a 400 with one error and changes nothing", async () => {
   const k = prefix("execabort");
-  const res = await post("/multi-exec", JSON.stringify([["SET", k, "1"], ["NOSUCHCOMMAND", k]]));
+  const res = await post(
+    "/multi-exec",
+    JSON.stringify([
+      ["SET", k, "1"],
+      ["NOSUCHCOMMAND", k],
+    ]),
+  );
   expect(res.status).toBe(400);
   expect(res.json).toEqual({ error: expect.stringContaining("EXECABORT") });
   expect((await post("/", JSON.stringify(["EXISTS", k]))).json).toEqual({ result: 0 });
@@ -161,8 +166,8 @@ test("UTF-8 and binary strings round-trip, with and without base64", async () =>
     expect(await redis.get<string>(`${k}:bin`)).toBe("\u0000\u00ff");
     expect(await redis.strlen(`${k}:bin`)).toBe(3); // 00 C3 BF: UTF-8 of the JS string
     expect(await redis.hgetall(`${k}:none`)).toBeNull();
-    await redis.hset(`${k}:h`, { "键": "值🎉" });
-    expect(await redis.hgetall(`${k}:h`)).toEqual({ "键": "值🎉" });
+    await redis.hset(`${k}:h`, { 键: "值🎉" });
+    expect(await redis.hgetall(`${k}:h`)).toEqual({ 键: "值🎉" });
   }
   // Raw bytes that are not UTF-8 (00 FF 01) are base64 of the exact bytes on the wire.
   await post("/", JSON.stringify(["EVAL", "return redis.call('SET', KEYS[1], '\\0\\255\\1')", 1, `${k}:raw`]));
@@ -183,7 +188,15 @@ test("base64 encodes every string except the status OK; integers and nil are pla
   expect((await post("/", JSON.stringify(["GET", `${k}:missing`]), B64)).text).toBe('{"result":null}');
   const nested = await post("/", JSON.stringify(["EVAL", "return {1,{2,'x',{}},'y'}", 0]), B64);
   expect(nested.text).toBe('{"result":[1,[2,"eA==",[]],"eQ=="]}');
-  const pipe = await post("/pipeline", JSON.stringify([["GET", `${k}:missing`], ["INCR", k], ["EXISTS", k]]), B64);
+  const pipe = await post(
+    "/pipeline",
+    JSON.stringify([
+      ["GET", `${k}:missing`],
+      ["INCR", k],
+      ["EXISTS", k],
+    ]),
+    B64,
+  );
   expect(pipe.text).toBe('[{"result":null},{"error":"ERR value is not an integer or out of range"},{"result":1}]');
   // 64-bit integers keep every digit.
   expect((await post("/", JSON.stringify(["INCRBY", `${k}:big`, "9007199254740993"]))).text).toBe(
@@ -313,10 +326,15 @@ test("a request redis does not answer in time fails with a 500 instead of hangin
   });
   try {
     // A Lua busy loop keeps redis from answering anyone for ~600 ms.
-    const busy = "local t = redis.call('TIME'); local s = t[1] * 1e6 + t[2]; " +
+    const busy =
+      "local t = redis.call('TIME'); local s = t[1] * 1e6 + t[2]; " +
       "repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - s > 600000; return 1";
     const call = (cmd: unknown[]) =>
-      fetch(impatient.url, { method: "POST", headers: { authorization: `Bearer ${TOKEN}` }, body: JSON.stringify(cmd) });
+      fetch(impatient.url, {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}` },
+        body: JSON.stringify(cmd),
+      });
     const t0 = performance.now();
     const res = await call(["EVAL", busy, 0]);
     expect(res.status).toBe(500);

@@ -4,4 +4,12 @@
  * The implementation lives with the stack's workerd launcher (scripts/stack/workerd.ts), which
  * serves the same bundle as a process of its own for the runtime matrix (tests/runtimes/).
  */
-export { buildWorker, bundleModules, repoRoot, wranglerOfflineEnv, type BundleModule, type BundleModuleType, type WorkerBundle } from "../../scripts/stack/workerd.ts";
+export {
+  buildWorker,
+  bundleModules,
+  repoRoot,
+  wranglerOfflineEnv,
+  type BundleModule,
+  type BundleModuleType,
+  type WorkerBundle,
+} from "../../scripts/stack/workerd.ts";

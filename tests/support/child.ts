@@ -29,7 +29,12 @@ export async function within<T>(ms: number, what: string, p: Promise<T>): Promis
  * Calls `check` every `everyMs` until it returns a value other than `undefined`/`false`, and
  * returns it; throws after `timeoutMs` with `what` and the last error `check` threw, if any.
  */
-export async function pollUntil<T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs: number, everyMs = 50): Promise<T> {
+export async function pollUntil<T>(
+  what: string,
+  check: () => Promise<T | undefined | false>,
+  timeoutMs: number,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   for (;;) {
@@ -107,11 +112,18 @@ export class ManagedChild {
   /** Spawns the child and waits until `ready()`; fails if it exits first or is not ready in time. */
   async start(): Promise<void> {
     if (this.alive) throw new Error(`${this.opts.name} is already running`);
-    appendFileSync(this.opts.logFile, `--- ${new Date().toISOString()} start #${this.starts + 1} of ${this.opts.name}\n`);
+    appendFileSync(
+      this.opts.logFile,
+      `--- ${new Date().toISOString()} start #${this.starts + 1} of ${this.opts.name}\n`,
+    );
     const fd = openSync(this.opts.logFile, "a");
     let child: ChildProcess;
     try {
-      child = spawn(this.opts.command, this.opts.args, { cwd: this.opts.cwd, env: this.opts.env, stdio: ["ignore", fd, fd] });
+      child = spawn(this.opts.command, this.opts.args, {
+        cwd: this.opts.cwd,
+        env: this.opts.env,
+        stdio: ["ignore", fd, fd],
+      });
     } finally {
       closeSync(fd); // the child holds its own copy
     }
@@ -120,10 +132,15 @@ export class ManagedChild {
     // Either of these ends the wait at once instead of at the readiness deadline.
     const failed = new Promise<never>((_, reject) => {
       child.once("error", (e) => reject(new Error(`${this.opts.name}: ${e.message}`)));
-      child.once("exit", (code, signal) => reject(new Error(`${this.opts.name} exited (${code ?? signal}) before it was ready; see ${this.opts.logFile}`)));
+      child.once("exit", (code, signal) =>
+        reject(new Error(`${this.opts.name} exited (${code ?? signal}) before it was ready; see ${this.opts.logFile}`)),
+      );
     });
     failed.catch(() => {}); // after readiness, a later exit is the test's business, not a rejection
-    await Promise.race([failed, pollUntil(`${this.opts.name} ready`, () => this.opts.ready(), this.opts.readyTimeoutMs ?? 20_000, 25)]);
+    await Promise.race([
+      failed,
+      pollUntil(`${this.opts.name} ready`, () => this.opts.ready(), this.opts.readyTimeoutMs ?? 20_000, 25),
+    ]);
     this.starts++;
   }
 

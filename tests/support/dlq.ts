@@ -31,7 +31,10 @@ export function startFailingTarget(): FailingTarget {
     fetch: async (req) => {
       const body = await req.text();
       const url = req.url;
-      if (!healed.has(url)) return new Response(`upstream exploded; authorization: Bearer ${SECRET}; ${"lorem ipsum ".repeat(200)}`, { status: 500 });
+      if (!healed.has(url))
+        return new Response(`upstream exploded; authorization: Bearer ${SECRET}; ${"lorem ipsum ".repeat(200)}`, {
+          status: 500,
+        });
       bodies.set(url, [...(bodies.get(url) ?? []), body]);
       return new Response("ok");
     },
@@ -61,8 +64,14 @@ const operator = (t: TestApp) => `Bearer ${t.deps.config.ADMIN_TOKEN}`;
 
 /** GET /admin/dlq?url=…: the entries of one destination (first page). */
 export async function deadLettersOf(t: TestApp, url: string): Promise<DeadLetterView[]> {
-  const res = await call<{ messages: DeadLetterView[]; cursor: string | null }>(t.app, "GET", `/admin/dlq?url=${encodeURIComponent(url)}`, { token: operator(t) });
-  if (res.status !== 200 || !res.body.success) throw new Error(`GET /admin/dlq → ${res.status} ${JSON.stringify(res.body)}`);
+  const res = await call<{ messages: DeadLetterView[]; cursor: string | null }>(
+    t.app,
+    "GET",
+    `/admin/dlq?url=${encodeURIComponent(url)}`,
+    { token: operator(t) },
+  );
+  if (res.status !== 200 || !res.body.success)
+    throw new Error(`GET /admin/dlq → ${res.status} ${JSON.stringify(res.body)}`);
   return res.body.data?.messages ?? [];
 }
 
@@ -70,7 +79,11 @@ export async function deadLettersOf(t: TestApp, url: string): Promise<DeadLetter
 export async function deadLetter(t: TestApp, url: string, n = 1): Promise<string[]> {
   const ids: string[] = [];
   for (let i = 0; i < n; i++) {
-    const res = await t.deps.queue.publishJSON({ url, body: { orderId: `9${i}`, note: `password=hunter2 ${"dolor sit ".repeat(60)}` }, retries: 0 });
+    const res = await t.deps.queue.publishJSON({
+      url,
+      body: { orderId: `9${i}`, note: `password=hunter2 ${"dolor sit ".repeat(60)}` },
+      retries: 0,
+    });
     ids.push(res.messageId);
   }
   await eventually(`${n} dead letter(s) for ${url}`, async () => (await deadLettersOf(t, url)).length >= n, 15_000);

@@ -23,20 +23,39 @@ const sha256 = (data: Uint8Array | string) => createHash("sha256").update(data).
 const hmac = (key: Buffer | string, data: string) => createHmac("sha256", key).update(data).digest();
 
 function xmlError(status: number, code: string): Response {
-  return new Response(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${code}</Code><Message>${code}</Message></Error>`, {
-    status,
-    headers: { "content-type": "application/xml" },
-  });
+  return new Response(
+    `<?xml version="1.0" encoding="UTF-8"?><Error><Code>${code}</Code><Message>${code}</Message></Error>`,
+    {
+      status,
+      headers: { "content-type": "application/xml" },
+    },
+  );
 }
 
-function expectedSignature(req: Request, url: URL, signedHeaders: string[], secret: string, region: string, payloadHash: string): string {
+function expectedSignature(
+  req: Request,
+  url: URL,
+  signedHeaders: string[],
+  secret: string,
+  region: string,
+  payloadHash: string,
+): string {
   const amzDate = req.headers.get("x-amz-date") ?? "";
-  const canonicalHeaders = signedHeaders.map((h) => `${h}:${(h === "host" ? url.host : (req.headers.get(h) ?? "")).trim()}\n`).join("");
+  const canonicalHeaders = signedHeaders
+    .map((h) => `${h}:${(h === "host" ? url.host : (req.headers.get(h) ?? "")).trim()}\n`)
+    .join("");
   const canonicalQuery = [...url.searchParams.entries()]
     .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`)
     .sort()
     .join("&");
-  const canonical = [req.method, url.pathname, canonicalQuery, canonicalHeaders, signedHeaders.join(";"), payloadHash].join("\n");
+  const canonical = [
+    req.method,
+    url.pathname,
+    canonicalQuery,
+    canonicalHeaders,
+    signedHeaders.join(";"),
+    payloadHash,
+  ].join("\n");
   const day = amzDate.slice(0, 8);
   const scope = `${day}/${region}/s3/aws4_request`;
   const toSign = ["AWS4-HMAC-SHA256", amzDate, scope, sha256(canonical)].join("\n");
@@ -45,7 +64,9 @@ function expectedSignature(req: Request, url: URL, signedHeaders: string[], secr
   return createHmac("sha256", kSigning).update(toSign).digest("hex");
 }
 
-export function startFakeS3(opts: { bucket?: string; accessKeyId?: string; secretAccessKey?: string; region?: string } = {}): FakeS3 {
+export function startFakeS3(
+  opts: { bucket?: string; accessKeyId?: string; secretAccessKey?: string; region?: string } = {},
+): FakeS3 {
   const bucket = opts.bucket ?? "uploads";
   const accessKeyId = opts.accessKeyId ?? "AKIDTESTFAKE";
   const secretAccessKey = opts.secretAccessKey ?? "fake-secret-0123456789";
@@ -64,14 +85,19 @@ export function startFakeS3(opts: { bucket?: string; accessKeyId?: string; secre
         log.push({ method: req.method, key, status: res.status });
         return res;
       };
-      const auth = /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/s3\/aws4_request,SignedHeaders=([^,]+),Signature=([0-9a-f]{64})$/.exec(req.headers.get("authorization") ?? "");
+      const auth =
+        /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/s3\/aws4_request,SignedHeaders=([^,]+),Signature=([0-9a-f]{64})$/.exec(
+          req.headers.get("authorization") ?? "",
+        );
       if (!auth || auth[1] !== accessKeyId || auth[3] !== region) return respond(xmlError(403, "InvalidAccessKeyId"));
       const signed = (auth[4] ?? "").split(";");
-      if (!signed.includes("host") || !signed.includes("x-amz-date") || !signed.includes("x-amz-content-sha256")) return respond(xmlError(403, "AccessDenied"));
+      if (!signed.includes("host") || !signed.includes("x-amz-date") || !signed.includes("x-amz-content-sha256"))
+        return respond(xmlError(403, "AccessDenied"));
       const body = new Uint8Array(await req.arrayBuffer());
       const payloadHash = req.headers.get("x-amz-content-sha256") ?? "";
       if (payloadHash !== sha256(body)) return respond(xmlError(400, "XAmzContentSHA256Mismatch"));
-      if (expectedSignature(req, url, signed, secretAccessKey, region, payloadHash) !== auth[5]) return respond(xmlError(403, "SignatureDoesNotMatch"));
+      if (expectedSignature(req, url, signed, secretAccessKey, region, payloadHash) !== auth[5])
+        return respond(xmlError(403, "SignatureDoesNotMatch"));
       if (b !== bucket) return respond(xmlError(404, "NoSuchBucket"));
       if (!key) return respond(xmlError(400, "InvalidRequest"));
       switch (req.method) {
@@ -81,9 +107,12 @@ export function startFakeS3(opts: { bucket?: string; accessKeyId?: string; secre
         case "GET":
         case "HEAD": {
           const o = objects.get(key);
-          if (!o) return respond(req.method === "HEAD" ? new Response(null, { status: 404 }) : xmlError(404, "NoSuchKey"));
+          if (!o)
+            return respond(req.method === "HEAD" ? new Response(null, { status: 404 }) : xmlError(404, "NoSuchKey"));
           const headers = { "content-type": o.contentType, "content-length": String(o.body.byteLength) };
-          return respond(new Response(req.method === "HEAD" ? null : (o.body as Uint8Array<ArrayBuffer>), { status: 200, headers }));
+          return respond(
+            new Response(req.method === "HEAD" ? null : (o.body as Uint8Array<ArrayBuffer>), { status: 200, headers }),
+          );
         }
         case "DELETE":
           objects.delete(key);

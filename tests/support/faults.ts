@@ -41,8 +41,19 @@ export class Faults {
   /** Arguments of tapped calls, per target. */
   readonly tapped = new Map<string, unknown[][]>();
 
-  on(target: string, action: FaultAction, opts: { times?: number; when?: (args: unknown[]) => boolean; delayMs?: number; copies?: number } = {}): this {
-    this.rules.push({ target, action, times: opts.times ?? Number.POSITIVE_INFINITY, when: opts.when, delayMs: opts.delayMs ?? 0, copies: opts.copies ?? 2 });
+  on(
+    target: string,
+    action: FaultAction,
+    opts: { times?: number; when?: (args: unknown[]) => boolean; delayMs?: number; copies?: number } = {},
+  ): this {
+    this.rules.push({
+      target,
+      action,
+      times: opts.times ?? Number.POSITIVE_INFINITY,
+      when: opts.when,
+      delayMs: opts.delayMs ?? 0,
+      copies: opts.copies ?? 2,
+    });
     return this;
   }
 

@@ -13,16 +13,24 @@ export function east(from: { x: number; y: number }, metres: number): { x: numbe
 }
 
 export async function createShopType(t: TestApp): Promise<number> {
-  const res = await t.deps.db.execute("INSERT INTO tb_shop_type (name, icon, sort) VALUES (?, '', 99)", [`type-${crypto.randomUUID().slice(0, 8)}`]);
+  const res = await t.deps.db.execute("INSERT INTO tb_shop_type (name, icon, sort) VALUES (?, '', 99)", [
+    `type-${crypto.randomUUID().slice(0, 8)}`,
+  ]);
   return Number(res.insertId);
 }
 
-export async function createShop(t: TestApp, typeId: number, at: { x: number; y: number } = HANGZHOU, name = `shop-${crypto.randomUUID().slice(0, 8)}`): Promise<number> {
+export async function createShop(
+  t: TestApp,
+  typeId: number,
+  at: { x: number; y: number } = HANGZHOU,
+  name = `shop-${crypto.randomUUID().slice(0, 8)}`,
+): Promise<number> {
   const res = await call<number>(t.app, "POST", "/api/shop", {
     token: `Bearer ${t.deps.config.ADMIN_TOKEN}`,
     json: { name, typeId, address: "test road 1", x: at.x, y: at.y, avgPrice: 80, images: "/imgs/a.jpg", area: "test" },
   });
-  if (!res.body.success || typeof res.body.data !== "number") throw new Error(`create shop failed: ${JSON.stringify(res.body)}`);
+  if (!res.body.success || typeof res.body.data !== "number")
+    throw new Error(`create shop failed: ${JSON.stringify(res.body)}`);
   return res.body.data;
 }
 

@@ -15,7 +15,11 @@ export interface QueryHook {
 
 type ExecuteResult = Awaited<ReturnType<Deps["db"]["execute"]>>;
 
-export function afterQuery(deps: Deps, match: (sql: string, args: unknown[], result: ExecuteResult) => boolean, fn: () => Promise<unknown>): QueryHook {
+export function afterQuery(
+  deps: Deps,
+  match: (sql: string, args: unknown[], result: ExecuteResult) => boolean,
+  fn: () => Promise<unknown>,
+): QueryHook {
   let armed = true;
   let resolve!: (v: unknown) => void;
   let reject!: (e: unknown) => void;

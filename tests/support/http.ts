@@ -43,7 +43,11 @@ export function uniquePhone(): string {
 }
 
 /** Requests a code and logs in through the real routes; returns the session token. */
-export async function loginAs(app: Hono<AppEnv>, deps: Deps, phone = uniquePhone()): Promise<{ token: string; phone: string }> {
+export async function loginAs(
+  app: Hono<AppEnv>,
+  deps: Deps,
+  phone = uniquePhone(),
+): Promise<{ token: string; phone: string }> {
   const ip = `10.${Math.floor(Math.random() * 250)}.${Math.floor(Math.random() * 250)}.${Math.floor(Math.random() * 250)}`;
   const sent = await call(app, "POST", `/api/user/code?phone=${phone}`, { ip });
   if (sent.status !== 200 || !sent.body.success) throw new Error(`code send failed: ${JSON.stringify(sent.body)}`);

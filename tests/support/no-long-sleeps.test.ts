@@ -24,7 +24,9 @@ interface Sleep {
 
 /** Comments blanked out (line structure kept), so a commented-out sleep or prose about one is not judged. `://` in URLs is kept. */
 function withoutComments(src: string): string {
-  return src.replace(/\/\*[\s\S]*?\*\//g, (m) => m.replace(/[^\n]/g, " ")).replace(/(^|[^:\\"'`])\/\/[^\n]*/g, (_m, pre: string) => pre);
+  return src
+    .replace(/\/\*[\s\S]*?\*\//g, (m) => m.replace(/[^\n]/g, " "))
+    .replace(/(^|[^:\\"'`])\/\/[^\n]*/g, (_m, pre: string) => pre);
 }
 
 /** The arguments of the call whose "(" is at `open`, split at top-level commas; null when unbalanced. */
@@ -54,7 +56,8 @@ function numericConstants(src: string): Map<string, number> {
   for (let pass = 0; pass < 3; pass++) {
     for (const m of src.matchAll(/\b(?:const|let)\s+([A-Za-z_$][\w$]*)\s*(?::\s*number\s*)?=\s*([^;\n]+)/g)) {
       const value = evaluate(m[2] as string, out);
-      if (value !== undefined) out.set(m[1] as string, Math.max(value, out.get(m[1] as string) ?? Number.NEGATIVE_INFINITY));
+      if (value !== undefined)
+        out.set(m[1] as string, Math.max(value, out.get(m[1] as string) ?? Number.NEGATIVE_INFINITY));
     }
   }
   return out;
@@ -100,11 +103,16 @@ function longSleeps(source: string, maxMs = MAX_SLEEP_MS): Sleep[] {
     let duration: string | undefined;
     if (m[1] === "setTimeout") {
       if (args.length === 1) duration = args[0];
-      else if (/^[A-Za-z_$][\w$]*$/.test(args[0] as string) || /^\(\s*\)\s*=>\s*[A-Za-z_$][\w$]*\(\s*\)$/.test(args[0] as string)) duration = args[1];
+      else if (
+        /^[A-Za-z_$][\w$]*$/.test(args[0] as string) ||
+        /^\(\s*\)\s*=>\s*[A-Za-z_$][\w$]*\(\s*\)$/.test(args[0] as string)
+      )
+        duration = args[1];
     } else duration = args[0];
     if (duration === undefined) continue;
     const ms = evaluate(duration, constants);
-    if (ms !== undefined && ms > maxMs) found.push({ line: lineOf(m.index as number), call: `${m[1]}(${args.join(", ")})`, ms });
+    if (ms !== undefined && ms > maxMs)
+      found.push({ line: lineOf(m.index as number), call: `${m[1]}(${args.join(", ")})`, ms });
   }
   return found;
 }
@@ -149,7 +157,11 @@ describe(`no test sleeps longer than ${MAX_SLEEP_MS} ms (outside tests/standins)
     const files = testFiles(TESTS);
     // The scan reaches the suite (a wrong root would find nothing and pass).
     expect(files.length).toBeGreaterThan(50);
-    const found = files.flatMap((file) => longSleeps(readFileSync(file, "utf8")).map((s) => `${relative(repoRoot, file)}:${s.line}  ${s.call} = ${s.ms} ms`));
+    const found = files.flatMap((file) =>
+      longSleeps(readFileSync(file, "utf8")).map(
+        (s) => `${relative(repoRoot, file)}:${s.line}  ${s.call} = ${s.ms} ms`,
+      ),
+    );
     expect(found).toEqual([]);
   });
 });

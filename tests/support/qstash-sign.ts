@@ -5,10 +5,19 @@
  */
 import { SignJWT } from "jose";
 
-export async function qstashSignature(opts: { key: string; url: string; body: string; nowSec?: number; expSec?: number }): Promise<string> {
+export async function qstashSignature(opts: {
+  key: string;
+  url: string;
+  body: string;
+  nowSec?: number;
+  expSec?: number;
+}): Promise<string> {
   const now = opts.nowSec ?? Math.floor(Date.now() / 1000);
   const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(opts.body)));
-  const bodyHash = btoa(String.fromCharCode(...digest)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  const bodyHash = btoa(String.fromCharCode(...digest))
+    .replace(/\+/g, "-")
+    .replace(/\//g, "_")
+    .replace(/=+$/, "");
   return await new SignJWT({ body: bodyHash })
     .setProtectedHeader({ alg: "HS256", typ: "JWT" })
     .setIssuer("Upstash")

@@ -37,10 +37,14 @@ export type RuntimeName = (typeof RUNTIMES)[number];
 
 /** Runtimes to run, from RUNTIMES="bun,workerd" (default: all three). */
 export function selectedRuntimes(): RuntimeName[] {
-  const wanted = (process.env.RUNTIMES ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+  const wanted = (process.env.RUNTIMES ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   if (wanted.length === 0) return [...RUNTIMES];
   const unknown = wanted.filter((w) => !(RUNTIMES as readonly string[]).includes(w));
-  if (unknown.length > 0) throw new Error(`RUNTIMES: unknown runtime(s) ${unknown.join(", ")} (known: ${RUNTIMES.join(", ")})`);
+  if (unknown.length > 0)
+    throw new Error(`RUNTIMES: unknown runtime(s) ${unknown.join(", ")} (known: ${RUNTIMES.join(", ")})`);
   return wanted as RuntimeName[];
 }
 
@@ -167,7 +171,12 @@ export async function startRuntime(name: RuntimeName, opts: StartRuntimeOptions)
   const logFile = join(opts.dir, `${name}.log`);
   const pidFile = join(opts.dir, `${name}.workerd.pid`);
   const bundle = name === "workerd" ? await workerBundle(opts.dir) : undefined;
-  const baseEnv = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? opts.dir, UPSTASH_DISABLE_TELEMETRY: "1", NO_COLOR: "1" };
+  const baseEnv = {
+    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    HOME: process.env.HOME ?? opts.dir,
+    UPSTASH_DISABLE_TELEMETRY: "1",
+    NO_COLOR: "1",
+  };
   let env: Record<string, string> = { ...opts.env, PUBLIC_URL: url, PORT: String(port), HOST: "127.0.0.1" };
   let child: ManagedChild | undefined;
   let workerdPid: number | undefined;
@@ -179,23 +188,55 @@ export async function startRuntime(name: RuntimeName, opts: StartRuntimeOptions)
   // Each child dies with this process however it ends (dieWithParent): bun test runs no exit hooks
   // (engines.ts killOnExit never fires under it), and a server left behind would keep its port.
   const makeChild = (): ManagedChild => {
-    const common = { cwd: repoRoot, logFile, ready: () => healthy(url), readyTimeoutMs: opts.readyTimeoutMs ?? READY_TIMEOUT_MS };
+    const common = {
+      cwd: repoRoot,
+      logFile,
+      ready: () => healthy(url),
+      readyTimeoutMs: opts.readyTimeoutMs ?? READY_TIMEOUT_MS,
+    };
     switch (name) {
       case "bun":
-        return new ManagedChild({ ...common, name: "bun app", ...dieWithParent(process.execPath, [join(repoRoot, "src/entry/bun.ts")]), env: { ...baseEnv, ...env } });
+        return new ManagedChild({
+          ...common,
+          name: "bun app",
+          ...dieWithParent(process.execPath, [join(repoRoot, "src/entry/bun.ts")]),
+          env: { ...baseEnv, ...env },
+        });
       case "deno":
         return new ManagedChild({
           ...common,
           name: "deno app",
           // Offline, as tests/deno/smoke.test.ts runs it: bare specifiers from node_modules, no remote modules, no lockfile.
-          ...dieWithParent(join(repoRoot, "node_modules/.bin/deno"), ["run", "-A", "--no-prompt", "--node-modules-dir=manual", "--no-remote", "--cached-only", "--no-lock", "src/entry/deno.ts"]),
-          env: { ...baseEnv, ...env, DENO_NO_UPDATE_CHECK: "1", ...(process.env.DENO_DIR ? { DENO_DIR: process.env.DENO_DIR } : {}) },
+          ...dieWithParent(join(repoRoot, "node_modules/.bin/deno"), [
+            "run",
+            "-A",
+            "--no-prompt",
+            "--node-modules-dir=manual",
+            "--no-remote",
+            "--cached-only",
+            "--no-lock",
+            "src/entry/deno.ts",
+          ]),
+          env: {
+            ...baseEnv,
+            ...env,
+            DENO_NO_UPDATE_CHECK: "1",
+            ...(process.env.DENO_DIR ? { DENO_DIR: process.env.DENO_DIR } : {}),
+          },
         });
       case "workerd":
         return new ManagedChild({
           ...common,
           name: "workerd launcher",
-          ...dieWithParent(process.execPath, [join(repoRoot, "scripts/stack/workerd.ts"), "--port", String(port), "--bundle", (bundle as WorkerBundle).outdir, "--pid-file", pidFile]),
+          ...dieWithParent(process.execPath, [
+            join(repoRoot, "scripts/stack/workerd.ts"),
+            "--port",
+            String(port),
+            "--bundle",
+            (bundle as WorkerBundle).outdir,
+            "--pid-file",
+            pidFile,
+          ]),
           env: { ...baseEnv, ...env },
         });
     }
@@ -209,7 +250,9 @@ export async function startRuntime(name: RuntimeName, opts: StartRuntimeOptions)
       await within((opts.readyTimeoutMs ?? READY_TIMEOUT_MS) + 10_000, `${name} to start`, child.start());
     } catch (err) {
       await child.stop(1_000);
-      throw new Error(`${err instanceof Error ? err.message : String(err)}\n--- ${name} log tail ---\n${tail(logFile, 4000)}`);
+      throw new Error(
+        `${err instanceof Error ? err.message : String(err)}\n--- ${name} log tail ---\n${tail(logFile, 4000)}`,
+      );
     }
     if (name === "workerd") {
       const pid = Number(readFileSync(pidFile, "utf8").trim());
@@ -255,7 +298,12 @@ export async function startRuntime(name: RuntimeName, opts: StartRuntimeOptions)
         kills++;
         appendFileSync(logFile, `--- ${new Date().toISOString()} SIGKILL sent to workerd (pid ${pid})\n`);
         // The launcher notices and exits (scripts/stack/workerd.ts); make sure of it either way.
-        await pollUntil("the workerd launcher to exit after workerd's kill -9", async () => !child?.alive, 10_000, 20).catch(async () => await child?.kill9());
+        await pollUntil(
+          "the workerd launcher to exit after workerd's kill -9",
+          async () => !child?.alive,
+          10_000,
+          20,
+        ).catch(async () => await child?.kill9());
         unregisterWorkerd?.();
         workerdPid = undefined;
       }
@@ -282,12 +330,15 @@ export async function startRuntime(name: RuntimeName, opts: StartRuntimeOptions)
       workerdPid = undefined;
     },
     async scheduled(timeMs: number, cron = "* * * * *") {
-      if (name !== "workerd") throw new Error(`${name} has no scheduled-event trigger (its cron runs in-process: Bun.cron / Deno.cron)`);
+      if (name !== "workerd")
+        throw new Error(`${name} has no scheduled-event trigger (its cron runs in-process: Bun.cron / Deno.cron)`);
       const res = await fetch(scheduledUrl(url, cron, timeMs), { signal: AbortSignal.timeout(60_000) });
       return (await res.text()).trim();
     },
     driver() {
-      driver ??= createDeps(parseEnv({ ...env, LOG_LEVEL: "silent", ...TEST_DEADLINES }), { log: createLogger("silent") });
+      driver ??= createDeps(parseEnv({ ...env, LOG_LEVEL: "silent", ...TEST_DEADLINES }), {
+        log: createLogger("silent"),
+      });
       return driver;
     },
   };
@@ -313,7 +364,12 @@ function readFrom(file: string, offset: number): string {
  * A test body that, on failure, calls `onFail` (the file keeps its logs) and appends the server's
  * log tail — plus `extra()` when given — to the error: what each matrix file wraps its tests in.
  */
-export function guardedBy(name: string, server: () => RuntimeServer | undefined, onFail: () => void, extra?: () => string) {
+export function guardedBy(
+  name: string,
+  server: () => RuntimeServer | undefined,
+  onFail: () => void,
+  extra?: () => string,
+) {
   return (fn: () => Promise<void>) => async () => {
     try {
       await fn();
@@ -347,7 +403,9 @@ export async function seedBuyers(deps: Deps, n: number): Promise<(Buyer & { nick
   for (let i = 0; i < users.length; i += 500) {
     const chunk = users.slice(i, i + 500);
     const tokens = await Promise.all(chunk.map((u) => createSession(deps.redis, u, 3600, keys)));
-    chunk.forEach((u, j) => out.push({ userId: u.id, token: tokens[j] as string, nickName: u.nickName, icon: u.icon }));
+    chunk.forEach((u, j) => {
+      out.push({ userId: u.id, token: tokens[j] as string, nickName: u.nickName, icon: u.icon });
+    });
   }
   return out;
 }
@@ -380,13 +438,23 @@ export async function request<T = unknown>(
   base: string,
   method: string,
   path: string,
-  opts: { token?: string; json?: unknown; timeoutMs?: number; signal?: AbortSignal; headers?: Record<string, string> } = {},
+  opts: {
+    token?: string;
+    json?: unknown;
+    timeoutMs?: number;
+    signal?: AbortSignal;
+    headers?: Record<string, string>;
+  } = {},
 ): Promise<Answer<T>> {
   const timeout = AbortSignal.timeout(opts.timeoutMs ?? 15_000);
   try {
     const res = await fetch(`${base}${path}`, {
       method,
-      headers: { ...opts.headers, ...(opts.token ? { authorization: opts.token } : {}), ...(opts.json !== undefined ? { "content-type": "application/json" } : {}) },
+      headers: {
+        ...opts.headers,
+        ...(opts.token ? { authorization: opts.token } : {}),
+        ...(opts.json !== undefined ? { "content-type": "application/json" } : {}),
+      },
       body: opts.json === undefined ? undefined : JSON.stringify(opts.json),
       signal: opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout,
     });

@@ -37,10 +37,18 @@ export interface Attempt {
   outcome: Outcome;
 }
 
-async function httpJson<T>(baseUrl: string, method: string, path: string, opts: { token?: string; json?: unknown; timeoutMs: number }): Promise<{ status: number; body: { success: boolean; data?: T; code?: string; errorMsg?: string } }> {
+async function httpJson<T>(
+  baseUrl: string,
+  method: string,
+  path: string,
+  opts: { token?: string; json?: unknown; timeoutMs: number },
+): Promise<{ status: number; body: { success: boolean; data?: T; code?: string; errorMsg?: string } }> {
   const res = await fetch(`${baseUrl}${path}`, {
     method,
-    headers: { ...(opts.token ? { authorization: opts.token } : {}), ...(opts.json !== undefined ? { "content-type": "application/json" } : {}) },
+    headers: {
+      ...(opts.token ? { authorization: opts.token } : {}),
+      ...(opts.json !== undefined ? { "content-type": "application/json" } : {}),
+    },
     body: opts.json === undefined ? undefined : JSON.stringify(opts.json),
     signal: AbortSignal.timeout(opts.timeoutMs),
   });
@@ -52,24 +60,51 @@ async function httpJson<T>(baseUrl: string, method: string, path: string, opts: 
  * (`POST /api/shop`) and a seckill voucher of `units` in one bucket (`POST /api/voucher/seckill`),
  * on sale from a minute ago for an hour.
  */
-export async function createSaleOverHttp(baseUrl: string, deps: Pick<Deps, "db" | "config">, opts: { units: number; label?: string; timeoutMs?: number }): Promise<{ shopId: number; voucherId: number }> {
+export async function createSaleOverHttp(
+  baseUrl: string,
+  deps: Pick<Deps, "db" | "config">,
+  opts: { units: number; label?: string; timeoutMs?: number },
+): Promise<{ shopId: number; voucherId: number }> {
   const label = opts.label ?? "sale";
   const timeoutMs = opts.timeoutMs ?? 10_000;
   const operator = `Bearer ${deps.config.ADMIN_TOKEN}`;
-  const type = await deps.db.execute("INSERT INTO tb_shop_type (name, icon, sort) VALUES (?, '', 99)", [`${label}-${crypto.randomUUID().slice(0, 8)}`]);
+  const type = await deps.db.execute("INSERT INTO tb_shop_type (name, icon, sort) VALUES (?, '', 99)", [
+    `${label}-${crypto.randomUUID().slice(0, 8)}`,
+  ]);
   const shop = await httpJson<number>(baseUrl, "POST", "/api/shop", {
     token: operator,
-    json: { name: `${label}-shop-${crypto.randomUUID().slice(0, 8)}`, typeId: Number(type.insertId), address: `${label} road 1`, x: 120.15, y: 30.33, avgPrice: 80, images: "/imgs/a.jpg", area: "test" },
+    json: {
+      name: `${label}-shop-${crypto.randomUUID().slice(0, 8)}`,
+      typeId: Number(type.insertId),
+      address: `${label} road 1`,
+      x: 120.15,
+      y: 30.33,
+      avgPrice: 80,
+      images: "/imgs/a.jpg",
+      area: "test",
+    },
     timeoutMs,
   });
-  if (!shop.body.success || typeof shop.body.data !== "number") throw new Error(`create shop failed: ${JSON.stringify(shop.body)}`);
+  if (!shop.body.success || typeof shop.body.data !== "number")
+    throw new Error(`create shop failed: ${JSON.stringify(shop.body)}`);
   const now = Date.now();
   const voucher = await httpJson<number>(baseUrl, "POST", "/api/voucher/seckill", {
     token: operator,
-    json: { shopId: shop.body.data, title: `${label} flash`, payValue: 8000, actualValue: 10000, stock: opts.units, buckets: 1, shopDailyLimit: 0, beginTime: now - 60_000, endTime: now + 3_600_000 },
+    json: {
+      shopId: shop.body.data,
+      title: `${label} flash`,
+      payValue: 8000,
+      actualValue: 10000,
+      stock: opts.units,
+      buckets: 1,
+      shopDailyLimit: 0,
+      beginTime: now - 60_000,
+      endTime: now + 3_600_000,
+    },
     timeoutMs,
   });
-  if (!voucher.body.success || typeof voucher.body.data !== "number") throw new Error(`create seckill voucher failed: ${JSON.stringify(voucher.body)}`);
+  if (!voucher.body.success || typeof voucher.body.data !== "number")
+    throw new Error(`create seckill voucher failed: ${JSON.stringify(voucher.body)}`);
   return { shopId: shop.body.data, voucherId: voucher.body.data };
 }
 
@@ -78,7 +113,12 @@ export async function createSaleOverHttp(baseUrl: string, deps: Pick<Deps, "db" 
  * (200 success:false, or a 4xx such as 429), a 5xx (error), or no complete answer (lost: network
  * error, timeout, a reply cut mid-body).
  */
-export async function buy(baseUrl: string, voucherId: number, buyer: Buyer, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<Outcome> {
+export async function buy(
+  baseUrl: string,
+  voucherId: number,
+  buyer: Buyer,
+  opts: { timeoutMs: number; signal?: AbortSignal },
+): Promise<Outcome> {
   let res: Response;
   let text: string;
   try {
@@ -99,13 +139,20 @@ export async function buy(baseUrl: string, voucherId: number, buyer: Buyer, opts
     if (res.status >= 500) return { kind: "error", status: res.status };
     return { kind: "lost", error: `cut reply (${res.status}): ${text.slice(0, 80)}` };
   }
-  if (res.status === 200 && body.success === true && typeof body.data === "string") return { kind: "ack", orderId: body.data };
+  if (res.status === 200 && body.success === true && typeof body.data === "string")
+    return { kind: "ack", orderId: body.data };
   if (res.status >= 500) return { kind: "error", status: res.status, code: body.code };
-  return { kind: "rejected", code: body.code ?? "?", status: res.status, ...(typeof body.data === "string" ? { orderId: body.data } : {}) };
+  return {
+    kind: "rejected",
+    code: body.code ?? "?",
+    status: res.status,
+    ...(typeof body.data === "string" ? { orderId: body.data } : {}),
+  };
 }
 
 export async function mysqlOrderCount(deps: Pick<Deps, "db">, voucherId: number): Promise<number> {
-  const r = (await deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ?", [voucherId])).rows[0] as { n: string };
+  const r = (await deps.db.execute("SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ?", [voucherId]))
+    .rows[0] as { n: string };
   return Number(r.n);
 }
 
@@ -116,10 +163,17 @@ export type RedisSide = Pick<Deps, "redis"> & Partial<Pick<Deps, "seckillShards"
 const databases = (deps: RedisSide) => [deps.redis, ...(deps.seckillShards ?? [])];
 
 /** Redis stock (bucket 0) and buyers of a voucher, summed over the main database and every shard. */
-export async function redisSide(deps: RedisSide, shopId: number, voucherId: number): Promise<{ stock: number; buyers: number }> {
+export async function redisSide(
+  deps: RedisSide,
+  shopId: number,
+  voucherId: number,
+): Promise<{ stock: number; buyers: number }> {
   const per = await Promise.all(
     databases(deps).map(async (r) => {
-      const [stock, buyers] = await Promise.all([r.get<number | string>(keys.seckill.stock(shopId, voucherId, 0)), r.scard(keys.seckill.buyers(shopId, voucherId))]);
+      const [stock, buyers] = await Promise.all([
+        r.get<number | string>(keys.seckill.stock(shopId, voucherId, 0)),
+        r.scard(keys.seckill.buyers(shopId, voucherId)),
+      ]);
       return { stock: Number(stock ?? 0), buyers };
     }),
   );
@@ -134,7 +188,9 @@ export async function outboxSize(deps: RedisSide, shopId: number): Promise<numbe
 
 /** Buyers of a voucher: the members of its buyers set in every database. */
 async function buyerMembersOf(deps: RedisSide, shopId: number, voucherId: number): Promise<Set<string>> {
-  const sets = await Promise.all(databases(deps).map((r) => r.smembers<string[]>(keys.seckill.buyers(shopId, voucherId))));
+  const sets = await Promise.all(
+    databases(deps).map((r) => r.smembers<string[]>(keys.seckill.buyers(shopId, voucherId))),
+  );
   return new Set(sets.flat().map(String));
 }
 
@@ -162,7 +218,12 @@ export interface SettleOptions {
  * clock runs ahead (2 min, so every outbox entry is overdue for the sweep) and then 12× fast, so
  * an entry still pending becomes overdue again every ~5 s of real time, not once a minute.
  */
-export async function settle(deps: Deps, shopId: number, voucherId: number, opts: SettleOptions): Promise<{ ms: number; rounds: number }> {
+export async function settle(
+  deps: Deps,
+  shopId: number,
+  voucherId: number,
+  opts: SettleOptions,
+): Promise<{ ms: number; rounds: number }> {
   const started = Date.now();
   const cronPass = opts.cronPass ?? ((now: number) => cronPassInProcess(deps, now));
   let rounds = 0;
@@ -174,11 +235,13 @@ export async function settle(deps: Deps, shopId: number, voucherId: number, opts
       const now = Date.now() + 120_000 + Math.floor((Date.now() - started) / 5_000) * 61_000;
       for (const note of await cronPass(now)) opts.log?.push(`cron round ${rounds}: ${note}`);
       const outbox = await outboxSize(deps, shopId);
-      const m = (await deps.db.execute(
-        `SELECT COUNT(*) AS n, COALESCE(SUM(status), 0) AS s, (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock
+      const m = (
+        await deps.db.execute(
+          `SELECT COUNT(*) AS n, COALESCE(SUM(status), 0) AS s, (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock
            FROM tb_voucher_order WHERE voucher_id = ?`,
-        [voucherId, voucherId],
-      )).rows[0] as { n: string; s: string; stock: string };
+          [voucherId, voucherId],
+        )
+      ).rows[0] as { n: string; s: string; stock: string };
       const snapshot = `${m.n}/${m.s}/${m.stock}`;
       opts.trace?.push(`${Math.round((Date.now() - started) / 100) / 10}s outbox=${outbox} rows=${m.n}`);
       const stable = snapshot === previous;
@@ -237,8 +300,18 @@ export function expectEveryOrderOnce(found: OrderFindings, units: number): void 
 }
 
 /** What MySQL holds for a voucher, against what the buyers were told. */
-export async function orderFindings(deps: Pick<Deps, "db">, voucherId: number, attempts: readonly Attempt[]): Promise<OrderFindings> {
-  const raw = (await within(10_000, "reading orders", deps.db.execute("SELECT id, user_id, status FROM tb_voucher_order WHERE voucher_id = ?", [voucherId]))).rows as {
+export async function orderFindings(
+  deps: Pick<Deps, "db">,
+  voucherId: number,
+  attempts: readonly Attempt[],
+): Promise<OrderFindings> {
+  const raw = (
+    await within(
+      10_000,
+      "reading orders",
+      deps.db.execute("SELECT id, user_id, status FROM tb_voucher_order WHERE voucher_id = ?", [voucherId]),
+    )
+  ).rows as {
     id: string;
     user_id: string;
     status: string;
@@ -251,7 +324,7 @@ export async function orderFindings(deps: Pick<Deps, "db">, voucherId: number, a
   for (const { buyer, outcome: o } of attempts) {
     if (o.kind !== "ack") continue;
     const users = byId.get(o.orderId);
-    if (!users || users.length !== 1) missing.push(`${o.orderId} (${users?.length ?? 0} rows)`);
+    if (users?.length !== 1) missing.push(`${o.orderId} (${users?.length ?? 0} rows)`);
     else if (users[0] !== buyer.userId) wrongUser.push(`${o.orderId}: user ${users[0]}, expected ${buyer.userId}`);
   }
   const perUser = new Map<number, number>();
@@ -277,7 +350,9 @@ export async function orderFindings(deps: Pick<Deps, "db">, voucherId: number, a
     missing,
     wrongUser,
     duplicateBuyers: [...perUser].filter(([, n]) => n > 1),
-    unannounced: rows.filter((r) => attempted.has(r.userId) && !mayHoldUnannounced.has(r.userId)).map((r) => `${r.id} (user ${r.userId})`),
+    unannounced: rows
+      .filter((r) => attempted.has(r.userId) && !mayHoldUnannounced.has(r.userId))
+      .map((r) => `${r.id} (user ${r.userId})`),
     inactive: rows.filter((r) => ![1, 2, 3].includes(r.status)).map((r) => r.id),
     untold: untoldRows.filter((r) => !toldHolding.has(r.userId)).map((r) => `${r.id} (user ${r.userId})`),
     heldWithoutId: untoldRows.flatMap((r) => {
@@ -298,15 +373,29 @@ export interface StockFindings {
 }
 
 /** Stock on both sides of a voucher with one bucket, sharded or not (see tests/chaos/sale.test.ts for the invariants). */
-export async function stockFindings(deps: Pick<Deps, "db"> & RedisSide, shopId: number, voucherId: number): Promise<StockFindings> {
-  const m = (await within(10_000, "reading MySQL stock", deps.db.execute(
-    `SELECT (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock,
+export async function stockFindings(
+  deps: Pick<Deps, "db"> & RedisSide,
+  shopId: number,
+  voucherId: number,
+): Promise<StockFindings> {
+  const m = (
+    await within(
+      10_000,
+      "reading MySQL stock",
+      deps.db.execute(
+        `SELECT (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock,
             (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)) AS active`,
-    [voucherId, voucherId],
-  ))).rows[0] as { stock: string; active: string };
+        [voucherId, voucherId],
+      ),
+    )
+  ).rows[0] as { stock: string; active: string };
   const redis = await within(5_000, "reading Redis stock", redisSide(deps, shopId, voucherId));
   const members = await within(5_000, "Redis buyers", buyerMembersOf(deps, shopId, voucherId));
-  const activeRows = await within(10_000, "active orders", deps.db.execute("SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)", [voucherId]));
+  const activeRows = await within(
+    10_000,
+    "active orders",
+    deps.db.execute("SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)", [voucherId]),
+  );
   const activeUsers = (activeRows.rows as { user_id: string }[]).map((x) => String(x.user_id));
   return {
     mysqlStock: Number(m.stock),

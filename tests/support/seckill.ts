@@ -42,7 +42,8 @@ export async function createSeckill(
       ...(opts.campaign !== undefined ? { campaign: opts.campaign } : {}),
     },
   });
-  if (!res.body.success || typeof res.body.data !== "number") throw new Error(`create seckill failed: ${JSON.stringify(res.body)}`);
+  if (!res.body.success || typeof res.body.data !== "number")
+    throw new Error(`create seckill failed: ${JSON.stringify(res.body)}`);
   return { shopId, voucherId: res.body.data };
 }
 
@@ -59,17 +60,30 @@ export function userIds(n: number): number[] {
 export async function sessionsFor(t: TestApp, ids: number[]): Promise<string[]> {
   const out: string[] = [];
   for (let i = 0; i < ids.length; i += 500) {
-    out.push(...(await Promise.all(ids.slice(i, i + 500).map((id) => createSession(t.deps.redis, { id, nickName: `u${id}`, icon: "" }, 3600, t.deps.isolate.sessions.keys)))));
+    out.push(
+      ...(await Promise.all(
+        ids
+          .slice(i, i + 500)
+          .map((id) =>
+            createSession(t.deps.redis, { id, nickName: `u${id}`, icon: "" }, 3600, t.deps.isolate.sessions.keys),
+          ),
+      )),
+    );
   }
   return out;
 }
 
-export async function mysqlCounts(t: TestApp, voucherId: number): Promise<{ orders: number; active: number; stock: number }> {
-  const row = (await t.deps.db.execute(
-    `SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) AS orders,
+export async function mysqlCounts(
+  t: TestApp,
+  voucherId: number,
+): Promise<{ orders: number; active: number; stock: number }> {
+  const row = (
+    await t.deps.db.execute(
+      `SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) AS orders,
             (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? AND status IN (1, 2, 3)) AS active,
             (SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?) AS stock`,
-    [voucherId, voucherId, voucherId],
-  )).rows[0] as { orders: string; active: string; stock: string | number };
+      [voucherId, voucherId, voucherId],
+    )
+  ).rows[0] as { orders: string; active: string; stock: string | number };
   return { orders: Number(row.orders), active: Number(row.active), stock: Number(row.stock) };
 }

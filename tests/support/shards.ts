@@ -43,10 +43,19 @@ declare global {
 async function start(n: number): Promise<ShardStack & { stop(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), "cityhub-test-shards-"));
   try {
-    const started = await startShards({ count: n, dir, tokenPrefix: `test-shard-${crypto.randomUUID().replace(/-/g, "")}` });
-    const clients = started.shards.map((s) => new RespClient({ host: s.redis.host, port: s.redis.port, commandTimeoutMs: 10_000 }));
+    const started = await startShards({
+      count: n,
+      dir,
+      tokenPrefix: `test-shard-${crypto.randomUUID().replace(/-/g, "")}`,
+    });
+    const clients = started.shards.map(
+      (s) => new RespClient({ host: s.redis.host, port: s.redis.port, commandTimeoutMs: 10_000 }),
+    );
     return {
-      env: { SECKILL_SHARD_URLS: started.env.SECKILL_SHARD_URLS ?? "", SECKILL_SHARD_TOKENS: started.env.SECKILL_SHARD_TOKENS ?? "" },
+      env: {
+        SECKILL_SHARD_URLS: started.env.SECKILL_SHARD_URLS ?? "",
+        SECKILL_SHARD_TOKENS: started.env.SECKILL_SHARD_TOKENS ?? "",
+      },
       shards: started.shards,
       stats: () => started.shards.map((s) => s.rest.stats()),
       resetStats: () => {

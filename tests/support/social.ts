@@ -19,9 +19,18 @@ export async function newShop(t: TestApp): Promise<number> {
   return await createShop(t, await createShopType(t));
 }
 
-export async function postBlog(t: TestApp, author: TestUser, shopId: number, title = `note-${crypto.randomUUID().slice(0, 8)}`): Promise<number> {
-  const res = await call<number>(t.app, "POST", "/api/blog", { token: author.token, json: { shopId, title, content: `content of ${title}`, images: "/imgs/blogs/1/2/a.jpg" } });
-  if (!res.body.success || typeof res.body.data !== "number") throw new Error(`post failed: ${JSON.stringify(res.body)}`);
+export async function postBlog(
+  t: TestApp,
+  author: TestUser,
+  shopId: number,
+  title = `note-${crypto.randomUUID().slice(0, 8)}`,
+): Promise<number> {
+  const res = await call<number>(t.app, "POST", "/api/blog", {
+    token: author.token,
+    json: { shopId, title, content: `content of ${title}`, images: "/imgs/blogs/1/2/a.jpg" },
+  });
+  if (!res.body.success || typeof res.body.data !== "number")
+    throw new Error(`post failed: ${JSON.stringify(res.body)}`);
   return res.body.data;
 }
 

@@ -22,7 +22,11 @@ export interface TestApp {
 }
 
 /** Deadlines (ms) for tests that are not about deadlines: see createTestApp. */
-export const TEST_DEADLINES = { REDIS_TIMEOUT_MS: "10000", MYSQL_TIMEOUT_MS: "20000", QSTASH_TIMEOUT_MS: "20000" } as const;
+export const TEST_DEADLINES = {
+  REDIS_TIMEOUT_MS: "10000",
+  MYSQL_TIMEOUT_MS: "20000",
+  QSTASH_TIMEOUT_MS: "20000",
+} as const;
 
 /**
  * A fresh app (own isolate-level state) on the shared stack. `env` overrides config values.
@@ -30,7 +34,10 @@ export const TEST_DEADLINES = { REDIS_TIMEOUT_MS: "10000", MYSQL_TIMEOUT_MS: "20
  * derived default): it is a budget of the one Redis every test of the process shares, so sales
  * driven at volume by one file would eat into the next file's second.
  */
-export async function createTestApp(env: Record<string, string> = {}, overrides: DepsOverrides & { wrap?: (deps: Deps) => Deps } = {}): Promise<TestApp> {
+export async function createTestApp(
+  env: Record<string, string> = {},
+  overrides: DepsOverrides & { wrap?: (deps: Deps) => Deps } = {},
+): Promise<TestApp> {
   const stack = await getStack();
   const pending = new Set<Promise<unknown>>();
   // The listing limit is off unless a test turns it on: in-process tests send every request from
@@ -41,7 +48,16 @@ export async function createTestApp(env: Record<string, string> = {}, overrides:
   // network hop, while here the Upstash/PlanetScale/QStash stand-ins share this process's event loop
   // and two loaded CI cores — a burst of concurrent requests or a busy machine stretches a healthy
   // call past 250 ms, and a test that is not about timeouts would see a 503 (or an opened breaker).
-  const config = parseEnv({ ...stack.env, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent", RUN_CRON: "false", LISTING_IP_LIMIT: "0", PUBLIC_BODIES_PER_ADDRESS: "0", SECKILL_ADMISSION_PER_SECOND: "0", ...TEST_DEADLINES, ...env });
+  const config = parseEnv({
+    ...stack.env,
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent",
+    RUN_CRON: "false",
+    LISTING_IP_LIMIT: "0",
+    PUBLIC_BODIES_PER_ADDRESS: "0",
+    SECKILL_ADMISSION_PER_SECOND: "0",
+    ...TEST_DEADLINES,
+    ...env,
+  });
   const built = createDeps(config, {
     log: createLogger(config.LOG_LEVEL),
     waitUntil: (p) => {
@@ -70,13 +86,20 @@ export interface ServedApp extends TestApp {
  * A test app also served over HTTP on a free port, with PUBLIC_URL pointing at it, so QStash
  * deliveries and payment webhooks reach its /internal routes for real.
  */
-export async function serveTestApp(env: Record<string, string> = {}, overrides: DepsOverrides & { wrap?: (deps: Deps) => Deps } = {}): Promise<ServedApp> {
+export async function serveTestApp(
+  env: Record<string, string> = {},
+  overrides: DepsOverrides & { wrap?: (deps: Deps) => Deps } = {},
+): Promise<ServedApp> {
   const { freePort } = await import("../../scripts/stack/engines.ts");
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const t = await createTestApp({ PUBLIC_URL: url, ...env }, overrides);
   const ctx = { waitUntil: (p: Promise<unknown>) => t.deps.waitUntil(p), passThroughOnException() {}, props: {} };
-  const server = Bun.serve({ port, hostname: "127.0.0.1", fetch: (req, srv) => t.app.fetch(req, { clientIp: srv.requestIP(req)?.address }, ctx) });
+  const server = Bun.serve({
+    port,
+    hostname: "127.0.0.1",
+    fetch: (req, srv) => t.app.fetch(req, { clientIp: srv.requestIP(req)?.address }, ctx),
+  });
   return {
     ...t,
     url,
@@ -87,7 +110,12 @@ export async function serveTestApp(env: Record<string, string> = {}, overrides: 
 }
 
 /** Polls `check` until it returns true or `timeoutMs` passes (then throws with `what`). */
-export async function eventually(what: string, check: () => Promise<boolean>, timeoutMs = 20_000, everyMs = 50): Promise<void> {
+export async function eventually(
+  what: string,
+  check: () => Promise<boolean>,
+  timeoutMs = 20_000,
+  everyMs = 50,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (await check()) return;

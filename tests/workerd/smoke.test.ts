@@ -14,7 +14,9 @@ import { getStack } from "../support/stack.ts";
 
 const wranglerToml = readFileSync(join(repoRoot, "wrangler.toml"), "utf8");
 const compatibilityDate = /^compatibility_date\s*=\s*"([^"]+)"/m.exec(wranglerToml)?.[1];
-const compatibilityFlags = JSON.parse(/^compatibility_flags\s*=\s*(\[[^\]]*\])/m.exec(wranglerToml)?.[1] ?? "[]") as string[];
+const compatibilityFlags = JSON.parse(
+  /^compatibility_flags\s*=\s*(\[[^\]]*\])/m.exec(wranglerToml)?.[1] ?? "[]",
+) as string[];
 const crons = JSON.parse(/^crons\s*=\s*(\[[^\]]*\])/m.exec(wranglerToml)?.[1] ?? "[]") as string[];
 
 /** Lua files under lua/ that some module in src/ imports (the ones the Worker must ship). */
@@ -22,7 +24,10 @@ function luaImportedBySrc(): string[] {
   const found = new Set<string>();
   for (const rel of readdirSync(join(repoRoot, "src"), { recursive: true }) as string[]) {
     if (!/\.[cm]?ts$/.test(rel)) continue;
-    for (const m of readFileSync(join(repoRoot, "src", rel), "utf8").matchAll(/from\s+["'][./]*\/lua\/([a-z0-9-]+\.lua)["']/g)) found.add(m[1]!);
+    for (const m of readFileSync(join(repoRoot, "src", rel), "utf8").matchAll(
+      /from\s+["'][./]*\/lua\/([a-z0-9-]+\.lua)["']/g,
+    ))
+      found.add(m[1]!);
   }
   return [...found].sort();
 }
@@ -105,13 +110,18 @@ describe("Workers bundle in workerd (miniflare)", () => {
       withRuntimeLog(async () => {
         const res = await mf!.dispatchFetch("http://edge.test/health");
         const body = (await res.json()) as { success: boolean; data: { ok: boolean; redis: string; mysql: string } };
-        expect({ status: res.status, body }).toEqual({ status: 200, body: { success: true, data: { ok: true, redis: "up", mysql: "up" } } });
+        expect({ status: res.status, body }).toEqual({
+          status: 200,
+          body: { success: true, data: { ok: true, redis: "up", mysql: "up" } },
+        });
         expect(res.headers.get("x-request-id")).toBeString();
         // The breakers (cockatiel, loaded on first use) work across requests in workerd: a second
         // request's probes run through the guards the first one built, and both stay closed.
         // The operator's view carries the breakers.
         const admin = { headers: { authorization: `Bearer ${stackAdminToken}` } };
-        const again = (await (await mf!.dispatchFetch("http://edge.test/health", admin)).json()) as { data: { ok: boolean; breakers: Record<string, { state: string; calls: number }> } };
+        const again = (await (await mf!.dispatchFetch("http://edge.test/health", admin)).json()) as {
+          data: { ok: boolean; breakers: Record<string, { state: string; calls: number }> };
+        };
         expect(again.data.ok).toBe(true);
         expect(again.data.breakers.redis).toMatchObject({ state: "closed" });
         expect(again.data.breakers.mysql?.calls).toBeGreaterThanOrEqual(2);
@@ -128,7 +138,12 @@ describe("Workers bundle in workerd (miniflare)", () => {
         expect(res.headers.get("content-type")).toContain("application/json");
         const rid = res.headers.get("x-request-id");
         expect(rid).toBeString();
-        expect(await res.json()).toEqual({ success: false, code: "NOT_FOUND", errorMsg: "no route for GET /api/nope", requestId: rid as string });
+        expect(await res.json()).toEqual({
+          success: false,
+          code: "NOT_FOUND",
+          errorMsg: "no route for GET /api/nope",
+          requestId: rid as string,
+        });
       }),
     15_000,
   );
@@ -137,9 +152,16 @@ describe("Workers bundle in workerd (miniflare)", () => {
     "the client address on Workers is cf-connecting-ip (per-IP limits follow it)",
     () =>
       withRuntimeLog(async () => {
-        const ip = () => `10.${Math.floor(Math.random() * 250)}.${Math.floor(Math.random() * 250)}.${1 + Math.floor(Math.random() * 250)}`;
+        const ip = () =>
+          `10.${Math.floor(Math.random() * 250)}.${Math.floor(Math.random() * 250)}.${1 + Math.floor(Math.random() * 250)}`;
         const phone = () => `139${String(Math.floor(Math.random() * 1e8)).padStart(8, "0")}`;
-        const send = async (address: string) => (await mf!.dispatchFetch(`http://edge.test/api/user/code?phone=${phone()}`, { method: "POST", headers: { "cf-connecting-ip": address } })).status;
+        const send = async (address: string) =>
+          (
+            await mf!.dispatchFetch(`http://edge.test/api/user/code?phone=${phone()}`, {
+              method: "POST",
+              headers: { "cf-connecting-ip": address },
+            })
+          ).status;
         const a = ip();
         expect(await send(a)).toBe(200);
         expect(await send(a)).toBe(429);
@@ -155,7 +177,11 @@ describe("Workers bundle in workerd (miniflare)", () => {
         const worker = await mf!.getWorker("misconfigured");
         const res = await worker.fetch("http://edge.test/health");
         expect(res.status).toBe(500);
-        expect(await res.json()).toEqual({ success: false, code: "BAD_ENVIRONMENT", errorMsg: "service misconfigured" });
+        expect(await res.json()).toEqual({
+          success: false,
+          code: "BAD_ENVIRONMENT",
+          errorMsg: "service misconfigured",
+        });
       }),
     15_000,
   );

@@ -102,7 +102,9 @@ export async function closedLoop(opts: ClosedLoopOptions): Promise<Measurement> 
   );
   const durationS = (performance.now() - t0) / 1000;
   if (errors > 0 && errors === hist.total) {
-    throw new Error(`every op failed (${errors}); first error: ${String((firstError as Error)?.message ?? firstError)}`);
+    throw new Error(
+      `every op failed (${errors}); first error: ${String((firstError as Error)?.message ?? firstError)}`,
+    );
   }
   return {
     requests: hist.total,

@@ -57,7 +57,9 @@ export async function uncountedCpu<T>(fn: () => Promise<T>): Promise<T> {
 export function cpuSnapshot(root: number = process.pid): CpuSnapshot | null {
   let pids: number[];
   try {
-    pids = readdirSync("/proc").filter((d) => /^\d+$/.test(d)).map(Number);
+    pids = readdirSync("/proc")
+      .filter((d) => /^\d+$/.test(d))
+      .map(Number);
   } catch {
     return null;
   }
@@ -129,7 +131,10 @@ export function boxSnapshot(): BoxSnapshot | null {
  * exited in between are missed). For telling "the box was busy with something else" from "the
  * system under test ran out of CPU" when a round misses a target.
  */
-export function boxSince(before: BoxSnapshot, root: number = process.pid): { busyShare: number; othersMs: number } | null {
+export function boxSince(
+  before: BoxSnapshot,
+  root: number = process.pid,
+): { busyShare: number; othersMs: number } | null {
   const now = boxSnapshot();
   const tree = cpuSnapshot(root);
   if (!now || !tree) return null;

@@ -72,9 +72,14 @@ export function markdownTable(results: readonly ScenarioResult[]): string {
 }
 
 /** "9, 11, 15": the issues the figures answer, in order. */
-const issuesOf = (figures: readonly Figure[]): string => [...new Set(figures.map((f) => f.issue))].sort((a, b) => a - b).join(", ");
+const issuesOf = (figures: readonly Figure[]): string =>
+  [...new Set(figures.map((f) => f.issue))].sort((a, b) => a - b).join(", ");
 
-export function markdownReport(results: readonly ScenarioResult[], info: RunInfo, figures: readonly Figure[] = []): string {
+export function markdownReport(
+  results: readonly ScenarioResult[],
+  info: RunInfo,
+  figures: readonly Figure[] = [],
+): string {
   const o = info.options;
   const lines = [
     "# CityHub Edge — bench results",
@@ -84,7 +89,16 @@ export function markdownReport(results: readonly ScenarioResult[], info: RunInfo
     `Run time: ${info.elapsedS.toFixed(0)} s`,
     "",
     ...(figures.length
-      ? [`## Issue figures (${issuesOf(figures)})`, "", "Read from the rows below (scripts/bench/figures.ts); every ratio is against a row measured in the same rounds.", "", figuresMarkdown(figures), "", "## All rows", ""]
+      ? [
+          `## Issue figures (${issuesOf(figures)})`,
+          "",
+          "Read from the rows below (scripts/bench/figures.ts); every ratio is against a row measured in the same rounds.",
+          "",
+          figuresMarkdown(figures),
+          "",
+          "## All rows",
+          "",
+        ]
       : []),
     markdownTable(results),
     "",
@@ -118,12 +132,13 @@ export function markdownReport(results: readonly ScenarioResult[], info: RunInfo
 }
 
 export function jsonReport(results: readonly ScenarioResult[], info: RunInfo, figures: readonly Figure[] = []): string {
-  return JSON.stringify({ ...info, figures, results }, null, 2) + "\n";
+  return `${JSON.stringify({ ...info, figures, results }, null, 2)}\n`;
 }
 
 // ------------------------------------------------------------------------------------------ chart
 
-const esc = (s: string): string => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+const esc = (s: string): string =>
+  s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
 
 const W = 1440;
 const LABEL_W = 300; // scenario names, right-aligned against the bars
@@ -161,11 +176,13 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo, figu
   const o = info.options;
   const parts: string[] = [];
   let y = 40;
-  parts.push(`<text x="${W / 2}" y="${y}" text-anchor="middle" class="title">CityHub Edge — throughput by scenario (higher is better)</text>`);
+  parts.push(
+    `<text x="${W / 2}" y="${y}" text-anchor="middle" class="title">CityHub Edge — throughput by scenario (higher is better)</text>`,
+  );
   y += 26;
   parts.push(
     `<text x="${W / 2}" y="${y}" text-anchor="middle" class="sub">${esc(
-      `${info.date.slice(0, 16).replace("T", " ")} UTC · ${info.machine["CPU"] ?? ""} · median of ${o.rounds} rounds × ${o.durationMs / 1000} s · ${o.connections} connections`,
+      `${info.date.slice(0, 16).replace("T", " ")} UTC · ${info.machine.CPU ?? ""} · median of ${o.rounds} rounds × ${o.durationMs / 1000} s · ${o.connections} connections`,
     )}</text>`,
   );
   y += 20;
@@ -175,11 +192,15 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo, figu
   y += 24;
   if (figures.length) {
     y += 12;
-    parts.push(`<text x="20" y="${y}" class="group">issue ${esc(issuesOf(figures))} figures (green: target met, red: not met)</text>`);
+    parts.push(
+      `<text x="20" y="${y}" class="group">issue ${esc(issuesOf(figures))} figures (green: target met, red: not met)</text>`,
+    );
     y += 8;
     for (const f of figureLines(figures)) {
       y += 19;
-      parts.push(`<text x="40" y="${y}" class="figure" fill="${f.met ? "#2b8a3e" : "#c92a2a"}">${esc(`${f.met ? "✓" : "✗"} ${f.text}`)}</text>`);
+      parts.push(
+        `<text x="40" y="${y}" class="figure" fill="${f.met ? "#2b8a3e" : "#c92a2a"}">${esc(`${f.met ? "✓" : "✗"} ${f.text}`)}</text>`,
+      );
     }
     y += 10;
   }
@@ -199,17 +220,25 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo, figu
       const mid = top + BAR_H / 2 + 5;
       parts.push(`<text x="${LABEL_W}" y="${mid}" text-anchor="end" class="label">${esc(r.name)}</text>`);
       if (r.status === "failed") {
-        parts.push(`<text x="${BAR_X}" y="${mid}" class="fail">failed: ${esc((r.error ?? "").split("\n")[0]!.slice(0, 90))}</text>`);
+        parts.push(
+          `<text x="${BAR_X}" y="${mid}" class="fail">failed: ${esc((r.error ?? "").split("\n")[0]!.slice(0, 90))}</text>`,
+        );
         y += ROW_H;
         continue;
       }
       const w = Math.max(2, (r.rps / max) * BAR_MAX);
-      parts.push(`<rect x="${BAR_X}" y="${top}" width="${w.toFixed(1)}" height="${BAR_H}" rx="3" fill="${barColour(r)}"/>`);
+      parts.push(
+        `<rect x="${BAR_X}" y="${top}" width="${w.toFixed(1)}" height="${BAR_H}" rx="3" fill="${barColour(r)}"/>`,
+      );
       parts.push(`<text x="${BAR_X + w + 8}" y="${mid}" class="value">${formatInt(r.rps)} ops/s</text>`);
       const ratio = r.baseline ? "1.00 (baseline)" : Number.isFinite(r.ratio) ? `× ${r.ratio.toFixed(2)}` : "—";
-      parts.push(`<text x="${RATIO_X}" y="${mid - 6}" class="ratio" fill="${r.baseline ? "#495057" : barColour(r)}">${esc(ratio)}</text>`);
+      parts.push(
+        `<text x="${RATIO_X}" y="${mid - 6}" class="ratio" fill="${r.baseline ? "#495057" : barColour(r)}">${esc(ratio)}</text>`,
+      );
       const cpu = Number.isFinite(r.cpuUsPerOp) ? ` · CPU ${formatNum(r.cpuUsPerOp)} µs/op` : "";
-      parts.push(`<text x="${RATIO_X}" y="${mid + 12}" class="detail">${esc(`p50 ${formatNum(r.p50Ms)} ms · p99 ${formatNum(r.p99Ms)} ms${cpu}`)}</text>`);
+      parts.push(
+        `<text x="${RATIO_X}" y="${mid + 12}" class="detail">${esc(`p50 ${formatNum(r.p50Ms)} ms · p99 ${formatNum(r.p99Ms)} ms${cpu}`)}</text>`,
+      );
       // Extras and errors get their own line so long column names are never clipped.
       const more = Object.entries(r.extras).map(([k, v]) => `${k} ${formatNum(v)}`);
       if (r.errors) more.push(`${formatInt(r.errors)} errors`);
@@ -218,9 +247,11 @@ export function chartSvg(results: readonly ScenarioResult[], info: RunInfo, figu
       if (noisy) more.push(`noisy: rps spread ${(r.spread * 100).toFixed(0)} %`);
       // Wrapped to the width of the right-hand column; each extra line makes the row taller.
       const lines = wrapItems(more, DETAIL_CHARS);
-      lines.forEach((line, i) =>
-        parts.push(`<text x="${RATIO_X}" y="${mid + 27 + i * DETAIL_LINE_H}" class="detail${r.errors || noisy ? " warn" : ""}">${esc(line)}</text>`),
-      );
+      lines.forEach((line, i) => {
+        parts.push(
+          `<text x="${RATIO_X}" y="${mid + 27 + i * DETAIL_LINE_H}" class="detail${r.errors || noisy ? " warn" : ""}">${esc(line)}</text>`,
+        );
+      });
       y += ROW_H + Math.max(0, lines.length - 1) * DETAIL_LINE_H;
     }
   }
@@ -251,9 +282,11 @@ ${parts.join("\n")}
 
 /** resvg needs fonts for text; DejaVu is what Debian ships, fall back to whatever the system has. */
 export function renderPng(svg: string): Buffer {
-  const dejavu = ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf"].filter((f) =>
-    existsSync(f),
-  );
+  const dejavu = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf",
+    "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf",
+  ].filter((f) => existsSync(f));
   const resvg = new Resvg(svg, {
     font: { loadSystemFonts: dejavu.length === 0, fontFiles: dejavu, defaultFontFamily: "DejaVu Sans" },
     fitTo: { mode: "width", value: W },

@@ -78,7 +78,12 @@ const JSON_ERROR = /^\{.*"level":"error","msg":"((?:[^"\\]|\\.)*)"/;
 
 export async function spawnServer(opts: SpawnServerOptions): Promise<ServerChild> {
   installExitHook();
-  const proc = spawn(opts.cmd[0]!, opts.cmd.slice(1), { cwd: opts.cwd, env: opts.env, stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const proc = spawn(opts.cmd[0]!, opts.cmd.slice(1), {
+    cwd: opts.cwd,
+    env: opts.env,
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
+  });
   const pid = proc.pid;
   if (pid === undefined) throw new Error(`${opts.name}: could not start ${opts.cmd.join(" ")}`);
   groups.add(pid);
@@ -105,7 +110,8 @@ export async function spawnServer(opts: SpawnServerOptions): Promise<ServerChild
     else if (fromStderr && !line.startsWith("{") && !line.startsWith("stack: ")) {
       const info = WORKERD_INFO.exec(line);
       if (!info) kind = `stderr: ${line.trim().slice(0, 100)}`;
-      else if (info[1]?.startsWith("uncaught exception") && !CLIENT_GONE.test(info[1])) kind = `workerd: ${info[1].replace(/^uncaught exception; exception = /, "").slice(0, 100)}`;
+      else if (info[1]?.startsWith("uncaught exception") && !CLIENT_GONE.test(info[1]))
+        kind = `workerd: ${info[1].replace(/^uncaught exception; exception = /, "").slice(0, 100)}`;
     }
     if (kind === null) return;
     counts.set(kind, (counts.get(kind) ?? 0) + 1);

@@ -28,7 +28,8 @@ export function median(xs: readonly number[]): number {
 export function medianIndex(xs: readonly number[]): number {
   const m = median(xs);
   let best = 0;
-  for (let i = 1; i < xs.length; i++) if (Math.abs((xs[i] as number) - m) < Math.abs((xs[best] as number) - m)) best = i;
+  for (let i = 1; i < xs.length; i++)
+    if (Math.abs((xs[i] as number) - m) < Math.abs((xs[best] as number) - m)) best = i;
   return best;
 }
 

@@ -34,7 +34,11 @@ export function wranglerCompat(): { compatibilityDate: string; compatibilityFlag
 }
 
 /** scripts/stack/workerd.ts's build (the one the tests use), timed, in the bench's shape. */
-async function build(outdir: string, timeoutMs: number, opts: { config?: string; entry?: string } = {}): Promise<WorkerBundle> {
+async function build(
+  outdir: string,
+  timeoutMs: number,
+  opts: { config?: string; entry?: string } = {},
+): Promise<WorkerBundle> {
   const t0 = performance.now();
   const built = await buildWorker(outdir, timeoutMs, opts);
   return { outdir, modules: built.modules, ...wranglerCompat(), buildMs: performance.now() - t0 };
@@ -46,12 +50,23 @@ export async function buildAppWorker(outdir: string, timeoutMs = 60_000): Promis
 }
 
 /** A Worker from one module file, bundled by wrangler with the app's compatibility date and flags. */
-export async function buildModuleWorker(entry: string, name: string, outdir: string, timeoutMs = 60_000): Promise<WorkerBundle> {
+export async function buildModuleWorker(
+  entry: string,
+  name: string,
+  outdir: string,
+  timeoutMs = 60_000,
+): Promise<WorkerBundle> {
   const { compatibilityDate, compatibilityFlags } = wranglerCompat();
   const config = join(outdir, "..", `${name}.wrangler.toml`);
   writeFileSync(
     config,
-    [`name = ${JSON.stringify(name)}`, `main = ${JSON.stringify(resolve(entry))}`, `compatibility_date = ${JSON.stringify(compatibilityDate)}`, `compatibility_flags = ${JSON.stringify(compatibilityFlags)}`, ""].join("\n"),
+    [
+      `name = ${JSON.stringify(name)}`,
+      `main = ${JSON.stringify(resolve(entry))}`,
+      `compatibility_date = ${JSON.stringify(compatibilityDate)}`,
+      `compatibility_flags = ${JSON.stringify(compatibilityFlags)}`,
+      "",
+    ].join("\n"),
   );
   return await build(outdir, timeoutMs, { config, entry: `${basename(entry).replace(/\.[cm]?ts$/, "")}.js` });
 }
@@ -70,13 +85,26 @@ const capnpText = (s: string): string => JSON.stringify(s);
  * (the stand-ins), which workerd's default "internet" service refuses. Written to `path` (in the
  * bundle's directory: embeds are relative to the config file).
  */
-export function writeWorkerdConfig(bundle: WorkerBundle, bindings: Record<string, string>, port: number, path: string): void {
+export function writeWorkerdConfig(
+  bundle: WorkerBundle,
+  bindings: Record<string, string>,
+  port: number,
+  path: string,
+): void {
   const rel = (p: string) => {
     if (!p.startsWith(`${bundle.outdir}/`)) throw new Error(`module ${p} is outside ${bundle.outdir}`);
     return p.slice(bundle.outdir.length + 1);
   };
-  const kind: Record<WorkerBundle["modules"][number]["type"], string> = { ESModule: "esModule", CommonJS: "commonJsModule", Text: "text", Data: "data", CompiledWasm: "wasm" };
-  const modules = bundle.modules.map((m) => `(name = ${capnpText(rel(m.path))}, ${kind[m.type]} = embed ${capnpText(rel(m.path))})`);
+  const kind: Record<WorkerBundle["modules"][number]["type"], string> = {
+    ESModule: "esModule",
+    CommonJS: "commonJsModule",
+    Text: "text",
+    Data: "data",
+    CompiledWasm: "wasm",
+  };
+  const modules = bundle.modules.map(
+    (m) => `(name = ${capnpText(rel(m.path))}, ${kind[m.type]} = embed ${capnpText(rel(m.path))})`,
+  );
   const vars = Object.entries(bindings).map(([k, v]) => `(name = ${capnpText(k)}, text = ${capnpText(v)})`);
   const text = `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (

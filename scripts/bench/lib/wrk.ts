@@ -26,9 +26,10 @@ function requestScript(target: HttpTarget, tmpDir: string): string | undefined {
   const lines: string[] = [];
   if (target.method) lines.push(`wrk.method = ${luaString(target.method)}`);
   if (target.body !== undefined) lines.push(`wrk.body = ${luaString(target.body)}`);
-  for (const [k, v] of Object.entries(target.headers ?? {})) lines.push(`wrk.headers[${luaString(k)}] = ${luaString(v)}`);
+  for (const [k, v] of Object.entries(target.headers ?? {}))
+    lines.push(`wrk.headers[${luaString(k)}] = ${luaString(v)}`);
   const path = join(tmpDir, `wrk-request-${++scriptCounter}.lua`);
-  writeFileSync(path, lines.join("\n") + "\n");
+  writeFileSync(path, `${lines.join("\n")}\n`);
   return path;
 }
 

@@ -79,18 +79,44 @@ function parseLine(out: string) {
   return { successes: Number(m[1]), duplicate: Number(m[2]), refused: Number(m[3]), other: Number(m[4]) };
 }
 
-async function round(ctx: BenchContext, stack: SeckillStack, app: AppServer, tokensFile: string, row: { name: string; shopId: number; limited: boolean; n: number }, opts: RunOptions): Promise<Measurement> {
+async function round(
+  ctx: BenchContext,
+  stack: SeckillStack,
+  app: AppServer,
+  tokensFile: string,
+  row: { name: string; shopId: number; limited: boolean; n: number },
+  opts: RunOptions,
+): Promise<Measurement> {
   const cfg = await stack.newVoucher({ shopId: row.shopId, stock: STOCK, buckets: 1 });
   const url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
   assertLoopback(url);
   const seconds = Math.max(1, Math.round(opts.durationMs / 1000));
   await uncountedCpu(() => qstashQuiet(stack, app, 10_000));
   await app.ask<PipelineStats>({ type: "pipeline-stats", reset: true });
-  const out = await execWrk([`-t${ctx.threads}`, `-c${SWARM}`, `-d${seconds}s`, "--latency", "--timeout", "5s", "-s", SWARM_LUA, url, "--", tokensFile], seconds);
+  const out = await execWrk(
+    [
+      `-t${ctx.threads}`,
+      `-c${SWARM}`,
+      `-d${seconds}s`,
+      "--latency",
+      "--timeout",
+      "5s",
+      "-s",
+      SWARM_LUA,
+      url,
+      "--",
+      tokensFile,
+    ],
+    seconds,
+  );
   const p1 = await app.ask<PipelineStats>({ type: "pipeline-stats" });
   // The voucher's per-second admission counters (5 s TTL: the window's seconds are all there).
-  const counterKeys = (await stack.raw.send("KEYS", [keys.seckill.admission(cfg.voucherId, 0).replace(/:0$/, ":*")])) as string[];
-  const perSecond = counterKeys.length ? ((await stack.raw.send("MGET", counterKeys)) as (string | null)[]).map((v) => Number(v ?? 0)) : [];
+  const counterKeys = (await stack.raw.send("KEYS", [
+    keys.seckill.admission(cfg.voucherId, 0).replace(/:0$/, ":*"),
+  ])) as string[];
+  const perSecond = counterKeys.length
+    ? ((await stack.raw.send("MGET", counterKeys)) as (string | null)[]).map((v) => Number(v ?? 0))
+    : [];
   const maxAdmitted = perSecond.length ? Math.max(...perSecond) : Number.NaN;
   const m = parseWrkOutput(out);
   const w = parseLine(out);
@@ -100,9 +126,13 @@ async function round(ctx: BenchContext, stack: SeckillStack, app: AppServer, tok
   let last = { buyers: 0, outbox: 0, orders: 0 };
   await uncountedCpu(() =>
     waitUntil(
-      () => `the writer: ${last.orders} of ${last.buyers} orders in MySQL, ${last.outbox} reservations still in the outbox`,
+      () =>
+        `the writer: ${last.orders} of ${last.buyers} orders in MySQL, ${last.outbox} reservations still in the outbox`,
       async () => {
-        const [buyers, outbox] = (await Promise.all([stack.raw.send("SCARD", [buyersKey]), stack.raw.send("HLEN", [outboxKey])])) as [number, number];
+        const [buyers, outbox] = (await Promise.all([
+          stack.raw.send("SCARD", [buyersKey]),
+          stack.raw.send("HLEN", [outboxKey]),
+        ])) as [number, number];
         last = { buyers, outbox, orders: (await stack.mysqlCounts(cfg.voucherId)).orders };
         return outbox === 0 && last.orders === buyers;
       },
@@ -131,7 +161,10 @@ async function round(ctx: BenchContext, stack: SeckillStack, app: AppServer, tok
   const total = redisTotal(redis);
   const other = total - reserve - lease;
   if (!row.limited) baselineOtherPerS = other / d;
-  const refusedCost = row.limited && w.refused > 0 && Number.isFinite(baselineOtherPerS) ? Math.max(0, other - baselineOtherPerS * d) / w.refused : Number.NaN;
+  const refusedCost =
+    row.limited && w.refused > 0 && Number.isFinite(baselineOtherPerS)
+      ? Math.max(0, other - baselineOtherPerS * d) / w.refused
+      : Number.NaN;
   // Every command the app's client sent (reserves, leases, background, the writer) in its busiest
   // clock second: the figure "Redis commands/s stay at the limit" is about (the limit is per second).
   const perSecondAll = Object.values(p1.redisPerSecond ?? {});
@@ -187,7 +220,15 @@ function scenario(limited: boolean): Scenario {
       let n = 0;
       return {
         kind: "run",
-        run: (opts) => round(ctx, stack, app, tokensFile, { name, shopId: limited ? SHOPS.on : SHOPS.off, limited, n: opts.warmup ? 0 : ++n }, opts),
+        run: (opts) =>
+          round(
+            ctx,
+            stack,
+            app,
+            tokensFile,
+            { name, shopId: limited ? SHOPS.on : SHOPS.off, limited, n: opts.warmup ? 0 : ++n },
+            opts,
+          ),
         teardown: app.stop,
       };
     },

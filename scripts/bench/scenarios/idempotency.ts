@@ -14,7 +14,16 @@
  * 0, 1 and 2). wrk scripts: wrk/rotate-tokens.lua (none), wrk/rotate-tokens-idem.lua (the others).
  */
 import { join } from "node:path";
-import { seckillStack, startAppServer, redisSummary, redisTotal, unhandledErrors, warmTokensFile, type AppServer, type PipelineStats } from "../fixtures/seckill-stack.ts";
+import {
+  seckillStack,
+  startAppServer,
+  redisSummary,
+  redisTotal,
+  unhandledErrors,
+  warmTokensFile,
+  type AppServer,
+  type PipelineStats,
+} from "../fixtures/seckill-stack.ts";
 import { formatInt } from "../lib/util.ts";
 import { defineScenario, type BenchContext, type Extras, type HttpTarget } from "../types.ts";
 
@@ -30,7 +39,11 @@ async function check(app: AppServer, token: string): Promise<void> {
   const url = `${app.url}${PATH}`;
   const key = `bench-check-${crypto.randomUUID()}`;
   const send = async (headers: Record<string, string>) => {
-    const res = await fetch(url, { method: "POST", headers: { authorization: token, ...headers }, signal: AbortSignal.timeout(5000) });
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { authorization: token, ...headers },
+      signal: AbortSignal.timeout(5000),
+    });
     const body = (await res.json()) as { success?: boolean };
     return { status: res.status, replayed: res.headers.get("idempotent-replayed"), success: body.success };
   };
@@ -38,12 +51,27 @@ async function check(app: AppServer, token: string): Promise<void> {
   const first = await send({ "idempotency-key": key });
   const replay = await send({ "idempotency-key": key });
   const bad = await send({ "idempotency-key": "has space" });
-  const ok = plain.status === 200 && plain.success && first.status === 200 && first.replayed === null && replay.status === 200 && replay.replayed === "true" && bad.status === 400;
-  if (!ok) throw new Error(`${PATH}: expected 200 / 200 / 200 replayed / 400, got ${JSON.stringify({ plain, first, replay, bad })}`);
+  const ok =
+    plain.status === 200 &&
+    plain.success &&
+    first.status === 200 &&
+    first.replayed === null &&
+    replay.status === 200 &&
+    replay.replayed === "true" &&
+    bad.status === 400;
+  if (!ok)
+    throw new Error(
+      `${PATH}: expected 200 / 200 / 200 replayed / 400, got ${JSON.stringify({ plain, first, replay, bad })}`,
+    );
 }
 
 /** One row: the app server, a wrk script and args, and the per-round command counts. */
-function row(name: string, baseline: boolean, description: string, lua: (tokensFile: string) => { luaScript: string; luaArgs: string[] }) {
+function row(
+  name: string,
+  baseline: boolean,
+  description: string,
+  lua: (tokensFile: string) => { luaScript: string; luaArgs: string[] },
+) {
   return defineScenario({
     name,
     group: GROUP,
@@ -73,7 +101,9 @@ function row(name: string, baseline: boolean, description: string, lua: (tokensF
           const p = await app.ask<PipelineStats>({ type: "pipeline-stats" });
           const cmds = redisTotal(p.redis);
           const idem = IDEM_KINDS.reduce((n, k) => n + (p.redis[k] ?? 0), 0);
-          ctx.log(`  ${name} round ${++round}: ${formatInt(p.served)} requests served, app-client Redis ${cmds} cmds: ${redisSummary(p.redis)}`);
+          ctx.log(
+            `  ${name} round ${++round}: ${formatInt(p.served)} requests served, app-client Redis ${cmds} cmds: ${redisSummary(p.redis)}`,
+          );
           const per = (n: number) => (p.served > 0 ? n / p.served : Number.NaN);
           return { "Redis cmds/req": per(cmds), "idem cmds/req": per(idem), "unhandled errors": unhandledErrors(p) };
         },
@@ -86,13 +116,28 @@ function row(name: string, baseline: boolean, description: string, lua: (tokensF
 const runId = crypto.randomUUID().slice(0, 8);
 
 export default [
-  row("idem-none", true, `POST ${PATH} without Idempotency-Key, ${WARM_TOKENS.toLocaleString("en-US")} warm sessions round robin (wrk/rotate-tokens.lua)`, (tokensFile) => ({ luaScript: TOKENS_LUA, luaArgs: [tokensFile, "POST"] })),
-  row("idem-replay", false, `POST ${PATH} with the same Idempotency-Key per session: after the warm-up every request is a replay of the stored response (1 claim EVALSHA, the route does not run)`, (tokensFile) => ({
-    luaScript: IDEM_LUA,
-    luaArgs: [tokensFile, "POST", "same", `bench-${runId}`],
-  })),
-  row("idem-fresh", false, `POST ${PATH} with a new Idempotency-Key every request: claim EVALSHA, the route, finish EVALSHA storing the response`, (tokensFile) => ({
-    luaScript: IDEM_LUA,
-    luaArgs: [tokensFile, "POST", "fresh", `bench-${runId}`],
-  })),
+  row(
+    "idem-none",
+    true,
+    `POST ${PATH} without Idempotency-Key, ${WARM_TOKENS.toLocaleString("en-US")} warm sessions round robin (wrk/rotate-tokens.lua)`,
+    (tokensFile) => ({ luaScript: TOKENS_LUA, luaArgs: [tokensFile, "POST"] }),
+  ),
+  row(
+    "idem-replay",
+    false,
+    `POST ${PATH} with the same Idempotency-Key per session: after the warm-up every request is a replay of the stored response (1 claim EVALSHA, the route does not run)`,
+    (tokensFile) => ({
+      luaScript: IDEM_LUA,
+      luaArgs: [tokensFile, "POST", "same", `bench-${runId}`],
+    }),
+  ),
+  row(
+    "idem-fresh",
+    false,
+    `POST ${PATH} with a new Idempotency-Key every request: claim EVALSHA, the route, finish EVALSHA storing the response`,
+    (tokensFile) => ({
+      luaScript: IDEM_LUA,
+      luaArgs: [tokensFile, "POST", "fresh", `bench-${runId}`],
+    }),
+  ),
 ];

@@ -12,7 +12,8 @@ export default defineScenario({
   name: "lua-bun-redisclient",
   group: "lua",
   baseline: true,
-  description: "EVALSHA (bounded DECR) via Bun's RedisClient over RESP, one pipelined connection, in-process closed loop",
+  description:
+    "EVALSHA (bounded DECR) via Bun's RedisClient over RESP, one pipelined connection, in-process closed loop",
   async setup(ctx) {
     const r = await luaRedis(ctx);
     const client = new RedisClient(`redis://${r.host}:${r.port}`, { autoReconnect: false });

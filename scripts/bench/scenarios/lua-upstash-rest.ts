@@ -53,7 +53,8 @@ export default defineScenario({
     // Same options as src/deps.ts: no retries (fail fast), no telemetry, auto-pipelining default.
     const redis = new Redis({ url: server.url, token: TOKEN, retry: false, enableTelemetry: false });
     const first = await redis.evalsha<[], number>(r.sha, [r.key], []);
-    if (!(typeof first === "number" && first > 0)) throw new Error(`evalsha through the stand-in returned ${String(first)}`);
+    if (!(typeof first === "number" && first > 0))
+      throw new Error(`evalsha through the stand-in returned ${String(first)}`);
 
     return {
       kind: "run",

@@ -51,13 +51,39 @@ import { join } from "node:path";
 import { ORDER_DRAIN_PATH } from "../../../src/queue/messages.ts";
 import { keys } from "../../../src/redis/keys.ts";
 import { appStack, ROTATE_IDS_LUA, type AppStack } from "../fixtures/app-stack.ts";
-import { errorLinesSince, RUNTIMES, startApp, startHello, WORKERD_HOST, type RuntimeApp, type RuntimeName } from "../fixtures/runtimes.ts";
-import { qstashQuiet, redisTotal, seckillStack, sellTheOneUnit, SWARM, waitUntil, warmTokensFile, type AppServer, type PipelineStats, type SeckillStack } from "../fixtures/seckill-stack.ts";
+import {
+  errorLinesSince,
+  RUNTIMES,
+  startApp,
+  startHello,
+  WORKERD_HOST,
+  type RuntimeApp,
+  type RuntimeName,
+} from "../fixtures/runtimes.ts";
+import {
+  qstashQuiet,
+  redisTotal,
+  seckillStack,
+  sellTheOneUnit,
+  SWARM,
+  waitUntil,
+  warmTokensFile,
+  type AppServer,
+  type PipelineStats,
+  type SeckillStack,
+} from "../fixtures/seckill-stack.ts";
 import { uncountedCpu } from "../lib/cpu.ts";
 import { sumCounts } from "../lib/servers.ts";
 import { assertLoopback, formatInt, sleep } from "../lib/util.ts";
 import { execWrk, parseWrkOutput, runWrk } from "../lib/wrk.ts";
-import { defineScenario, type BenchContext, type Extras, type Measurement, type RunOptions, type Scenario } from "../types.ts";
+import {
+  defineScenario,
+  type BenchContext,
+  type Extras,
+  type Measurement,
+  type RunOptions,
+  type Scenario,
+} from "../types.ts";
 import type { UpstashRestStats } from "../../stack/upstash-rest.ts";
 
 export const SET = "runtimes";
@@ -133,15 +159,40 @@ const swarmSummary = (m: Measurement, w: SwarmCounts): string =>
   (w.first5xx ? `; first 5xx: ${w.first5xx}` : "");
 
 /** One wrk window of SWARM connections with the swarm script: POST with a token per request, round robin. */
-async function swarmWindow(ctx: BenchContext, url: string, tokensFile: string, seconds: number, stop?: AbortSignal): Promise<{ m: Measurement; swarm: SwarmCounts }> {
+async function swarmWindow(
+  ctx: BenchContext,
+  url: string,
+  tokensFile: string,
+  seconds: number,
+  stop?: AbortSignal,
+): Promise<{ m: Measurement; swarm: SwarmCounts }> {
   assertLoopback(url);
-  const out = await execWrk([`-t${ctx.threads}`, `-c${SWARM}`, `-d${seconds}s`, "--latency", "--timeout", "5s", "-s", SWARM_LUA, url, "--", tokensFile], seconds, stop);
+  const out = await execWrk(
+    [
+      `-t${ctx.threads}`,
+      `-c${SWARM}`,
+      `-d${seconds}s`,
+      "--latency",
+      "--timeout",
+      "5s",
+      "-s",
+      SWARM_LUA,
+      url,
+      "--",
+      tokensFile,
+    ],
+    seconds,
+    stop,
+  );
   return { m: parseWrkOutput(out), swarm: parseSwarmLine(out) };
 }
 
 const windowSeconds = (ms: number) => Math.max(1, Math.round(ms / 1000));
 
-const restDiff = (a: UpstashRestStats, b: UpstashRestStats) => ({ requests: b.requests - a.requests, commands: b.commands - a.commands });
+const restDiff = (a: UpstashRestStats, b: UpstashRestStats) => ({
+  requests: b.requests - a.requests,
+  commands: b.commands - a.commands,
+});
 
 /** "error: unhandled error 3, stderr: … 2", largest first. */
 const countsSummary = (r: Record<string, number>): string =>
@@ -191,7 +242,8 @@ function helloPostScenario(rt: RuntimeName): Scenario {
       const server = await startHello(ctx, rt);
       return {
         kind: "run",
-        run: async (opts) => (await swarmWindow(ctx, `${server.url}/`, stack.tokensFile, windowSeconds(opts.durationMs))).m,
+        run: async (opts) =>
+          (await swarmWindow(ctx, `${server.url}/`, stack.tokensFile, windowSeconds(opts.durationMs))).m,
         teardown: server.stop,
       };
     },
@@ -207,14 +259,21 @@ async function smokeTest(stack: SeckillStack, app: RuntimeApp, shopId: number): 
   const url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
   const bodies: string[] = [];
   for (const token of tokens) {
-    const res = await fetch(url, { method: "POST", headers: { authorization: token }, signal: AbortSignal.timeout(10_000) });
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { authorization: token },
+      signal: AbortSignal.timeout(10_000),
+    });
     bodies.push(`${res.status} ${await res.text()}`);
   }
   if (!bodies[0]!.startsWith('200 {"success":true,"data":"') || !bodies[1]!.includes('"SOLD_OUT"')) {
-    throw new Error(`smoke test on ${app.runtime}: expected a success then SOLD_OUT, got\n${bodies.join("\n")}\n--- server output ---\n${app.output().slice(-3000)}`);
+    throw new Error(
+      `smoke test on ${app.runtime}: expected a success then SOLD_OUT, got\n${bodies.join("\n")}\n--- server output ---\n${app.output().slice(-3000)}`,
+    );
   }
   await waitUntil(
-    () => `smoke test on ${app.runtime}: the order to reach MySQL (QStash → ${app.url}${ORDER_DRAIN_PATH})\n${app.output().slice(-3000)}`,
+    () =>
+      `smoke test on ${app.runtime}: the order to reach MySQL (QStash → ${app.url}${ORDER_DRAIN_PATH})\n${app.output().slice(-3000)}`,
     async () => (await stack.mysqlCounts(cfg.voucherId)).orders === 1,
     15_000,
     50,
@@ -234,7 +293,7 @@ function saleScenario(rt: RuntimeName): Scenario {
     description:
       `the on-sale phase on ${RT_LABEL[rt]}: POST /api/voucher-order/seckill/{id}, ${SWARM} wrk connections, 20,000 buyers' sessions round robin, a fresh voucher of ${SALE_STOCK.toLocaleString("en-US")} units per round ` +
       `(every attempt a first-time buyer with stock left: wrk is stopped once fewer than ${STOP_MARGIN.toLocaleString("en-US")} are left), the writer on the same runtime draining concurrently (QStash → its ${ORDER_DRAIN_PATH}); ` +
-      "\"Redis cmds/attempt\" and \"REST trips/attempt\" at the server's own Upstash-REST stand-in from the round's start until QStash is quiet (writer and background included); \"÷ hello\" = rps ÷ " +
+      '"Redis cmds/attempt" and "REST trips/attempt" at the server\'s own Upstash-REST stand-in from the round\'s start until QStash is quiet (writer and background included); "÷ hello" = rps ÷ ' +
       `${rt}-hello-post's in the same round (target ≥ 0.5)`,
     async setup(ctx) {
       const stack = await seckillStack(ctx);
@@ -246,12 +305,24 @@ function saleScenario(rt: RuntimeName): Scenario {
         throw e;
       }
       let round = 0;
-      return { kind: "run", run: (opts) => saleRound(ctx, stack, app, name, shopId, opts, opts.warmup ? 0 : ++round), teardown: app.stop };
+      return {
+        kind: "run",
+        run: (opts) => saleRound(ctx, stack, app, name, shopId, opts, opts.warmup ? 0 : ++round),
+        teardown: app.stop,
+      };
     },
   });
 }
 
-async function saleRound(ctx: BenchContext, stack: SeckillStack, app: RuntimeApp, name: string, shopId: number, opts: RunOptions, round: number): Promise<Measurement> {
+async function saleRound(
+  ctx: BenchContext,
+  stack: SeckillStack,
+  app: RuntimeApp,
+  name: string,
+  shopId: number,
+  opts: RunOptions,
+  round: number,
+): Promise<Measurement> {
   const stock = SALE_STOCK;
   const cfg = await stack.newVoucher({ shopId, stock, buckets: 1 });
   const stockKey = keys.seckill.stock(shopId, cfg.voucherId, 0);
@@ -299,7 +370,10 @@ async function saleRound(ctx: BenchContext, stack: SeckillStack, app: RuntimeApp
   await uncountedCpu(async () => {
     let movedAt = performance.now();
     for (;;) {
-      const [buyers, outbox] = (await Promise.all([stack.raw.send("SCARD", [buyersKey]), stack.raw.send("HLEN", [outboxKey])])) as [number, number];
+      const [buyers, outbox] = (await Promise.all([
+        stack.raw.send("SCARD", [buyersKey]),
+        stack.raw.send("HLEN", [outboxKey]),
+      ])) as [number, number];
       const orders = (await stack.mysqlCounts(cfg.voucherId)).orders;
       if (outbox === 0 && orders === buyers) {
         last = { buyers, outbox, orders };
@@ -339,14 +413,18 @@ async function saleRound(ctx: BenchContext, stack: SeckillStack, app: RuntimeApp
   const all = restDiff(r0, r2);
   const unhandled = e2["error: unhandled error"] ?? 0;
   if (round > 0) {
-    const bunSide = b0 && b2 ? `; app-client count (servers/app-seckill.ts) ${formatInt(redisTotal(b2.redis) - redisTotal(b0.redis))} cmds, ${formatInt(b2.served - b0.served)} attempts served` : "";
+    const bunSide =
+      b0 && b2
+        ? `; app-client count (servers/app-seckill.ts) ${formatInt(redisTotal(b2.redis) - redisTotal(b0.redis))} cmds, ${formatInt(b2.served - b0.served)} attempts served`
+        : "";
     ctx.log(
       `  ${name} #${round}: ${formatInt(sold)}/${formatInt(stock)} sold${Number.isNaN(soldOutMs) ? "" : ` (wrk stopped ${soldOutMs.toFixed(0)} ms in, < ${formatInt(STOP_MARGIN)} left)`}; wrk ${swarmSummary(m, swarm)}; ` +
         `stand-in: ${formatInt(win.commands)} cmds / ${formatInt(win.requests)} trips in the window, ${formatInt(all.commands)} / ${formatInt(all.requests)} until quiet${bunSide}; ` +
         `writer ${stalled ? `stalled after ${drainS.toFixed(1)} s: ${last.orders} of ${last.buyers} orders in MySQL, ${last.outbox} in the outbox` : `done ${drainS.toFixed(1)} s after the window`}` +
         `${after ? `; ${after}` : ""}; error lines: ${countsSummary(e2)}`,
     );
-    if (sumCounts(e2) > 0) ctx.log(`  ${name} #${round} last error lines: ${(await app.lastErrors()).slice(-2).join(" | ").slice(0, 1200)}`);
+    if (sumCounts(e2) > 0)
+      ctx.log(`  ${name} #${round} last error lines: ${(await app.lastErrors()).slice(-2).join(" | ").slice(0, 1200)}`);
   }
   const extras: Extras = {
     sold,
@@ -385,7 +463,12 @@ function soldOutScenario(rt: RuntimeName): Scenario {
         url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
         buyersKey = keys.seckill.buyers(shopId, cfg.voucherId);
         await sellTheOneUnit(stack, url, name, 10_000);
-        await waitUntil(() => `${name} setup: the one order to reach MySQL`, async () => (await stack.mysqlCounts(cfg.voucherId)).orders === 1, 15_000, 50);
+        await waitUntil(
+          () => `${name} setup: the one order to reach MySQL`,
+          async () => (await stack.mysqlCounts(cfg.voucherId)).orders === 1,
+          15_000,
+          50,
+        );
         const left = await quiet(stack, app.url, 15_000);
         if (left) throw new Error(`${name} setup: ${left}`);
       } catch (e) {
@@ -402,10 +485,16 @@ function soldOutScenario(rt: RuntimeName): Scenario {
           const d = restDiff(r0, app.rest.stats());
           const e1 = await errorLinesSince(app, e0);
           const buyers = Number(await stack.raw.send("SCARD", [buyersKey]));
-          if (buyers !== 1 || swarm.successes > 0) throw new Error(`${name}: ${buyers} buyers and ${swarm.successes} successes on a voucher that had 1 unit`);
+          if (buyers !== 1 || swarm.successes > 0)
+            throw new Error(`${name}: ${buyers} buyers and ${swarm.successes} successes on a voucher that had 1 unit`);
           if (!opts.warmup) {
-            ctx.log(`  ${name} #${++round}: wrk ${swarmSummary(m, swarm)}; stand-in ${formatInt(d.commands)} cmds / ${formatInt(d.requests)} trips; error lines: ${countsSummary(e1)}`);
-            if (sumCounts(e1) > 0) ctx.log(`  ${name} #${round} last error lines: ${(await app.lastErrors()).slice(-2).join(" | ").slice(0, 1200)}`);
+            ctx.log(
+              `  ${name} #${++round}: wrk ${swarmSummary(m, swarm)}; stand-in ${formatInt(d.commands)} cmds / ${formatInt(d.requests)} trips; error lines: ${countsSummary(e1)}`,
+            );
+            if (sumCounts(e1) > 0)
+              ctx.log(
+                `  ${name} #${round} last error lines: ${(await app.lastErrors()).slice(-2).join(" | ").slice(0, 1200)}`,
+              );
           }
           return {
             ...m,
@@ -436,7 +525,8 @@ async function checkShops(base: string, ids: readonly number[]): Promise<void> {
     } catch {
       /* reported below */
     }
-    if (res.status !== 200 || body?.success !== true || body.data?.id !== id) throw new Error(`GET ${base}${id} answered ${res.status} ${text.slice(0, 300)}`);
+    if (res.status !== 200 || body?.success !== true || body.data?.id !== id)
+      throw new Error(`GET ${base}${id} answered ${res.status} ${text.slice(0, 300)}`);
   }
 }
 
@@ -462,7 +552,10 @@ function shopL1Scenario(rt: RuntimeName): Scenario {
         await checkShops(base, stack.ids);
         const rest = app.rest.stats().requests - rest0;
         const db = stack.dbRequests() - db0;
-        if (rest > 1 || db > 0) throw new Error(`${name}: a warm pass over ${stack.ids.length} ids made ${rest} Redis and ${db} MySQL requests (expected ≤ 1 and 0): not L1`);
+        if (rest > 1 || db > 0)
+          throw new Error(
+            `${name}: a warm pass over ${stack.ids.length} ids made ${rest} Redis and ${db} MySQL requests (expected ≤ 1 and 0): not L1`,
+          );
       } catch (e) {
         await app.stop();
         throw e;
@@ -474,12 +567,19 @@ function shopL1Scenario(rt: RuntimeName): Scenario {
         async run(opts) {
           const e0 = await app.errorLines();
           const r0 = app.rest.stats();
-          const m = await runWrk(target, { durationMs: opts.durationMs, connections: ctx.connections, threads: ctx.threads, tmpDir: ctx.tmpDir });
+          const m = await runWrk(target, {
+            durationMs: opts.durationMs,
+            connections: ctx.connections,
+            threads: ctx.threads,
+            tmpDir: ctx.tmpDir,
+          });
           const d = restDiff(r0, app.rest.stats());
           const e1 = await errorLinesSince(app, e0);
           if (!opts.warmup && sumCounts(e1) > 0) {
             ctx.log(`  ${name} #${++round}: error lines: ${countsSummary(e1)}`);
-            ctx.log(`  ${name} #${round} last error lines: ${(await app.lastErrors()).slice(-2).join(" | ").slice(0, 1200)}`);
+            ctx.log(
+              `  ${name} #${round} last error lines: ${(await app.lastErrors()).slice(-2).join(" | ").slice(0, 1200)}`,
+            );
           } else if (!opts.warmup) round++;
           return {
             ...m,
@@ -497,5 +597,10 @@ function shopL1Scenario(rt: RuntimeName): Scenario {
   });
 }
 
-export default RUNTIMES.flatMap((rt) => [helloScenario(rt), helloPostScenario(rt), saleScenario(rt), soldOutScenario(rt), shopL1Scenario(rt)]);
-
+export default RUNTIMES.flatMap((rt) => [
+  helloScenario(rt),
+  helloPostScenario(rt),
+  saleScenario(rt),
+  soldOutScenario(rt),
+  shopL1Scenario(rt),
+]);

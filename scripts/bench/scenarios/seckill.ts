@@ -93,7 +93,14 @@ import { uncountedCpu } from "../lib/cpu.ts";
 import { spawnBunServer } from "../lib/proc.ts";
 import { assertLoopback, formatInt, sleep } from "../lib/util.ts";
 import { execWrk, parseWrkOutput } from "../lib/wrk.ts";
-import { defineScenario, type BenchContext, type Extras, type Measurement, type RunOptions, type Scenario } from "../types.ts";
+import {
+  defineScenario,
+  type BenchContext,
+  type Extras,
+  type Measurement,
+  type RunOptions,
+  type Scenario,
+} from "../types.ts";
 import type { UpstashRestStats } from "../../stack/upstash-rest.ts";
 
 const GROUP = "seckill";
@@ -128,7 +135,14 @@ interface SwarmCounts {
 function parseSwarmLine(out: string): SwarmCounts {
   const m = /^SECKILL successes=(\d+) sold_out=(\d+) duplicate=(\d+) other=(\d+) min_id=(\d*) max_id=(\d*)$/m.exec(out);
   if (!m) throw new Error(`wrk output has no SECKILL line (is wrk/seckill-swarm.lua's done() running?)\n${out}`);
-  return { successes: Number(m[1]), soldOut: Number(m[2]), duplicate: Number(m[3]), other: Number(m[4]), minId: m[5]!, maxId: m[6]! };
+  return {
+    successes: Number(m[1]),
+    soldOut: Number(m[2]),
+    duplicate: Number(m[3]),
+    other: Number(m[4]),
+    minId: m[5]!,
+    maxId: m[6]!,
+  };
 }
 
 /**
@@ -140,7 +154,8 @@ function reserveSpanMs(p: Pick<PipelineStats, "firstReserveAt" | "lastReserveAt"
   return p.firstReserveAt === null || p.lastReserveAt === null ? Number.NaN : p.lastReserveAt - p.firstReserveAt;
 }
 
-const perSecond = (units: number, ms: number): number => (units >= 2 && ms > 0 ? ((units - 1) * 1000) / ms : Number.NaN);
+const perSecond = (units: number, ms: number): number =>
+  units >= 2 && ms > 0 ? ((units - 1) * 1000) / ms : Number.NaN;
 
 async function stockLeft(stack: SeckillStack, stockKeys: string[]): Promise<number> {
   const vals = (await stack.raw.send("MGET", stockKeys)) as (string | null)[];
@@ -148,7 +163,13 @@ async function stockLeft(stack: SeckillStack, stockKeys: string[]): Promise<numb
 }
 
 /** Polls the stock directly in redis-server every ~2 ms; remembers when it first fell and hit 0. */
-function stockPoller(stack: SeckillStack, stockKeys: string[], initial: number, app: AppServer, onSoldOut?: () => void) {
+function stockPoller(
+  stack: SeckillStack,
+  stockKeys: string[],
+  initial: number,
+  app: AppServer,
+  onSoldOut?: () => void,
+) {
   const t0 = performance.now();
   const state = {
     firstSaleMs: Number.NaN,
@@ -228,12 +249,17 @@ async function smokeTest(stack: SeckillStack, app: AppServer, shopId: number, bu
   const url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
   const bodies: string[] = [];
   for (const token of tokens) {
-    const res = await fetch(url, { method: "POST", headers: { authorization: token }, signal: AbortSignal.timeout(5000) });
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { authorization: token },
+      signal: AbortSignal.timeout(5000),
+    });
     bodies.push(`${res.status} ${await res.text()}`);
   }
   const wins = bodies.filter((b) => b.startsWith('200 {"success":true,"data":"')).length;
   const last = bodies[bodies.length - 1]!;
-  if (wins !== buckets || !last.includes('"SOLD_OUT"')) throw new Error(`smoke test: expected ${buckets} success(es) then SOLD_OUT, got\n${bodies.join("\n")}`);
+  if (wins !== buckets || !last.includes('"SOLD_OUT"'))
+    throw new Error(`smoke test: expected ${buckets} success(es) then SOLD_OUT, got\n${bodies.join("\n")}`);
   await waitUntil(
     () => `the smoke test's ${buckets} order(s) in MySQL (QStash → ${app.url}${ORDER_DRAIN_PATH})`,
     async () => (await stack.mysqlCounts(cfg.voucherId)).orders === buckets,
@@ -271,7 +297,19 @@ async function swarmRound(
   let out: string;
   try {
     out = await execWrk(
-      [`-t${ctx.threads}`, `-c${SWARM}`, `-d${seconds}s`, "--latency", "--timeout", "5s", "-s", SWARM_LUA, url, "--", stack.tokensFile],
+      [
+        `-t${ctx.threads}`,
+        `-c${SWARM}`,
+        `-d${seconds}s`,
+        "--latency",
+        "--timeout",
+        "5s",
+        "-s",
+        SWARM_LUA,
+        url,
+        "--",
+        stack.tokensFile,
+      ],
       seconds,
       stopWrk.signal,
     );
@@ -293,9 +331,13 @@ async function swarmRound(
   let last = { buyers: 0, outbox: 0, orders: 0 };
   await uncountedCpu(() =>
     waitUntil(
-      () => `the writer: ${last.orders} of ${last.buyers} orders in MySQL, ${last.outbox} reservations still in the outbox`,
+      () =>
+        `the writer: ${last.orders} of ${last.buyers} orders in MySQL, ${last.outbox} reservations still in the outbox`,
       async () => {
-        const [buyers, outbox] = (await Promise.all([stack.raw.send("SCARD", [buyersKey]), stack.raw.send("HLEN", [outboxKey])])) as [number, number];
+        const [buyers, outbox] = (await Promise.all([
+          stack.raw.send("SCARD", [buyersKey]),
+          stack.raw.send("HLEN", [outboxKey]),
+        ])) as [number, number];
         last = { buyers, outbox, orders: (await stack.mysqlCounts(cfg.voucherId)).orders };
         return outbox === 0 && last.orders === buyers;
       },
@@ -334,7 +376,8 @@ async function swarmRound(
   const saleCmds = saleDelta.commands - writerRedisCommands(sale.appAtSoldOut ?? pW);
   const published = q2.published - q0.published;
   const failed = q2.failedAttempts - q0.failedAttempts;
-  const conflicts = p2.lockConflicts.retried + p2.lockConflicts.exhausted - (p0.lockConflicts.retried + p0.lockConflicts.exhausted);
+  const conflicts =
+    p2.lockConflicts.retried + p2.lockConflicts.exhausted - (p0.lockConflicts.retried + p0.lockConflicts.exhausted);
   const deadlocks = dl2 - dl0;
   const unhandled = unhandledErrors(p2);
   const saleMs = reserveSpanMs(sale.appAtSoldOut ?? p2);
@@ -360,7 +403,9 @@ async function swarmRound(
       `  ${row.name} #${row.round}: app-client Redis, sale phase (${formatInt(saleAttempts)} attempts): ${redisSummary(saleRedis)}; ` +
         `sold-out phase (${formatInt(soldOutAttempts)} attempts): ${redisSummary(soldOutRedis)}`,
     );
-    const soldOut = Number.isNaN(sale.soldOutMs) ? "not sold out in the window" : `sold out ${sale.soldOutMs.toFixed(0)} ms into the window (poller; first sale at ${sale.firstSaleMs.toFixed(0)} ms)`;
+    const soldOut = Number.isNaN(sale.soldOutMs)
+      ? "not sold out in the window"
+      : `sold out ${sale.soldOutMs.toFixed(0)} ms into the window (poller; first sale at ${sale.firstSaleMs.toFixed(0)} ms)`;
     ctx.log(
       `  ${row.name} #${row.round}: ${formatInt(sold)}/${formatInt(stock)} sold, ${saleMs.toFixed(0)} ms first→last order id, ${soldOut}; ` +
         `wrk ${formatInt(m.requests)} answers (${formatInt(swarm.successes)} ok, ${formatInt(swarm.soldOut)} SOLD_OUT, ${formatInt(swarm.duplicate)} DUPLICATE); ` +
@@ -426,7 +471,14 @@ const evalsha = defineScenario({
         await loadSeckillIntoRedis(stack.deps, cfg);
         const rest0 = stack.rest();
         const r = await app.ask<{ measurement: Measurement; sold: number; saleMs: number }>(
-          { type: "evalsha-loop", durationMs: opts.durationMs, concurrency: SWARM, cfg, userBase: USER_BASE, users: USERS },
+          {
+            type: "evalsha-loop",
+            durationMs: opts.durationMs,
+            concurrency: SWARM,
+            cfg,
+            userBase: USER_BASE,
+            users: USERS,
+          },
           opts.durationMs + 25_000,
         );
         const d = restDelta(rest0, stack.rest());
@@ -434,9 +486,14 @@ const evalsha = defineScenario({
 
         const stockKey = keys.seckill.stock(cfg.shopId, cfg.voucherId, 0);
         const buyersKey = keys.seckill.buyers(cfg.shopId, cfg.voucherId);
-        const [buyers, left] = (await Promise.all([stack.raw.send("SCARD", [buyersKey]), stack.raw.send("GET", [stockKey])])) as [number, string | null];
+        const [buyers, left] = (await Promise.all([
+          stack.raw.send("SCARD", [buyersKey]),
+          stack.raw.send("GET", [stockKey]),
+        ])) as [number, string | null];
         if (buyers !== r.sold || buyers + Number(left ?? 0) !== stock) {
-          throw new Error(`seckill-evalsha: ${r.sold} calls took a unit, Redis has ${buyers} buyers and ${left} units left of ${stock}`);
+          throw new Error(
+            `seckill-evalsha: ${r.sold} calls took a unit, Redis has ${buyers} buyers and ${left} units left of ${stock}`,
+          );
         }
         // The baseline's reservations are never written anywhere: drop its keys.
         await stack.raw.send("DEL", [
@@ -501,7 +558,13 @@ const burst = defineScenario({
   },
 });
 
-async function burstRound(ctx: BenchContext, stack: SeckillStack, app: AppServer, n: number, round: number): Promise<Measurement> {
+async function burstRound(
+  ctx: BenchContext,
+  stack: SeckillStack,
+  app: AppServer,
+  n: number,
+  round: number,
+): Promise<Measurement> {
   const cfg = await stack.newVoucher({ shopId: SHOPS.burst, stock: n, buckets: 1 });
   const url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
   assertLoopback(url);
@@ -542,7 +605,19 @@ async function burstRound(ctx: BenchContext, stack: SeckillStack, app: AppServer
   let out: string;
   try {
     out = await execWrk(
-      [`-t${ctx.threads}`, `-c${SWARM}`, `-d${BURST_MAX_S}s`, "--latency", "--timeout", "5s", "-s", SWARM_LUA, url, "--", stack.tokensFile],
+      [
+        `-t${ctx.threads}`,
+        `-c${SWARM}`,
+        `-d${BURST_MAX_S}s`,
+        "--latency",
+        "--timeout",
+        "5s",
+        "-s",
+        SWARM_LUA,
+        url,
+        "--",
+        stack.tokensFile,
+      ],
       BURST_MAX_S,
       stopWrk.signal,
     );
@@ -557,7 +632,10 @@ async function burstRound(ctx: BenchContext, stack: SeckillStack, app: AppServer
   const b = parseSwarmLine(out);
   await uncountedCpu(async () => {
     await poll;
-    if (Number.isNaN(allAt)) throw new Error(`seckill-burst-10k: ${have} of ${n} orders in MySQL after ${BURST_MAX_S} s + ${DRAIN_TIMEOUT_MS / 1000} s`);
+    if (Number.isNaN(allAt))
+      throw new Error(
+        `seckill-burst-10k: ${have} of ${n} orders in MySQL after ${BURST_MAX_S} s + ${DRAIN_TIMEOUT_MS / 1000} s`,
+      );
     await qstashQuiet(stack, app, 15_000);
   });
   const p2 = await app.ask<PipelineStats>({ type: "pipeline-stats" });
@@ -577,13 +655,15 @@ async function burstRound(ctx: BenchContext, stack: SeckillStack, app: AppServer
   if (b.other > 0) problems.push(`${b.other} answers were neither success, SOLD_OUT nor DUPLICATE_ORDER`);
   if (problems.length) throw new Error(`seckill-burst-10k: ${problems.join("; ")}`);
 
-  if (p2.firstReserveAt === null || p2.lastReserveAt === null) throw new Error("seckill-burst-10k: the app sent no reservation");
+  if (p2.firstReserveAt === null || p2.lastReserveAt === null)
+    throw new Error("seckill-burst-10k: the app sent no reservation");
   const firstAt = p2.firstReserveAt;
   const lastAt = p2.lastReserveAt;
   const totalS = (allAt - firstAt) / 1000;
   const published = q2.published - q0.published;
   const failed = q2.failedAttempts - q0.failedAttempts;
-  const conflicts = p2.lockConflicts.retried + p2.lockConflicts.exhausted - (p0.lockConflicts.retried + p0.lockConflicts.exhausted);
+  const conflicts =
+    p2.lockConflicts.retried + p2.lockConflicts.exhausted - (p0.lockConflicts.retried + p0.lockConflicts.exhausted);
   const unhandled = unhandledErrors(p2);
   const all = restDelta(rest0, rest2);
   const writerCmds = writerRedisCommands(p2);
@@ -651,13 +731,20 @@ const lone = defineScenario({
           await sleep(Math.random() * 1000);
           const token = tokens[next++ % tokens.length]!;
           const t0 = Date.now();
-          const res = await fetch(url, { method: "POST", headers: { authorization: token }, signal: AbortSignal.timeout(5000) });
+          const res = await fetch(url, {
+            method: "POST",
+            headers: { authorization: token },
+            signal: AbortSignal.timeout(5000),
+          });
           const body = (await res.json()) as { success?: boolean; data?: string };
-          if (!body.success || typeof body.data !== "string") throw new Error(`seckill-lone-order: reservation failed: ${res.status} ${JSON.stringify(body)}`);
+          if (!body.success || typeof body.data !== "string")
+            throw new Error(`seckill-lone-order: reservation failed: ${res.status} ${JSON.stringify(body)}`);
           const id = body.data;
           await waitUntil(
             () => `order ${id} in MySQL`,
-            async () => ((await stack.mysql.query("SELECT 1 FROM tb_voucher_order WHERE id = ?", [id]))[0] as unknown[]).length === 1,
+            async () =>
+              ((await stack.mysql.query("SELECT 1 FROM tb_voucher_order WHERE id = ?", [id]))[0] as unknown[])
+                .length === 1,
             10_000,
             5,
           );
@@ -670,7 +757,10 @@ const lone = defineScenario({
         }
         const mean = lat.reduce((a, b) => a + b, 0) / lat.length;
         const sorted = [...lat].sort((a, b) => a - b);
-        if (!opts.warmup) ctx.log(`  seckill-lone-order #${++round}: reservation → MySQL ${lat.map((x) => `${x} ms`).join(", ")} (wait for the drain ${waits.map((x) => x.toFixed(0)).join(", ")} ms)`);
+        if (!opts.warmup)
+          ctx.log(
+            `  seckill-lone-order #${++round}: reservation → MySQL ${lat.map((x) => `${x} ms`).join(", ")} (wait for the drain ${waits.map((x) => x.toFixed(0)).join(", ")} ms)`,
+          );
         return {
           requests: count,
           errors: unhandled,
@@ -678,7 +768,11 @@ const lone = defineScenario({
           rps: 1000 / mean,
           p50Ms: sorted[Math.floor((sorted.length - 1) / 2)]!,
           p99Ms: sorted[sorted.length - 1]!,
-          extras: { "→MySQL ms": mean, "notBefore wait ms": waits.reduce((a, b) => a + b, 0) / waits.length, "unhandled errors": unhandled },
+          extras: {
+            "→MySQL ms": mean,
+            "notBefore wait ms": waits.reduce((a, b) => a + b, 0) / waits.length,
+            "unhandled errors": unhandled,
+          },
         };
       },
       teardown: app.stop,
@@ -703,8 +797,8 @@ const sale = defineScenario({
     `the on-sale phase alone: POST /api/voucher-order/seckill/{id} on the app (own bun process), ${SWARM} wrk connections, ${USERS.toLocaleString("en-US")} buyers' sessions round robin ` +
     `(more than SESSION_CACHE_MAX 10,000: sessions are verified by signature and confirmed in batches), a fresh voucher of ${SALE_STOCK.toLocaleString("en-US")} units per round ` +
     "so every attempt is a first-time buyer with stock left, wrk stopped at the sell-out; the writer drains concurrently and MySQL is checked after each round. " +
-    "\"sale: Redis cmds/attempt\" = every command the app's own Redis client sent for the round (session sync, UV, cache metrics, id lease, order index, " +
-    "the reservations, and the writer's claims/acks until QStash is quiet) ÷ attempts the app served; \"reserve EVALSHA/attempt\" = the response path's reserve-stock.lua, \"other\" the rest",
+    '"sale: Redis cmds/attempt" = every command the app\'s own Redis client sent for the round (session sync, UV, cache metrics, id lease, order index, ' +
+    'the reservations, and the writer\'s claims/acks until QStash is quiet) ÷ attempts the app served; "reserve EVALSHA/attempt" = the response path\'s reserve-stock.lua, "other" the rest',
   async setup(ctx) {
     const stack = await seckillStack(ctx);
     const app = await startAppServer(stack);
@@ -718,7 +812,20 @@ const sale = defineScenario({
     return {
       kind: "run",
       run: (opts) =>
-        swarmRound(ctx, stack, app, { name: "seckill-sale", shopId: SHOPS.sale, buckets: 1, round: opts.warmup ? 0 : ++round, stock: SALE_STOCK, stopAtSoldOut: true }, opts),
+        swarmRound(
+          ctx,
+          stack,
+          app,
+          {
+            name: "seckill-sale",
+            shopId: SHOPS.sale,
+            buckets: 1,
+            round: opts.warmup ? 0 : ++round,
+            stock: SALE_STOCK,
+            stopAtSoldOut: true,
+          },
+          opts,
+        ),
       teardown: app.stop,
     };
   },
@@ -729,10 +836,31 @@ const WARM_TOKENS = 2_000;
 const TOKENS_LUA = join(import.meta.dir, "../wrk/rotate-tokens.lua");
 
 /** One wrk window of SWARM connections with rotate-tokens.lua (POST, WARM_TOKENS sessions). */
-async function tokensWindow(ctx: BenchContext, url: string, tokensFile: string, durationMs: number): Promise<Measurement> {
+async function tokensWindow(
+  ctx: BenchContext,
+  url: string,
+  tokensFile: string,
+  durationMs: number,
+): Promise<Measurement> {
   assertLoopback(url);
   const seconds = Math.max(1, Math.round(durationMs / 1000));
-  const out = await execWrk([`-t${ctx.threads}`, `-c${SWARM}`, `-d${seconds}s`, "--latency", "--timeout", "5s", "-s", TOKENS_LUA, url, "--", tokensFile, "POST"], seconds);
+  const out = await execWrk(
+    [
+      `-t${ctx.threads}`,
+      `-c${SWARM}`,
+      `-d${seconds}s`,
+      "--latency",
+      "--timeout",
+      "5s",
+      "-s",
+      TOKENS_LUA,
+      url,
+      "--",
+      tokensFile,
+      "POST",
+    ],
+    seconds,
+  );
   return parseWrkOutput(out);
 }
 
@@ -743,8 +871,8 @@ const soldOut = defineScenario({
   description:
     `the sold-out phase alone: POST /api/voucher-order/seckill/{id} on the app (own bun process), ${SWARM} wrk connections, ${WARM_TOKENS.toLocaleString("en-US")} warm sessions round robin ` +
     "(wrk/rotate-tokens.lua), a voucher sold out before the first window (its one unit bought in setup); every answer is SOLD_OUT from the isolate's sold-out memo " +
-    "(one EVALSHA per SOLD_OUT_MEMO_MS). \"sold out: Redis cmds/attempt\" = every command the app's Redis client sent in the window (memo refresh, session sync, UV, metrics) ÷ attempts served; " +
-    "\"÷ hello\" = rps ÷ seckill-hello's in the same round",
+    '(one EVALSHA per SOLD_OUT_MEMO_MS). "sold out: Redis cmds/attempt" = every command the app\'s Redis client sent in the window (memo refresh, session sync, UV, metrics) ÷ attempts served; ' +
+    '"÷ hello" = rps ÷ seckill-hello\'s in the same round',
   async setup(ctx) {
     const stack = await seckillStack(ctx);
     const app = await startAppServer(stack);
@@ -757,7 +885,12 @@ const soldOut = defineScenario({
       voucherId = cfg.voucherId;
       url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
       await sellTheOneUnit(stack, url, "seckill-sold-out", 5000);
-      await waitUntil(() => "the sold-out voucher's one order in MySQL", async () => (await stack.mysqlCounts(voucherId).then((c) => c.orders)) === 1, 10_000, 50);
+      await waitUntil(
+        () => "the sold-out voucher's one order in MySQL",
+        async () => (await stack.mysqlCounts(voucherId).then((c) => c.orders)) === 1,
+        10_000,
+        50,
+      );
       await qstashQuiet(stack, app, 15_000);
     } catch (e) {
       await app.stop();
@@ -802,20 +935,28 @@ const hello = defineScenario({
   group: GROUP,
   description:
     `POST / on a Hono hello-world (servers/hono-hello.ts, own bun process), ${SWARM} wrk connections, the same wrk script and tokens as seckill-sold-out: ` +
-    "the denominator of its \"÷ hello\" column (its own ratio is against the raw EVALSHA, not meaningful)",
+    'the denominator of its "÷ hello" column (its own ratio is against the raw EVALSHA, not meaningful)',
   async setup(ctx) {
     const stack = await seckillStack(ctx);
     const tokensFile = await warmTokensFile(stack, WARM_TOKENS);
-    const server = await spawnBunServer({ script: join(import.meta.dir, "../servers/hono-hello.ts"), env: { HELLO_METHODS: "GET,POST" } });
+    const server = await spawnBunServer({
+      script: join(import.meta.dir, "../servers/hono-hello.ts"),
+      env: { HELLO_METHODS: "GET,POST" },
+    });
     try {
       const res = await fetch(`${server.url}/`, { method: "POST", signal: AbortSignal.timeout(5000) });
       const text = await res.text();
-      if (res.status !== 200 || text !== "Hello, World!") throw new Error(`hono-hello answered POST / with ${res.status} ${text.slice(0, 200)}`);
+      if (res.status !== 200 || text !== "Hello, World!")
+        throw new Error(`hono-hello answered POST / with ${res.status} ${text.slice(0, 200)}`);
     } catch (e) {
       await server.stop();
       throw e;
     }
-    return { kind: "run", run: (opts) => tokensWindow(ctx, `${server.url}/`, tokensFile, opts.durationMs), teardown: server.stop };
+    return {
+      kind: "run",
+      run: (opts) => tokensWindow(ctx, `${server.url}/`, tokensFile, opts.durationMs),
+      teardown: server.stop,
+    };
   },
 });
 

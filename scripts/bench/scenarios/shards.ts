@@ -162,11 +162,20 @@ const sum = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0);
 const dbName = (i: number): string => `shard${i + 1}`;
 
 /** Every shard's stock and buyers of the voucher, directly from its redis-server (uncounted). */
-async function shardState(stack: ShardsStack, cfg: SeckillConfig, n: number): Promise<{ stocks: number[]; buyers: number[] }> {
+async function shardState(
+  stack: ShardsStack,
+  cfg: SeckillConfig,
+  n: number,
+): Promise<{ stocks: number[]; buyers: number[] }> {
   const stockKey = keys.seckill.stock(cfg.shopId, cfg.voucherId, 0);
   const buyersKey = keys.seckill.buyers(cfg.shopId, cfg.voucherId);
   const per = await Promise.all(
-    stack.shardRaw.slice(0, n).map(async (r) => (await Promise.all([r.send("GET", [stockKey]), r.send("SCARD", [buyersKey])])) as [string | null, number]),
+    stack.shardRaw
+      .slice(0, n)
+      .map(
+        async (r) =>
+          (await Promise.all([r.send("GET", [stockKey]), r.send("SCARD", [buyersKey])])) as [string | null, number],
+      ),
   );
   return { stocks: per.map((p) => Number(p[0] ?? 0)), buyers: per.map((p) => Number(p[1])) };
 }
@@ -180,11 +189,15 @@ async function unitsInMoveLogs(stack: ShardsStack, cfg: SeckillConfig, n: number
   const outKey = keys.seckill.movesOut(cfg.shopId, cfg.voucherId);
   const inKey = keys.seckill.movesIn(cfg.shopId, cfg.voucherId);
   const shards = stack.shardRaw.slice(0, n);
-  const logs = await Promise.all(shards.map((r) => r.send("HGETALL", [outKey]) as Promise<Record<string, string> | string[] | null>));
+  const logs = await Promise.all(
+    shards.map((r) => r.send("HGETALL", [outKey]) as Promise<Record<string, string> | string[] | null>),
+  );
   let units = 0;
   for (const log of logs) {
     // Bun's RedisClient answers HGETALL with an object (RESP3) or a flat array (RESP2).
-    const entries: [string, string][] = Array.isArray(log) ? Array.from({ length: log.length / 2 }, (_, i) => [log[2 * i]!, log[2 * i + 1]!]) : Object.entries(log ?? {});
+    const entries: [string, string][] = Array.isArray(log)
+      ? Array.from({ length: log.length / 2 }, (_, i) => [log[2 * i]!, log[2 * i + 1]!])
+      : Object.entries(log ?? {});
     for (const [id, value] of entries) {
       const [to, u] = String(value).split(":").map(Number) as [number, number];
       // Applied at home already (its moves-in set has the id) but the donor's entry not yet cleared: not in flight.
@@ -203,7 +216,15 @@ async function unitsInMoveLogs(stack: ShardsStack, cfg: SeckillConfig, n: number
  * in neither stock key, and a first version that stopped at Σ stock 0 stopped a round with 57
  * units in flight, left unsold.
  */
-function salePoller(stack: ShardsStack, cfg: SeckillConfig, n: number, stock: number, app: AppServer, stopCrowd: () => void, progress: (left: number, elapsedMs: number) => void) {
+function salePoller(
+  stack: ShardsStack,
+  cfg: SeckillConfig,
+  n: number,
+  stock: number,
+  app: AppServer,
+  stopCrowd: () => void,
+  progress: (left: number, elapsedMs: number) => void,
+) {
   const state = {
     firstDryAt: Number.NaN,
     soldOutAt: Number.NaN,
@@ -262,7 +283,13 @@ interface Row {
   busyShards: number;
 }
 
-async function saleRound(ctx: BenchContext, stack: ShardsStack, app: AppServer, row: Row, opts: RunOptions): Promise<Measurement> {
+async function saleRound(
+  ctx: BenchContext,
+  stack: ShardsStack,
+  app: AppServer,
+  row: Row,
+  opts: RunOptions,
+): Promise<Measurement> {
   const { n } = row;
   const stock = row.busyShards * PER_SHARD * (opts.warmup ? WARM_SALE_S : SALE_S);
   const tag = `${row.name} ${opts.warmup ? "warm-up" : `#${row.round}`}`;
@@ -277,7 +304,9 @@ async function saleRound(ctx: BenchContext, stack: ShardsStack, app: AppServer, 
   for (const s of stack.shards) s.rest.resetStats();
   const main0 = stack.mainRest();
   const q0 = stack.qstash();
-  ctx.log(`  ${tag}: selling ${formatInt(stock)} units over ${n} shard${n > 1 ? "s" : ""} (${formatInt(PER_SHARD)} admitted/s each at best, ~${opts.warmup ? WARM_SALE_S : SALE_S} s)…`);
+  ctx.log(
+    `  ${tag}: selling ${formatInt(stock)} units over ${n} shard${n > 1 ? "s" : ""} (${formatInt(PER_SHARD)} admitted/s each at best, ~${opts.warmup ? WARM_SALE_S : SALE_S} s)…`,
+  );
 
   if (HOLD_WRITER) await app.ask({ type: "hold-drains", hold: true });
   const stopWrk = new AbortController();
@@ -294,7 +323,23 @@ async function saleRound(ctx: BenchContext, stack: ShardsStack, app: AppServer, 
   );
   let out: string;
   try {
-    out = await execWrk([`-t${ctx.threads}`, `-c${SWARM}`, `-d${MAX_S}s`, "--latency", "--timeout", "5s", "-s", SWARM_LUA, url, "--", row.tokensFile], MAX_S, stopWrk.signal);
+    out = await execWrk(
+      [
+        `-t${ctx.threads}`,
+        `-c${SWARM}`,
+        `-d${MAX_S}s`,
+        "--latency",
+        "--timeout",
+        "5s",
+        "-s",
+        SWARM_LUA,
+        url,
+        "--",
+        row.tokensFile,
+      ],
+      MAX_S,
+      stopWrk.signal,
+    );
   } finally {
     stopWrk.abort();
     await poller.stop();
@@ -316,17 +361,25 @@ async function saleRound(ctx: BenchContext, stack: ShardsStack, app: AppServer, 
   let writtenAt = Number.NaN;
   await uncountedCpu(() =>
     waitUntil(
-      () => `the writer: ${last.orders} of ${last.buyers} orders in MySQL, ${last.outbox} reservations still in the shards' outboxes`,
+      () =>
+        `the writer: ${last.orders} of ${last.buyers} orders in MySQL, ${last.outbox} reservations still in the shards' outboxes`,
       async () => {
         // This voucher's entries only: the shop's outbox may still hold an earlier round's (acks refused).
         const mine = `"voucherId":${cfg.voucherId},`;
         const per = await Promise.all(
           stack.shardRaw.slice(0, n).map(async (r) => {
-            const [buyers, entries] = (await Promise.all([r.send("SCARD", [buyersKey]), r.send("HVALS", [outboxKey])])) as [number, string[]];
+            const [buyers, entries] = (await Promise.all([
+              r.send("SCARD", [buyersKey]),
+              r.send("HVALS", [outboxKey]),
+            ])) as [number, string[]];
             return [buyers, entries.filter((e) => String(e).includes(mine)).length] as const;
           }),
         );
-        last = { buyers: sum(per.map((p) => p[0])), outbox: sum(per.map((p) => p[1])), orders: (await stack.mysqlCounts(cfg.voucherId)).orders };
+        last = {
+          buyers: sum(per.map((p) => p[0])),
+          outbox: sum(per.map((p) => p[1])),
+          orders: (await stack.mysqlCounts(cfg.voucherId)).orders,
+        };
         if (last.orders !== last.buyers) return false;
         if (Number.isNaN(writtenAt)) writtenAt = performance.now();
         // Every order in MySQL: entries still in an outbox are ones whose ack the shard refused
@@ -350,7 +403,8 @@ async function saleRound(ctx: BenchContext, stack: ShardsStack, app: AppServer, 
   const sold = last.buyers;
   const db = await stack.mysqlCounts(cfg.voucherId);
   const problems: string[] = [];
-  if (sold + left !== stock) problems.push(`Redis: ${sold} buyers + ${inStock} units in stock + ${inMoves} in move logs ≠ ${stock}`);
+  if (sold + left !== stock)
+    problems.push(`Redis: ${sold} buyers + ${inStock} units in stock + ${inMoves} in move logs ≠ ${stock}`);
   if (db.orders !== sold) problems.push(`MySQL has ${db.orders} orders, Redis ${sold} buyers`);
   if (db.stock !== stock - sold) problems.push(`MySQL stock ${db.stock} ≠ ${stock} − ${sold} sold`);
   if (crowd.successes > sold) problems.push(`wrk saw ${crowd.successes} successes, Redis has ${sold} buyers`);
@@ -362,23 +416,35 @@ async function saleRound(ctx: BenchContext, stack: ShardsStack, app: AppServer, 
   // With units left at the end every SOLD_OUT of the round was one too early.
   const lastSoldAt = left > 0 ? crowdEndAt : (p2.lastSuccessAt ?? Number.NEGATIVE_INFINITY) - RACE_MS;
   const earlyMarks = p2.soldOutMarks.filter((t) => t < lastSoldAt);
-  const earlyMemo = sum(Object.entries(p2.memoSoldOutPer100ms).flatMap(([b, c]) => ((Number(b) + 1) * 100 <= lastSoldAt ? [c] : [])));
+  const earlyMemo = sum(
+    Object.entries(p2.memoSoldOutPer100ms).flatMap(([b, c]) => ((Number(b) + 1) * 100 <= lastSoldAt ? [c] : [])),
+  );
   const earlySoldOut = earlyMarks.length + earlyMemo;
   // Admitted attempts per clock second (first sent), summed over shards, at the sell-out snapshot.
   const atSoldOut = sale.appAtSoldOut ?? p2;
   const perShardSeconds = Array.from({ length: n }, (_, i) => atSoldOut.byDb[dbName(i)]?.attemptsPerSecond ?? {});
   const firstSecond = Math.floor(startAt / 1000) + 1;
-  const endMs = Number.isNaN(sale.firstDryAt) ? (Number.isNaN(sale.soldOutAt) ? crowdEndAt : sale.soldOutAt) : sale.firstDryAt;
+  const endMs = Number.isNaN(sale.firstDryAt)
+    ? Number.isNaN(sale.soldOutAt)
+      ? crowdEndAt
+      : sale.soldOutAt
+    : sale.firstDryAt;
   const lastSecond = Math.floor(endMs / 1000) - 1;
   const fullSeconds: number[] = [];
   for (let s = firstSecond; s <= lastSecond; s++) fullSeconds.push(s);
-  const admittedIn = (s: number, shards: readonly Record<string, number>[]) => sum(shards.map((p) => p[String(s)] ?? 0));
+  const admittedIn = (s: number, shards: readonly Record<string, number>[]) =>
+    sum(shards.map((p) => p[String(s)] ?? 0));
   const saleEndAt = Number.isNaN(sale.soldOutAt) ? crowdEndAt : sale.soldOutAt;
   const saleS = (saleEndAt - startAt) / 1000;
   const attemptsAtSoldOut = atSoldOut.reserveAttempts;
   // A sale shorter than two clock seconds has no full second: then the sale's span (an overestimate by up to a second's budget).
-  const admittedPerS = fullSeconds.length > 0 ? sum(fullSeconds.map((s) => admittedIn(s, perShardSeconds))) / fullSeconds.length : attemptsAtSoldOut / saleS;
-  const perShardRate = perShardSeconds.map((p) => (fullSeconds.length > 0 ? sum(fullSeconds.map((s) => p[String(s)] ?? 0)) / fullSeconds.length : Number.NaN));
+  const admittedPerS =
+    fullSeconds.length > 0
+      ? sum(fullSeconds.map((s) => admittedIn(s, perShardSeconds))) / fullSeconds.length
+      : attemptsAtSoldOut / saleS;
+  const perShardRate = perShardSeconds.map((p) =>
+    fullSeconds.length > 0 ? sum(fullSeconds.map((s) => p[String(s)] ?? 0)) / fullSeconds.length : Number.NaN,
+  );
 
   const busiest = Math.max(...shardStats.map((s) => s.maxPerSecond));
   const busiestOffered = Math.max(...shardStats.map((s) => s.maxOfferedPerSecond));
@@ -391,8 +457,16 @@ async function saleRound(ctx: BenchContext, stack: ShardsStack, app: AppServer, 
   const crowdS = (crowdEndAt - startAt) / 1000;
   // An unhandled error is a 500 the crowd saw (counted once), unless it happened after wrk stopped.
   const errors = crowd.socketErrors + crowd.s5xx + crowd.other + Math.max(0, unhandled - crowd.s5xx);
-  const moves = { refills: p2.moves.refills - p0.moves.refills, moves: p2.moves.moves - p0.moves.moves, units: p2.moves.units - p0.moves.units };
-  const admission = { leases: p2.admission.leases - p0.admission.leases, granted: p2.admission.granted - p0.admission.granted, refused: p2.admission.refused - p0.admission.refused };
+  const moves = {
+    refills: p2.moves.refills - p0.moves.refills,
+    moves: p2.moves.moves - p0.moves.moves,
+    units: p2.moves.units - p0.moves.units,
+  };
+  const admission = {
+    leases: p2.admission.leases - p0.admission.leases,
+    granted: p2.admission.granted - p0.admission.granted,
+    refused: p2.admission.refused - p0.admission.refused,
+  };
   // Each shard's busiest second as the app sent it: admitted attempts + retries after refills + the rest (leases, moves, writer).
   const busiestAtApp = Array.from({ length: n }, (_, i) => {
     const d = p2.byDb[dbName(i)];
@@ -456,7 +530,8 @@ async function saleRound(ctx: BenchContext, stack: ShardsStack, app: AppServer, 
       "main cmds in sale": mainSale,
       "main cmds/s": mainSale / saleS,
       "sale s": saleS,
-      "tail ms": Number.isNaN(sale.firstDryAt) || Number.isNaN(sale.soldOutAt) ? Number.NaN : sale.soldOutAt - sale.firstDryAt,
+      "tail ms":
+        Number.isNaN(sale.firstDryAt) || Number.isNaN(sale.soldOutAt) ? Number.NaN : sale.soldOutAt - sale.firstDryAt,
       refills: moves.refills,
       "units moved": moves.units,
       retries: p2.reserveRetries,
@@ -503,8 +578,11 @@ function scenario(n: number, oneHome = false): Scenario {
         const lines = (await Bun.file(stack.tokensFile).text()).split("\n").filter(Boolean);
         const mine = lines.filter((_, i) => homeShard(USER_BASE + i + 1, n) === 0);
         tokensFile = join(ctx.tmpDir, `shards-tokens-home1-of-${n}.txt`);
-        writeFileSync(tokensFile, mine.join("\n") + "\n");
-        if (mine.length <= PER_SHARD * SALE_S) throw new Error(`${name}: ${mine.length} buyers homed on shard 1, fewer than the ${PER_SHARD * SALE_S} units`);
+        writeFileSync(tokensFile, `${mine.join("\n")}\n`);
+        if (mine.length <= PER_SHARD * SALE_S)
+          throw new Error(
+            `${name}: ${mine.length} buyers homed on shard 1, fewer than the ${PER_SHARD * SALE_S} units`,
+          );
       }
       const app = await startAppServer(
         { env: stack.envFor(n) },
@@ -523,7 +601,14 @@ function scenario(n: number, oneHome = false): Scenario {
       let round = 0;
       return {
         kind: "run",
-        run: (opts) => saleRound(ctx, stack, app, { name, n, shopId, round: opts.warmup ? 0 : ++round, tokensFile, busyShards }, opts),
+        run: (opts) =>
+          saleRound(
+            ctx,
+            stack,
+            app,
+            { name, n, shopId, round: opts.warmup ? 0 : ++round, tokensFile, busyShards },
+            opts,
+          ),
         teardown: app.stop,
       };
     },
@@ -537,12 +622,22 @@ async function smokeTest(stack: ShardsStack, app: AppServer, n: number, shopId: 
   const url = `${app.url}/api/voucher-order/seckill/${cfg.voucherId}`;
   const bodies: string[] = [];
   for (const token of tokens) {
-    const res = await fetch(url, { method: "POST", headers: { authorization: token }, signal: AbortSignal.timeout(5000) });
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { authorization: token },
+      signal: AbortSignal.timeout(5000),
+    });
     bodies.push(`${res.status} ${await res.text()}`);
   }
   const wins = bodies.filter((b) => b.startsWith('200 {"success":true,"data":"')).length;
-  if (wins !== n || !bodies[n]!.includes('"SOLD_OUT"')) throw new Error(`smoke test: expected ${n} success(es) then SOLD_OUT, got\n${bodies.join("\n")}`);
-  await waitUntil(() => `the smoke test's ${n} order(s) in MySQL`, async () => (await stack.mysqlCounts(cfg.voucherId)).orders === n, 10_000, 50);
+  if (wins !== n || !bodies[n]!.includes('"SOLD_OUT"'))
+    throw new Error(`smoke test: expected ${n} success(es) then SOLD_OUT, got\n${bodies.join("\n")}`);
+  await waitUntil(
+    () => `the smoke test's ${n} order(s) in MySQL`,
+    async () => (await stack.mysqlCounts(cfg.voucherId)).orders === n,
+    10_000,
+    50,
+  );
   await qstashQuiet(stack, app, 15_000);
 }
 

@@ -39,7 +39,9 @@ async function checkShops(base: string, ids: readonly number[]): Promise<void> {
       /* reported below */
     }
     if (status !== 200 || body?.success !== true || body.data?.id !== id) {
-      throw new Error(`GET ${new URL(base).pathname}${id} answered ${status} ${text.slice(0, 300)} — expected {success:true,data:{id:${id},…}}`);
+      throw new Error(
+        `GET ${new URL(base).pathname}${id} answered ${status} ${text.slice(0, 300)} — expected {success:true,data:{id:${id},…}}`,
+      );
     }
   }
 }
@@ -69,9 +71,11 @@ const MODES: Record<Mode, ModeSpec> = {
     name: "shop-l1",
     path: "/api/shop/",
     column: REST,
-    description: "GET /api/shop/{id} on the app (own bun process), 50 ids, warm: served from the in-process L1 (no Redis call)",
+    description:
+      "GET /api/shop/{id} on the app (own bun process), 50 ids, warm: served from the in-process L1 (no Redis call)",
     // One REST request is allowed: the cache-metrics flush (every 5 s per isolate) may land in the pass.
-    expect: ({ rest, db }) => (rest <= 1 && db === 0 ? null : `an L1 pass made ${rest} Redis and ${db} MySQL requests (expected ≤ 1 and 0)`),
+    expect: ({ rest, db }) =>
+      rest <= 1 && db === 0 ? null : `an L1 pass made ${rest} Redis and ${db} MySQL requests (expected ≤ 1 and 0)`,
   },
   l2: {
     name: "shop-l2",
@@ -79,7 +83,10 @@ const MODES: Record<Mode, ModeSpec> = {
     column: REST,
     description:
       "GET /api/shop/{id}, shop cache with l1TtlMs 0: every request reads Redis via @upstash/redis → Upstash-REST stand-in → redis-server",
-    expect: ({ rest, db, n }) => (rest >= n && db === 0 ? null : `an L2 pass of ${n} requests made ${rest} Redis and ${db} MySQL requests (expected ≥ ${n} and 0)`),
+    expect: ({ rest, db, n }) =>
+      rest >= n && db === 0
+        ? null
+        : `an L2 pass of ${n} requests made ${rest} Redis and ${db} MySQL requests (expected ≥ ${n} and 0)`,
   },
   mysql: {
     name: "shop-mysql",
@@ -87,7 +94,10 @@ const MODES: Record<Mode, ModeSpec> = {
     column: DB,
     description:
       "GET /bench/shop-origin/{id} (same middleware, loadShop instead of the cache): one query per request via @planetscale/database → PlanetScale-HTTP stand-in → MariaDB",
-    expect: ({ rest, db, n }) => (db === n && rest <= 1 ? null : `a MySQL pass of ${n} requests made ${db} MySQL and ${rest} Redis requests (expected ${n} and ≤ 1)`),
+    expect: ({ rest, db, n }) =>
+      db === n && rest <= 1
+        ? null
+        : `a MySQL pass of ${n} requests made ${db} MySQL and ${rest} Redis requests (expected ${n} and ≤ 1)`,
   },
 };
 
@@ -133,12 +143,17 @@ function appScenario(mode: Mode): Scenario {
         const rest0 = stack.restRequests();
         const db0 = stack.dbRequests();
         await checkShops(base, stack.ids);
-        const problem = spec.expect({ rest: stack.restRequests() - rest0, db: stack.dbRequests() - db0, n: stack.ids.length });
+        const problem = spec.expect({
+          rest: stack.restRequests() - rest0,
+          db: stack.dbRequests() - db0,
+          n: stack.ids.length,
+        });
         if (problem) throw new Error(`${spec.name}: ${problem}`);
         // The route must sit behind the app's middleware (request id, headers) like /api/shop.
         const res = await fetch(`${base}${stack.ids[0]}`, { signal: AbortSignal.timeout(5000) });
         await res.arrayBuffer();
-        if (!res.headers.get("x-request-id")) throw new Error(`${spec.name}: response has no x-request-id: the app middleware did not run`);
+        if (!res.headers.get("x-request-id"))
+          throw new Error(`${spec.name}: response has no x-request-id: the app middleware did not run`);
       } catch (e) {
         await server.stop();
         throw e;
@@ -162,7 +177,10 @@ function appScenario(mode: Mode): Scenario {
             [DB]: (stack.dbRequests() - before.db) / served,
           };
           const other: Trips = spec.column === REST ? DB : REST;
-          if (trips[other] > 0.01) ctx.log(`  ${spec.name} round ${round}: ${other} ${trips[other].toFixed(3)} — not every read came from where this row claims`);
+          if (trips[other] > 0.01)
+            ctx.log(
+              `  ${spec.name} round ${round}: ${other} ${trips[other].toFixed(3)} — not every read came from where this row claims`,
+            );
           return { [spec.column]: trips[spec.column] };
         },
         teardown: server.stop,
@@ -175,12 +193,14 @@ const hello = defineScenario({
   name: "shop-hello",
   group: GROUP,
   baseline: true,
-  description: "GET /?id={1..50} on a Hono hello-world (servers/hono-hello.ts, own bun process), same wrk script as the app rows",
+  description:
+    "GET /?id={1..50} on a Hono hello-world (servers/hono-hello.ts, own bun process), same wrk script as the app rows",
   async setup() {
     const server = await spawnBunServer({ script: join(import.meta.dir, "../servers/hono-hello.ts") });
     try {
       const { status, text } = await fetchText(`${server.url}/?id=1`);
-      if (status !== 200 || text !== "Hello, World!") throw new Error(`hono-hello answered ${status} ${text.slice(0, 200)}`);
+      if (status !== 200 || text !== "Hello, World!")
+        throw new Error(`hono-hello answered ${status} ${text.slice(0, 200)}`);
     } catch (e) {
       await server.stop();
       throw e;
@@ -201,7 +221,12 @@ const HOSTILE_KINDS = process.env.BENCH_HOSTILE_KINDS ?? "all";
  * One round of a "read beside an attack" row: the L1 read alone (quiet), then again while `attack`
  * runs (it starts first and runs one second longer, so the whole read window is under attack).
  */
-async function quietThenAttacked(ctx: BenchContext, base: string, durationMs: number, attack: (seconds: number) => Promise<string>) {
+async function quietThenAttacked(
+  ctx: BenchContext,
+  base: string,
+  durationMs: number,
+  attack: (seconds: number) => Promise<string>,
+) {
   const read = { kind: "http" as const, url: base, luaScript: ROTATE_IDS_LUA, teardown: async () => {} };
   const wrkOpts = { durationMs, connections: ctx.connections, threads: ctx.threads, tmpDir: ctx.tmpDir };
   const quiet = await uncountedCpu(() => runWrk(read, wrkOpts));
@@ -225,19 +250,33 @@ const hostile = defineScenario({
   description:
     `GET /api/shop/{id} from L1 (as shop-l1) while ${HOSTILE_CONNECTIONS} other wrk connections send POST /api/user/login bodies round robin: 1 MiB of nested [[[[…]]]] with Content-Length, ` +
     "the same 1 MiB chunked without Content-Length, and 1,000 bytes of [[[[…]]]]; each round measures the read quiet, then under attack; rps/p50/p99 = under attack, " +
-    "\"quiet p50 ms\" = the same round's quiet window, \"p50 ÷ quiet\" their ratio (target ≤ 2), \"hostile req/s\" = hostile requests answered per second (413/400 or closed connections)",
+    '"quiet p50 ms" = the same round\'s quiet window, "p50 ÷ quiet" their ratio (target ≤ 2), "hostile req/s" = hostile requests answered per second (413/400 or closed connections)',
   async setup(ctx) {
     const stack: AppStack = await appStack(ctx);
-    const server = await spawnBunServer({ script: APP_SERVER, env: { MODE: "l1", BENCH_STACK_ENV: JSON.stringify(stack.env) } });
+    const server = await spawnBunServer({
+      script: APP_SERVER,
+      env: { MODE: "l1", BENCH_STACK_ENV: JSON.stringify(stack.env) },
+    });
     const base = `${server.url}/api/shop/`;
     const login = `${server.url}/api/user/login`;
     try {
       await checkShops(base, stack.ids);
       // The hostile bodies are refused: 1 MiB by the login route's byte limit, the small one by the nesting bound.
-      for (const [what, body] of [["1 MiB", "[".repeat(524_288) + "]".repeat(524_288)], ["1,000 bytes", "[".repeat(500) + "]".repeat(500)]] as const) {
-        const res = await fetch(login, { method: "POST", headers: { "content-type": "application/json" }, body, signal: AbortSignal.timeout(5000) });
+      for (const [what, body] of [
+        ["1 MiB", "[".repeat(524_288) + "]".repeat(524_288)],
+        ["1,000 bytes", "[".repeat(500) + "]".repeat(500)],
+      ] as const) {
+        const res = await fetch(login, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body,
+          signal: AbortSignal.timeout(5000),
+        });
         const text = await res.text();
-        if (res.status < 400 || res.status >= 500) throw new Error(`POST /api/user/login with ${what} of nested arrays answered ${res.status} ${text.slice(0, 200)}, expected a 4xx`);
+        if (res.status < 400 || res.status >= 500)
+          throw new Error(
+            `POST /api/user/login with ${what} of nested arrays answered ${res.status} ${text.slice(0, 200)}, expected a 4xx`,
+          );
       }
     } catch (e) {
       await server.stop();
@@ -249,7 +288,22 @@ const hostile = defineScenario({
       async run(opts) {
         assertLoopback(login);
         const { quiet, loaded, h } = await quietThenAttacked(ctx, base, opts.durationMs, (seconds) =>
-          execWrk([`-t${ctx.threads}`, `-c${HOSTILE_CONNECTIONS}`, `-d${seconds + 1}s`, "--latency", "--timeout", "5s", "-s", HOSTILE_LUA, login, "--", HOSTILE_KINDS], seconds + 1),
+          execWrk(
+            [
+              `-t${ctx.threads}`,
+              `-c${HOSTILE_CONNECTIONS}`,
+              `-d${seconds + 1}s`,
+              "--latency",
+              "--timeout",
+              "5s",
+              "-s",
+              HOSTILE_LUA,
+              login,
+              "--",
+              HOSTILE_KINDS,
+            ],
+            seconds + 1,
+          ),
         );
         if (!opts.warmup) {
           ctx.log(
@@ -291,18 +345,30 @@ const flood = defineScenario({
   group: GROUP,
   description:
     `GET /api/shop/{id} from L1 (as shop-l1) while ${FLOOD_CONNECTIONS} other wrk connections post, round robin, a 1 MB url-encoded form of 110,000 pairs to POST /console/login and a 78,000-part multipart to POST /api/upload/blog (signed in); ` +
-    "rps/p50/p99 = under flood; \"quiet p50 ms\" = the same round's quiet window; \"p50 ÷ quiet\" and \"p50 − quiet ms\" against the target ≤ max(3 × quiet, quiet + 10 ms); \"flood req/s\" = flood requests answered per second (413/401)",
+    'rps/p50/p99 = under flood; "quiet p50 ms" = the same round\'s quiet window; "p50 ÷ quiet" and "p50 − quiet ms" against the target ≤ max(3 × quiet, quiet + 10 ms); "flood req/s" = flood requests answered per second (413/401)',
   async setup(ctx) {
     const stack: AppStack = await appStack(ctx);
-    const server = await spawnBunServer({ script: APP_SERVER, env: { MODE: "l1", BENCH_STACK_ENV: JSON.stringify(stack.env) } });
+    const server = await spawnBunServer({
+      script: APP_SERVER,
+      env: { MODE: "l1", BENCH_STACK_ENV: JSON.stringify(stack.env) },
+    });
     const base = `${server.url}/api/shop/`;
     let token: string;
     try {
       await checkShops(base, stack.ids);
       const { Redis } = await import("@upstash/redis");
       const { createSession, SessionKeys } = await import("../../../src/services/session.ts");
-      const redis = new Redis({ url: stack.env.UPSTASH_REDIS_REST_URL as string, token: stack.env.UPSTASH_REDIS_REST_TOKEN as string, enableTelemetry: false });
-      token = await createSession(redis, { id: 8_800_001, nickName: "flooder", icon: "" }, 3600, new SessionKeys(stack.env.SESSION_SECRET as string));
+      const redis = new Redis({
+        url: stack.env.UPSTASH_REDIS_REST_URL as string,
+        token: stack.env.UPSTASH_REDIS_REST_TOKEN as string,
+        enableTelemetry: false,
+      });
+      token = await createSession(
+        redis,
+        { id: 8_800_001, nickName: "flooder", icon: "" },
+        3600,
+        new SessionKeys(stack.env.SESSION_SECRET as string),
+      );
     } catch (e) {
       await server.stop();
       throw e;
@@ -313,10 +379,31 @@ const flood = defineScenario({
       async run(opts) {
         assertLoopback(server.url);
         const { quiet, loaded, h } = await quietThenAttacked(ctx, base, opts.durationMs, (seconds) =>
-          execWrk([`-t${ctx.threads}`, `-c${FLOOD_CONNECTIONS}`, `-d${seconds + 1}s`, "--latency", "--timeout", "5s", "-s", FLOOD_LUA, `${server.url}/`, "--", token, FLOOD_KINDS], seconds + 1),
+          execWrk(
+            [
+              `-t${ctx.threads}`,
+              `-c${FLOOD_CONNECTIONS}`,
+              `-d${seconds + 1}s`,
+              "--latency",
+              "--timeout",
+              "5s",
+              "-s",
+              FLOOD_LUA,
+              `${server.url}/`,
+              "--",
+              token,
+              FLOOD_KINDS,
+            ],
+            seconds + 1,
+          ),
         );
         // Breaker openings so far on the server (the operator's /health): the target is none.
-        const health = (await (await fetch(`${server.url}/health`, { headers: { authorization: `Bearer ${stack.env.ADMIN_TOKEN}` }, signal: AbortSignal.timeout(5000) })).json()) as { data: { breakers: Record<string, { opened: number }> } };
+        const health = (await (
+          await fetch(`${server.url}/health`, {
+            headers: { authorization: `Bearer ${stack.env.ADMIN_TOKEN}` },
+            signal: AbortSignal.timeout(5000),
+          })
+        ).json()) as { data: { breakers: Record<string, { opened: number }> } };
         const openings = Object.values(health.data.breakers).reduce((n, b) => n + b.opened, 0);
         if (!opts.warmup) {
           ctx.log(
@@ -355,14 +442,21 @@ const miss = defineScenario({
   name: "shop-miss",
   group: GROUP,
   description:
-    "GET /api/shop/{id} on the app for ids that do not exist, each once (wrk/unknown-ids.lua), miss meter off (MISS_PER_ADDRESS=0): \"Redis cmds/miss\" = Redis commands per request at the Upstash-REST stand-in, background work included (target ≤ 1); \"DB queries/miss\" = PlanetScale queries per request",
+    'GET /api/shop/{id} on the app for ids that do not exist, each once (wrk/unknown-ids.lua), miss meter off (MISS_PER_ADDRESS=0): "Redis cmds/miss" = Redis commands per request at the Upstash-REST stand-in, background work included (target ≤ 1); "DB queries/miss" = PlanetScale queries per request',
   async setup(ctx) {
     const stack: AppStack = await appStack(ctx);
     const counter = servedCounter();
-    const server = await spawnBunServer({ script: APP_SERVER, env: { MODE: "miss", MISS_PER_ADDRESS: "0", BENCH_STACK_ENV: JSON.stringify(stack.env) }, ipc: counter.ipc });
+    const server = await spawnBunServer({
+      script: APP_SERVER,
+      env: { MODE: "miss", MISS_PER_ADDRESS: "0", BENCH_STACK_ENV: JSON.stringify(stack.env) },
+      ipc: counter.ipc,
+    });
     try {
       const { status, text } = await fetchText(`${server.url}/api/shop/999999999`);
-      if (status !== 200 || !text.includes('"NOT_FOUND"')) throw new Error(`GET /api/shop/999999999 answered ${status} ${text.slice(0, 200)}, expected the NOT_FOUND envelope`);
+      if (status !== 200 || !text.includes('"NOT_FOUND"'))
+        throw new Error(
+          `GET /api/shop/999999999 answered ${status} ${text.slice(0, 200)}, expected the NOT_FOUND envelope`,
+        );
     } catch (e) {
       await server.stop();
       throw e;
@@ -380,7 +474,10 @@ const miss = defineScenario({
         await sleep(200);
         const served = (await counter.ask(server)) - before.served;
         if (served <= 0) return {};
-        return { [CMDS]: (stack.restCommands() - before.cmds) / served, "DB queries/miss": (stack.dbRequests() - before.db) / served };
+        return {
+          [CMDS]: (stack.restCommands() - before.cmds) / served,
+          "DB queries/miss": (stack.dbRequests() - before.db) / served,
+        };
       },
       teardown: server.stop,
     };

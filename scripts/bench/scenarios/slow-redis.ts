@@ -36,7 +36,8 @@ async function warm(base: string, ids: readonly number[]): Promise<void> {
     ids.map(async (id) => {
       const res = await fetch(`${base}${id}`, { signal: AbortSignal.timeout(15_000) });
       const body = (await res.json().catch(() => null)) as { success?: unknown; data?: { id?: unknown } } | null;
-      if (res.status !== 200 || body?.success !== true || body.data?.id !== id) throw new Error(`GET ${base}${id} answered ${res.status} ${JSON.stringify(body).slice(0, 200)}`);
+      if (res.status !== 200 || body?.success !== true || body.data?.id !== id)
+        throw new Error(`GET ${base}${id} answered ${res.status} ${JSON.stringify(body).slice(0, 200)}`);
     }),
   );
 }
@@ -45,7 +46,10 @@ async function warm(base: string, ids: readonly number[]): Promise<void> {
 function quietServer(ctx: BenchContext): Promise<{ server: BunChild; ids: number[] }> {
   return ctx.shared("slow-redis-quiet-server", async () => {
     const stack = await appStack(ctx);
-    const server = await spawnBunServer({ script: APP_SERVER, env: { MODE: "l1", BENCH_STACK_ENV: JSON.stringify(stack.env) } });
+    const server = await spawnBunServer({
+      script: APP_SERVER,
+      env: { MODE: "l1", BENCH_STACK_ENV: JSON.stringify(stack.env) },
+    });
     try {
       await warm(`${server.url}/api/shop/`, stack.ids);
     } catch (e) {
@@ -60,7 +64,8 @@ const quiet = defineScenario({
   name: "slow-redis-quiet",
   group: GROUP,
   baseline: true,
-  description: "GET /api/shop/{id} from L1 on the app (servers/app-shop.ts, MODE l1), Redis as usual; 50 ids round robin",
+  description:
+    "GET /api/shop/{id} from L1 on the app (servers/app-shop.ts, MODE l1), Redis as usual; 50 ids round robin",
   async setup(ctx) {
     const { server } = await quietServer(ctx);
     return { kind: "http", url: `${server.url}/api/shop/`, luaScript: ROTATE_IDS_LUA, teardown: async () => {} };
@@ -72,7 +77,7 @@ const slow = defineScenario({
   group: GROUP,
   description:
     `GET /api/shop/{id} from L1 on an app whose Redis answers ${REDIS_DELAY_MS} ms late (fault proxy; default REDIS_TIMEOUT_MS 250 → timeouts, breaker open, misses via MySQL); ` +
-    "each round measures the quiet server, then this one: rps/p50/p99 = slow, \"quiet p99 ms\" = the same round's quiet window, \"p99 ÷ quiet\" their ratio (target ≤ 2)",
+    'each round measures the quiet server, then this one: rps/p50/p99 = slow, "quiet p99 ms" = the same round\'s quiet window, "p99 ÷ quiet" their ratio (target ≤ 2)',
   async setup(ctx) {
     const stack = await appStack(ctx);
     const { server: quietApp } = await quietServer(ctx);
@@ -80,7 +85,10 @@ const slow = defineScenario({
     proxy.set({ kind: "delay", ms: REDIS_DELAY_MS });
     let server: BunChild;
     try {
-      server = await spawnBunServer({ script: APP_SERVER, env: { MODE: "l1", BENCH_STACK_ENV: JSON.stringify({ ...stack.env, UPSTASH_REDIS_REST_URL: proxy.url }) } });
+      server = await spawnBunServer({
+        script: APP_SERVER,
+        env: { MODE: "l1", BENCH_STACK_ENV: JSON.stringify({ ...stack.env, UPSTASH_REDIS_REST_URL: proxy.url }) },
+      });
     } catch (e) {
       await proxy.stop();
       throw e;
@@ -95,17 +103,31 @@ const slow = defineScenario({
       await stop();
       throw e;
     }
-    const target = (url: string): HttpTarget => ({ kind: "http", url, luaScript: ROTATE_IDS_LUA, teardown: async () => {} });
+    const target = (url: string): HttpTarget => ({
+      kind: "http",
+      url,
+      luaScript: ROTATE_IDS_LUA,
+      teardown: async () => {},
+    });
     const quietTarget = target(`${quietApp.url}/api/shop/`);
     const slowTarget = target(`${server.url}/api/shop/`);
-    const wrkOpts = (durationMs: number) => ({ durationMs, connections: ctx.connections, threads: ctx.threads, tmpDir: ctx.tmpDir });
+    const wrkOpts = (durationMs: number) => ({
+      durationMs,
+      connections: ctx.connections,
+      threads: ctx.threads,
+      tmpDir: ctx.tmpDir,
+    });
     let round = 0;
     return {
       kind: "run",
       async run(opts) {
         const q = await uncountedCpu(() => runWrk(quietTarget, wrkOpts(opts.durationMs)));
         const s = await runWrk(slowTarget, wrkOpts(opts.durationMs));
-        const health = (await (await fetch(`${server.url}/health`, { signal: AbortSignal.timeout(5000) })).json().catch(() => null)) as {
+        const health = (await (
+          await fetch(`${server.url}/health`, { signal: AbortSignal.timeout(5000) })
+        )
+          .json()
+          .catch(() => null)) as {
           data?: { breakers?: { redis?: { state?: string; timeouts?: number; rejected?: number } } };
         } | null;
         const redis = health?.data?.breakers?.redis;

@@ -81,7 +81,9 @@ let insertVoucher = 800_000_000;
 const DRAIN_TIMEOUT_MS = 25_000;
 
 async function orderCount(stack: SeckillStack, voucherId: number): Promise<number> {
-  const [rows] = await stack.mysql.query("SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ?", [voucherId]);
+  const [rows] = await stack.mysql.query("SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ?", [
+    voucherId,
+  ]);
   return Number((rows as { n: string | number }[])[0]!.n);
 }
 
@@ -109,9 +111,20 @@ const insert = defineScenario({
         const trips = stack.planetscale().requests - ps0;
         const n = await orderCount(stack, voucherId);
         if (n !== rows) throw new Error(`writer-insert: MySQL has ${n} rows of ${rows}`);
-        if (!opts.warmup) ctx.log(`  writer-insert #${++round}: ${formatInt(rows)} rows in ${r.ms.toFixed(0)} ms, ${trips} DB requests`);
+        if (!opts.warmup)
+          ctx.log(
+            `  writer-insert #${++round}: ${formatInt(rows)} rows in ${r.ms.toFixed(0)} ms, ${trips} DB requests`,
+          );
         const durationS = r.ms / 1000;
-        return { requests: rows, errors: 0, durationS, rps: rows / durationS, p50Ms: r.p50Ms, p99Ms: r.p99Ms, extras: { "DB trips/order": trips / rows } };
+        return {
+          requests: rows,
+          errors: 0,
+          durationS,
+          rps: rows / durationS,
+          p50Ms: r.p50Ms,
+          p99Ms: r.p99Ms,
+          extras: { "DB trips/order": trips / rows },
+        };
       },
       teardown: app.stop,
     };
@@ -145,7 +158,16 @@ function drainScenario(fromDelivery: boolean): Scenario {
       let round = 0;
       return {
         kind: "run",
-        run: (opts: RunOptions) => drainRound(ctx, stack, app, shopId, opts.warmup ? WARM_ORDERS : ORDERS, fromDelivery, opts.warmup ? 0 : ++round),
+        run: (opts: RunOptions) =>
+          drainRound(
+            ctx,
+            stack,
+            app,
+            shopId,
+            opts.warmup ? WARM_ORDERS : ORDERS,
+            fromDelivery,
+            opts.warmup ? 0 : ++round,
+          ),
         teardown: app.stop,
       };
     },
@@ -166,17 +188,35 @@ async function reserveAll(stack: SeckillStack, cfg: SeckillConfig, n: number): P
     const batch: Promise<unknown>[] = [];
     for (let k = i; k < Math.min(n, i + 1000); k++) {
       const userId = USER_BASE + k + 1;
-      const r: Reservation = { orderId: (await ids.next()).toString(), userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue };
+      const r: Reservation = {
+        orderId: (await ids.next()).toString(),
+        userId,
+        voucherId: cfg.voucherId,
+        shopId: cfg.shopId,
+        reservedAt: now,
+        amount: cfg.payValue,
+      };
       const kk = reserveKeys(cfg, userId, "127.0.0.1", day, r.orderId);
       batch.push(stack.raw.send("EVALSHA", [reserveSha, String(kk.length), ...kk, ...reserveArgs(c, r)]));
     }
     const codes = (await Promise.all(batch)) as unknown[][];
     const bad = codes.filter((x) => Number(x[0]) !== 0).length;
-    if (bad > 0) throw new Error(`reserve-stock.lua refused ${bad} of ${codes.length} reservations (first: ${JSON.stringify(codes.find((x) => Number(x[0]) !== 0))})`);
+    if (bad > 0)
+      throw new Error(
+        `reserve-stock.lua refused ${bad} of ${codes.length} reservations (first: ${JSON.stringify(codes.find((x) => Number(x[0]) !== 0))})`,
+      );
   }
 }
 
-async function drainRound(ctx: BenchContext, stack: SeckillStack, app: AppServer, shopId: number, n: number, fromDelivery: boolean, round: number): Promise<Measurement> {
+async function drainRound(
+  ctx: BenchContext,
+  stack: SeckillStack,
+  app: AppServer,
+  shopId: number,
+  n: number,
+  fromDelivery: boolean,
+  round: number,
+): Promise<Measurement> {
   const cfg = await stack.newVoucher({ shopId, stock: n, buckets: 1 });
   // Set-up, not the writer's work: kept out of "CPU µs/op".
   await uncountedCpu(() => reserveAll(stack, cfg, n));
@@ -196,7 +236,9 @@ async function drainRound(ctx: BenchContext, stack: SeckillStack, app: AppServer
   const appConfig = { ...stack.deps.config, PUBLIC_URL: app.url } as Config;
   const announcedAt = Date.now();
   const t0 = performance.now();
-  await stack.deps.queue.batchJSON([drainMessage({ config: appConfig }, shopId, Math.floor(announcedAt / DRAIN_WINDOW_MS))]);
+  await stack.deps.queue.batchJSON([
+    drainMessage({ config: appConfig }, shopId, Math.floor(announcedAt / DRAIN_WINDOW_MS)),
+  ]);
   let firstRowAt = Number.NaN;
   let have = 0;
   await waitUntil(
@@ -220,14 +262,18 @@ async function drainRound(ctx: BenchContext, stack: SeckillStack, app: AppServer
   const redis = restDelta(rest0, stack.rest());
   const db = await stack.mysqlCounts(cfg.voucherId);
   const left = Number(await stack.raw.send("HLEN", [outboxKey]));
-  if (db.orders !== n || db.stock !== 0 || left !== 0) throw new Error(`${fromDelivery ? "writer-drain-delivered" : "writer-drain"}: MySQL has ${db.orders} orders of ${n}, stock ${db.stock} (expected 0), ${left} left in the outbox`);
+  if (db.orders !== n || db.stock !== 0 || left !== 0)
+    throw new Error(
+      `${fromDelivery ? "writer-drain-delivered" : "writer-drain"}: MySQL has ${db.orders} orders of ${n}, stock ${db.stock} (expected 0), ${left} left in the outbox`,
+    );
 
   const firstDrainAt = p1.firstDrainAt ?? Number.NaN;
   const waitMs = firstDrainAt - announcedAt;
   const fromDeliveryS = (lastRowAt - firstDrainAt) / 1000;
   const published = q1.published - q0.published;
   const failed = q1.failedAttempts - q0.failedAttempts;
-  const conflicts = p1.lockConflicts.retried + p1.lockConflicts.exhausted - (p0.lockConflicts.retried + p0.lockConflicts.exhausted);
+  const conflicts =
+    p1.lockConflicts.retried + p1.lockConflicts.exhausted - (p0.lockConflicts.retried + p0.lockConflicts.exhausted);
   const appWriterCmds = writerRedisCommands(p1);
   const closes = p1.orderGroups.closePublishes - p0.orderGroups.closePublishes;
   const drainsPublished = p1.orderGroups.drainPublishes - p0.orderGroups.drainPublishes;
@@ -240,11 +286,18 @@ async function drainRound(ctx: BenchContext, stack: SeckillStack, app: AppServer
         `QStash ${published} published (${closes} closes, ${drainsPublished} drains from the app + 1 announcement) / ${failed} failed attempts; ` +
         `lock conflicts ${conflicts}, InnoDB deadlocks ${dl1 - dl0}, unhandled errors ${unhandledErrors(p1)}`,
     );
-    if (appWriterCmds !== redis.commands) ctx.log(`  note: the Upstash-REST stand-in saw ${redis.commands} commands, the app's writer-side count is ${appWriterCmds}`);
+    if (appWriterCmds !== redis.commands)
+      ctx.log(
+        `  note: the Upstash-REST stand-in saw ${redis.commands} commands, the app's writer-side count is ${appWriterCmds}`,
+      );
     if (p1.lastErrors.length) ctx.log(`  app errors: ${p1.lastErrors.join(" | ")}`);
     if (process.env.BENCH_PROFILE) {
       const drainMs = (p1.lastDrainEndAt ?? Number.NaN) - firstDrainAt;
-      ctx.log(`  profile: drain deliveries ${drainMs} ms wall; app I/O waits ${Object.entries(p1.io).map(([k, v]) => `${k} ${v.n}× ${v.ms} ms`).join(", ")}`);
+      ctx.log(
+        `  profile: drain deliveries ${drainMs} ms wall; app I/O waits ${Object.entries(p1.io)
+          .map(([k, v]) => `${k} ${v.n}× ${v.ms} ms`)
+          .join(", ")}`,
+      );
     }
   }
   const durationS = fromDelivery ? fromDeliveryS : announceToLastS;

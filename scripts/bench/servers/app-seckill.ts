@@ -80,7 +80,9 @@ const config = parseEnv({
 
 const pending = new Set<Promise<unknown>>();
 const track = (p: Promise<unknown>) => {
-  const settled = p.catch((err: unknown) => deps.log.error("background task failed", { err })).finally(() => pending.delete(settled));
+  const settled = p
+    .catch((err: unknown) => deps.log.error("background task failed", { err }))
+    .finally(() => pending.delete(settled));
   pending.add(settled);
 };
 // ------------------------------------------------------------------------------------ counters
@@ -147,7 +149,9 @@ const redisDbs = new Map<string, string>([[originOf(restUrl), "main"]]);
 config.SECKILL_SHARD_URLS.split(",")
   .map((u) => u.trim())
   .filter((u) => u !== "")
-  .forEach((u, i) => redisDbs.set(originOf(u.replace(/\/$/, "")), `shard${i + 1}`));
+  .forEach((u, i) => {
+    redisDbs.set(originOf(u.replace(/\/$/, "")), `shard${i + 1}`);
+  });
 const dbUrl = new URL(config.DATABASE_URL).host;
 const qstashUrl = config.QSTASH_URL.replace(/\/$/, "");
 /**
@@ -228,7 +232,11 @@ function countRedisCommands(body: string, db: string): void {
     return;
   }
   let c = byDb.get(db);
-  if (!c) byDb.set(db, (c = { kinds: new Map(), perSecond: new Map(), attemptsPerSecond: new Map(), retriesPerSecond: new Map() }));
+  if (!c)
+    byDb.set(
+      db,
+      (c = { kinds: new Map(), perSecond: new Map(), attemptsPerSecond: new Map(), retriesPerSecond: new Map() }),
+    );
   const matches = [...body.matchAll(COMMAND)];
   for (let i = 0; i < matches.length; i++) {
     const m = matches[i]!;
@@ -423,9 +431,19 @@ async function evalshaLoop(o: EvalshaLoop) {
       const userId = o.userBase + (next++ % o.users) + 1;
       const orderId = (baselineId++).toString();
       const now = Date.now();
-      const r: Reservation = { orderId, userId, voucherId: o.cfg.voucherId, shopId: o.cfg.shopId, reservedAt: now, amount: o.cfg.payValue };
+      const r: Reservation = {
+        orderId,
+        userId,
+        voucherId: o.cfg.voucherId,
+        shopId: o.cfg.shopId,
+        reservedAt: now,
+        amount: o.cfg.payValue,
+      };
       // Exactly the KEYS and ARGV of reserve() in src/services/seckill/reserve.ts.
-      const [code] = await script.exec(reserveKeys(o.cfg, userId, "127.0.0.1", serviceDay(now, c.SERVICE_TIME_ZONE), orderId), reserveArgs(c, r));
+      const [code] = await script.exec(
+        reserveKeys(o.cfg, userId, "127.0.0.1", serviceDay(now, c.SERVICE_TIME_ZONE), orderId),
+        reserveArgs(c, r),
+      );
       if (code === 0) {
         const t = performance.now();
         sold++;
@@ -436,7 +454,8 @@ async function evalshaLoop(o: EvalshaLoop) {
       }
     },
   });
-  if (unexpected.size > 0) throw new Error(`reserve-stock.lua answered unexpected codes: ${JSON.stringify(Object.fromEntries(unexpected))}`);
+  if (unexpected.size > 0)
+    throw new Error(`reserve-stock.lua answered unexpected codes: ${JSON.stringify(Object.fromEntries(unexpected))}`);
   return { measurement, sold, saleMs: lastMs - firstMs };
 }
 
@@ -455,7 +474,8 @@ async function insertRows(o: InsertRun) {
     const n = Math.min(o.batch, o.rows - done);
     const params: unknown[] = [];
     const now = toSqlUtc(Date.now());
-    for (let k = 0; k < n; k++) params.push((await ids.next()).toString(), o.userBase + done + k + 1, o.voucherId, OrderStatus.unpaid, now);
+    for (let k = 0; k < n; k++)
+      params.push((await ids.next()).toString(), o.userBase + done + k + 1, o.voucherId, OrderStatus.unpaid, now);
     const sql = `INSERT INTO tb_voucher_order (id, user_id, voucher_id, status, create_time) VALUES ${Array.from({ length: n }, () => "(?, ?, ?, ?, ?)").join(", ")}`;
     const s = performance.now();
     const res = await deps.db.execute(sql, params);

@@ -37,16 +37,25 @@ if (!MODES.includes(mode)) throw new Error(`MODE must be one of ${MODES.join(", 
 const stackEnv = JSON.parse(process.env.BENCH_STACK_ENV ?? "null") as Record<string, string> | null;
 if (!stackEnv) throw new Error("BENCH_STACK_ENV is required");
 
-const missMeter = mode === "miss" && process.env.MISS_PER_ADDRESS !== undefined ? { MISS_PER_ADDRESS: process.env.MISS_PER_ADDRESS } : {};
+const missMeter =
+  mode === "miss" && process.env.MISS_PER_ADDRESS !== undefined
+    ? { MISS_PER_ADDRESS: process.env.MISS_PER_ADDRESS }
+    : {};
 const config = parseEnv({ ...stackEnv, LOG_LEVEL: "silent", RUN_CRON: "false", PORT: process.env.PORT, ...missMeter });
 
 const pending = new Set<Promise<unknown>>();
 const track = (p: Promise<unknown>) => {
-  const settled = p.catch((err: unknown) => deps.log.error("background task failed", { err })).finally(() => pending.delete(settled));
+  const settled = p
+    .catch((err: unknown) => deps.log.error("background task failed", { err }))
+    .finally(() => pending.delete(settled));
   pending.add(settled);
 };
 const deps = createDeps(config, { waitUntil: track });
-if (mode === "l2") deps.isolate.caches = createCaches({ shop: { l1TtlMs: 0 } }, { degraded: () => deps.isolate.resilience.redis.degraded });
+if (mode === "l2")
+  deps.isolate.caches = createCaches(
+    { shop: { l1TtlMs: 0 } },
+    { degraded: () => deps.isolate.resilience.redis.degraded },
+  );
 const app = createApp(deps);
 app.get("/bench/shop-origin/:id", v("param", IdParam), async (c) => {
   const found = await loadShop(c.get("deps"), c.req.valid("param").id);

@@ -8,7 +8,10 @@ import { Hono } from "hono";
 
 declare const Deno: {
   env: { get(k: string): string | undefined };
-  serve(opts: { port: number; hostname: string; onListen?: (a: { port: number; hostname: string }) => void }, handler: (req: Request) => Response | Promise<Response>): unknown;
+  serve(
+    opts: { port: number; hostname: string; onListen?: (a: { port: number; hostname: string }) => void },
+    handler: (req: Request) => Response | Promise<Response>,
+  ): unknown;
 };
 
 const app = new Hono();
@@ -16,4 +19,7 @@ app.on(["GET", "POST"], "/", (c) => c.text("Hello, World!"));
 
 const port = Number(Deno.env.get("PORT") ?? 0);
 const hostname = Deno.env.get("HOST") ?? "127.0.0.1";
-Deno.serve({ port, hostname, onListen: (a) => console.log(`deno-hello listening on http://${a.hostname}:${a.port}/`) }, app.fetch);
+Deno.serve(
+  { port, hostname, onListen: (a) => console.log(`deno-hello listening on http://${a.hostname}:${a.port}/`) },
+  app.fetch,
+);

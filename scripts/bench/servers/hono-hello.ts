@@ -7,7 +7,8 @@ import { Hono } from "hono";
 
 const app = new Hono();
 // HELLO_METHODS=GET,POST also answers POST / (the baseline of the seckill sold-out row, which POSTs).
-for (const method of (process.env.HELLO_METHODS ?? "GET").split(",")) app.on(method.trim().toUpperCase(), "/", (c) => c.text("Hello, World!"));
+for (const method of (process.env.HELLO_METHODS ?? "GET").split(","))
+  app.on(method.trim().toUpperCase(), "/", (c) => c.text("Hello, World!"));
 
 const server = Bun.serve({
   port: Number(process.env.PORT ?? 0),

@@ -11,7 +11,16 @@
 import { createHash } from "node:crypto";
 import type { DeliveryLoop, QstashStats } from "./delivery.ts";
 import { compileRetryDelay, RetryExprError } from "./retry-expr.ts";
-import { type CallbackSpec, type DlqRecord, type Draft, fromB64, headersToMulti, type QstashStore, randomId, type StoredMessage } from "./store.ts";
+import {
+  type CallbackSpec,
+  type DlqRecord,
+  type Draft,
+  fromB64,
+  headersToMulti,
+  type QstashStore,
+  randomId,
+  type StoredMessage,
+} from "./store.ts";
 
 /** What the routes need: the state, the loop to wake, and the instance's settings. */
 export interface ApiContext {
@@ -143,7 +152,11 @@ function forwardedHeaders(h: HeaderGetter, prefix: string, includeContentType: b
   return out;
 }
 
-function parseCallback(h: HeaderGetter, which: "callback" | "failure-callback", defaultRetries: number): CallbackSpec | undefined {
+function parseCallback(
+  h: HeaderGetter,
+  which: "callback" | "failure-callback",
+  defaultRetries: number,
+): CallbackSpec | undefined {
   const url = h.get(`upstash-${which}`);
   if (url === undefined || url.trim() === "") return undefined;
   const p = `upstash-${which}-`;
@@ -160,7 +173,13 @@ function parseCallback(h: HeaderGetter, which: "callback" | "failure-callback", 
 }
 
 /** Validates one publish (from HTTP headers or a batch entry) into a message not yet stored. */
-function draftFromPublish(ctx: ApiContext, destRaw: string, h: HeaderGetter, body: Uint8Array, callerIp: string | undefined): Draft {
+function draftFromPublish(
+  ctx: ApiContext,
+  destRaw: string,
+  h: HeaderGetter,
+  body: Uint8Array,
+  callerIp: string | undefined,
+): Draft {
   const url = parseDestination(destRaw);
   const now = Date.now();
   const method = parseMethod(h.get("upstash-method"));
@@ -174,7 +193,11 @@ function draftFromPublish(ctx: ApiContext, destRaw: string, h: HeaderGetter, bod
   } else if (delayRaw !== undefined && delayRaw.trim() !== "") {
     const ms = parseDuration(delayRaw, "Upstash-Delay");
     // Hosted limits are per plan (docs qstash/features/delay): free 7 days, pay-as-you-go 1 year.
-    if (ms > ctx.maxDelayMs) throw new HttpError(400, `invalid Upstash-Delay: ${delayRaw} exceeds the maximum allowed delay of ${describeDuration(ctx.maxDelayMs)}`);
+    if (ms > ctx.maxDelayMs)
+      throw new HttpError(
+        400,
+        `invalid Upstash-Delay: ${delayRaw} exceeds the maximum allowed delay of ${describeDuration(ctx.maxDelayMs)}`,
+      );
     dueAt = now + ms * ctx.timeScale;
   }
   const retryDelay = h.get("upstash-retry-delay")?.trim() || undefined;
@@ -187,11 +210,16 @@ function draftFromPublish(ctx: ApiContext, destRaw: string, h: HeaderGetter, bod
     }
   }
   const timeoutRaw = h.get("upstash-timeout");
-  const timeoutMs = timeoutRaw && timeoutRaw.trim() ? parseDuration(timeoutRaw, "Upstash-Timeout") : undefined;
+  const timeoutMs = timeoutRaw?.trim() ? parseDuration(timeoutRaw, "Upstash-Timeout") : undefined;
   if (timeoutMs !== undefined && timeoutMs <= 0) throw new HttpError(400, `invalid Upstash-Timeout: ${timeoutRaw}`);
   const headers = forwardedHeaders(h, "upstash-", true);
   const labelRaw = h.get("upstash-label");
-  const labels = labelRaw ? labelRaw.split(",").map((s) => s.trim()).filter(Boolean) : undefined;
+  const labels = labelRaw
+    ? labelRaw
+        .split(",")
+        .map((s) => s.trim())
+        .filter(Boolean)
+    : undefined;
   if (h.get("upstash-queue-name") || h.get("upstash-flow-control-key")) {
     throw new HttpError(501, "queues and flow control are not supported by local QStash");
   }
@@ -221,7 +249,8 @@ function draftFromPublish(ctx: ApiContext, destRaw: string, h: HeaderGetter, bod
     dedupKey = createHash("sha256").update(`id\0${url}\0${dedupId}`).digest("hex");
   } else if ((h.get("upstash-content-based-deduplication") ?? "").trim().toLowerCase() === "true") {
     const hash = createHash("sha256").update(`content\0${url}\0${method}\0`);
-    for (const [k, v] of [...headers].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))) hash.update(`${k}:${v}\n`);
+    for (const [k, v] of [...headers].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)))
+      hash.update(`${k}:${v}\n`);
     hash.update(body);
     dedupKey = hash.digest("hex");
   }
@@ -336,7 +365,11 @@ const CANCEL_PARAMS = new Set([
  */
 function checkParams(q: URLSearchParams, allowed: ReadonlySet<string>, endpoint: string): void {
   for (const name of q.keys()) {
-    if (!allowed.has(name)) throw new HttpError(400, `unknown query parameter '${name}' for ${endpoint}; accepted: ${[...allowed].join(", ")}`);
+    if (!allowed.has(name))
+      throw new HttpError(
+        400,
+        `unknown query parameter '${name}' for ${endpoint}; accepted: ${[...allowed].join(", ")}`,
+      );
   }
 }
 
@@ -350,7 +383,8 @@ function matchesFilter(q: URLSearchParams, r: { message: StoredMessage; status?:
   if (!any(["url"], m.url) || !any(["messageId"], m.id) || !any(["callerIp", "callerIP"], m.callerIp)) return false;
   if (!any(["responseStatus"], r.status === undefined ? undefined : String(r.status))) return false;
   // The stand-in has no URL groups, schedules, queues or flow control: such a filter matches nothing.
-  for (const unsupported of ["topicName", "scheduleId", "queueName", "flowControlKey"]) if (!any([unsupported], undefined)) return false;
+  for (const unsupported of ["topicName", "scheduleId", "queueName", "flowControlKey"])
+    if (!any([unsupported], undefined)) return false;
   const labels = q.getAll("label");
   if (labels.length > 0 && !labels.some((l) => m.labels?.includes(l))) return false;
   const host = q.getAll("host");
@@ -437,7 +471,12 @@ async function dlqBulk(ctx: ApiContext, q: URLSearchParams, redrive: boolean): P
   return json(200, { deleted: done.length, ...(cursor ? { cursor } : {}) });
 }
 
-async function routeDlq(ctx: ApiContext, seg: string[], method: string, query: URLSearchParams): Promise<Response | undefined> {
+async function routeDlq(
+  ctx: ApiContext,
+  seg: string[],
+  method: string,
+  query: URLSearchParams,
+): Promise<Response | undefined> {
   if (seg.length === 1 && method === "GET") {
     checkParams(query, DLQ_PARAMS, "GET /v2/dlq");
     return await listDlq(ctx, query);
@@ -473,7 +512,12 @@ async function routeDlq(ctx: ApiContext, seg: string[], method: string, query: U
 // ---------------------------------------------------------------------------------------------
 // Messages
 
-async function routeMessages(ctx: ApiContext, seg: string[], method: string, query: URLSearchParams): Promise<Response | undefined> {
+async function routeMessages(
+  ctx: ApiContext,
+  seg: string[],
+  method: string,
+  query: URLSearchParams,
+): Promise<Response | undefined> {
   const id = seg[1];
   if (seg.length === 2 && id) {
     if (method === "GET") {
@@ -488,10 +532,16 @@ async function routeMessages(ctx: ApiContext, seg: string[], method: string, que
   }
   if (seg.length === 1 && method === "DELETE") {
     checkParams(query, CANCEL_PARAMS, "DELETE /v2/messages");
-    if (query.get("async") === "true") throw new HttpError(501, "async bulk cancel (bulk actions) is not implemented by local QStash");
+    if (query.get("async") === "true")
+      throw new HttpError(501, "async bulk cancel (bulk actions) is not implemented by local QStash");
     // Hosted: messageIds wins over filters; no filter cancels everything; `count` is ignored.
     const ids = query.getAll("messageIds");
-    const targets = ids.length > 0 ? ids : (await ctx.store.pendingMessages()).filter((m) => matchesFilter(query, { message: m, at: m.createdAt })).map((m) => m.id);
+    const targets =
+      ids.length > 0
+        ? ids
+        : (await ctx.store.pendingMessages())
+            .filter((m) => matchesFilter(query, { message: m, at: m.createdAt }))
+            .map((m) => m.id);
     let cancelled = 0;
     for (const target of targets) if (await ctx.store.cancel(target)) cancelled++;
     return json(200, { cancelled });
@@ -511,11 +561,18 @@ async function readJsonBody(req: Request): Promise<unknown> {
   }
 }
 
-async function handlePublish(ctx: ApiContext, req: Request, dest: string, callerIp: string | undefined): Promise<Response> {
+async function handlePublish(
+  ctx: ApiContext,
+  req: Request,
+  dest: string,
+  callerIp: string | undefined,
+): Promise<Response> {
   const body = new Uint8Array(await req.arrayBuffer());
   const d = draftFromPublish(ctx, dest, headerGetterFromHeaders(req.headers), body, callerIp);
   const r = await enqueue(ctx, d);
-  return r.deduplicated ? json(202, { messageId: r.messageId, url: d.msg.url, deduplicated: true }) : json(200, { messageId: r.messageId, url: d.msg.url });
+  return r.deduplicated
+    ? json(202, { messageId: r.messageId, url: d.msg.url, deduplicated: true })
+    : json(200, { messageId: r.messageId, url: d.msg.url });
 }
 
 async function handleBatch(ctx: ApiContext, req: Request, callerIp: string | undefined): Promise<Response> {
@@ -525,17 +582,20 @@ async function handleBatch(ctx: ApiContext, req: Request, callerIp: string | und
   const drafts: Draft[] = parsed.map((entry: unknown, i) => {
     if (typeof entry !== "object" || entry === null) throw new HttpError(400, `batch entry ${i} is not an object`);
     const e = entry as Record<string, unknown>;
-    if (typeof e.destination !== "string" || e.destination === "") throw new HttpError(400, `batch entry ${i}: destination is required`);
+    if (typeof e.destination !== "string" || e.destination === "")
+      throw new HttpError(400, `batch entry ${i}: destination is required`);
     if (e.queue !== undefined) throw new HttpError(501, "queues are not supported by local QStash");
     const hdrs: Record<string, string> = {};
     if (e.headers !== undefined && e.headers !== null) {
-      if (typeof e.headers !== "object" || Array.isArray(e.headers)) throw new HttpError(400, `batch entry ${i}: headers must be an object`);
+      if (typeof e.headers !== "object" || Array.isArray(e.headers))
+        throw new HttpError(400, `batch entry ${i}: headers must be an object`);
       for (const [k, v] of Object.entries(e.headers as Record<string, unknown>)) {
         if (typeof v !== "string") throw new HttpError(400, `batch entry ${i}: header ${k} must be a string`);
         hdrs[k] = v;
       }
     }
-    if (e.body !== undefined && e.body !== null && typeof e.body !== "string") throw new HttpError(400, `batch entry ${i}: body must be a string`);
+    if (e.body !== undefined && e.body !== null && typeof e.body !== "string")
+      throw new HttpError(400, `batch entry ${i}: body must be a string`);
     const body = new TextEncoder().encode(typeof e.body === "string" ? e.body : "");
     return draftFromPublish(ctx, e.destination, headerGetterFromRecord(hdrs), body, callerIp);
   });
@@ -549,7 +609,17 @@ async function handleBatch(ctx: ApiContext, req: Request, callerIp: string | und
 
 // ---------------------------------------------------------------------------------------------
 
-const NOT_IMPLEMENTED = ["schedules", "queues", "enqueue", "topics", "events", "flowControl", "globalParallelism", "workflows", "bulkActions"];
+const NOT_IMPLEMENTED = [
+  "schedules",
+  "queues",
+  "enqueue",
+  "topics",
+  "events",
+  "flowControl",
+  "globalParallelism",
+  "workflows",
+  "bulkActions",
+];
 
 async function route(ctx: ApiContext, req: Request, callerIp: string | undefined): Promise<Response> {
   const raw = req.url;
@@ -565,9 +635,11 @@ async function route(ctx: ApiContext, req: Request, callerIp: string | undefined
   if (req.headers.get("authorization") !== `Bearer ${ctx.token}`) throw new HttpError(401, "Unauthorized");
 
   // destination = raw path after /v2/publish/ + raw query string (it belongs to the destination).
-  if (path.startsWith("/v2/publish/") && method === "POST") return await handlePublish(ctx, req, pathAndQuery.slice("/v2/publish/".length), callerIp);
+  if (path.startsWith("/v2/publish/") && method === "POST")
+    return await handlePublish(ctx, req, pathAndQuery.slice("/v2/publish/".length), callerIp);
   if (path === "/v2/batch" && method === "POST") return await handleBatch(ctx, req, callerIp);
-  if (path === "/v2/keys" && method === "GET") return json(200, { current: ctx.currentSigningKey, next: ctx.nextSigningKey });
+  if (path === "/v2/keys" && method === "GET")
+    return json(200, { current: ctx.currentSigningKey, next: ctx.nextSigningKey });
 
   const seg = path
     .split("/")
@@ -579,9 +651,15 @@ async function route(ctx: ApiContext, req: Request, callerIp: string | undefined
         return s;
       }
     });
-  const res = seg[0] === "messages" ? await routeMessages(ctx, seg, method, query) : seg[0] === "dlq" ? await routeDlq(ctx, seg, method, query) : undefined;
+  const res =
+    seg[0] === "messages"
+      ? await routeMessages(ctx, seg, method, query)
+      : seg[0] === "dlq"
+        ? await routeDlq(ctx, seg, method, query)
+        : undefined;
   if (res) return res;
-  if (seg[0] !== undefined && NOT_IMPLEMENTED.includes(seg[0])) throw new HttpError(501, `/v2/${seg[0]} is not implemented by local QStash`);
+  if (seg[0] !== undefined && NOT_IMPLEMENTED.includes(seg[0]))
+    throw new HttpError(501, `/v2/${seg[0]} is not implemented by local QStash`);
   throw new HttpError(404, `not found: ${method} ${path}`);
 }
 

@@ -93,7 +93,13 @@ async function sign(key: Uint8Array, url: string, body: Uint8Array): Promise<str
 }
 
 /** Builds the callback / failure-callback message (a normal message, so it survives restarts). */
-function callbackMessage(spec: CallbackSpec, src: StoredMessage, res: AttemptResponse, timeScale: number, dlqId?: string): StoredMessage {
+function callbackMessage(
+  spec: CallbackSpec,
+  src: StoredMessage,
+  res: AttemptResponse,
+  timeScale: number,
+  dlqId?: string,
+): StoredMessage {
   const now = Date.now();
   const payload: Record<string, unknown> = {
     status: res.status ?? 0,
@@ -215,7 +221,12 @@ export class DeliveryLoop {
       try {
         const room = MAX_IN_FLIGHT - this.inFlight.size;
         if (room > 0) {
-          const claimed = await this.store.claim(Date.now(), deliveryTimeoutMs + LEASE_GRACE_MS, room, `${this.instanceId}:${++this.leaseSeq}`);
+          const claimed = await this.store.claim(
+            Date.now(),
+            deliveryTimeoutMs + LEASE_GRACE_MS,
+            room,
+            `${this.instanceId}:${++this.leaseSeq}`,
+          );
           for (const [id, token] of claimed) {
             const p = this.attempt(id, token);
             this.inFlight.add(p);
@@ -297,12 +308,23 @@ export class DeliveryLoop {
       stats.failedAttempts++;
       if (msg.retried < msg.maxRetries) {
         const next: StoredMessage = { ...msg, retried: msg.retried + 1 };
-        await store.finish(id, token, "retry", { msg: next, dueMs: Date.now() + retryDelayMs(msg, retryAfterMs) * timeScale });
+        await store.finish(id, token, "retry", {
+          msg: next,
+          dueMs: Date.now() + retryDelayMs(msg, retryAfterMs) * timeScale,
+        });
         return;
       }
 
-      const dlq: DlqRecord = { dlqId: `${Date.now()}-${randomBytes(6).toString("hex")}`, addedAt: Date.now(), message: msg, response: result };
-      const cb = msg.failureCallback && !msg.isCallback ? callbackMessage(msg.failureCallback, msg, result, timeScale, dlq.dlqId) : undefined;
+      const dlq: DlqRecord = {
+        dlqId: `${Date.now()}-${randomBytes(6).toString("hex")}`,
+        addedAt: Date.now(),
+        message: msg,
+        response: result,
+      };
+      const cb =
+        msg.failureCallback && !msg.isCallback
+          ? callbackMessage(msg.failureCallback, msg, result, timeScale, dlq.dlqId)
+          : undefined;
       if ((await store.finish(id, token, "dlq", { dlq, cb })) === 1) stats.dlq++;
       if (cb) this.kick();
     } catch (e) {

@@ -69,7 +69,12 @@ export async function startLocalQstash(opts: LocalQstashOptions): Promise<LocalQ
   const stats: QstashStats = { published: 0, delivered: 0, failedAttempts: 0, dlq: 0 };
   const delivery = new DeliveryLoop(
     store,
-    { currentSigningKey: opts.currentSigningKey, timeScale, pollIntervalMs, deliveryTimeoutMs: opts.deliveryTimeoutMs ?? 30_000 },
+    {
+      currentSigningKey: opts.currentSigningKey,
+      timeScale,
+      pollIntervalMs,
+      deliveryTimeoutMs: opts.deliveryTimeoutMs ?? 30_000,
+    },
     stats,
   );
   const ctx: ApiContext = {

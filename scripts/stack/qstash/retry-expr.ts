@@ -16,7 +16,7 @@ const MAX_DEPTH = 50;
 
 /** The functions the hosted API documents (features/retry), with their arities. */
 const FUNCS: Record<string, { min: number; max: number; fn: (...a: number[]) => number }> = {
-  pow: { min: 2, max: 2, fn: (a, b) => Math.pow(a ?? NaN, b ?? NaN) },
+  pow: { min: 2, max: 2, fn: (a, b) => (a ?? NaN) ** (b ?? NaN) },
   sqrt: { min: 1, max: 1, fn: (a) => Math.sqrt(a ?? NaN) },
   abs: { min: 1, max: 1, fn: (a) => Math.abs(a ?? NaN) },
   exp: { min: 1, max: 1, fn: (a) => Math.exp(a ?? NaN) },

@@ -270,10 +270,12 @@ export class QstashStore {
     const K = this.K;
     const keys = [K.msg(d.msg.id), K.due];
     if (d.dedupKey) keys.push(K.dedup(d.dedupKey));
-    const res = (await this.evalLua(ENQUEUE_LUA, keys, [JSON.stringify(d.msg), d.msg.notBefore, d.msg.id, DEDUP_WINDOW_MS])) as [
-      number,
-      string | null,
-    ];
+    const res = (await this.evalLua(ENQUEUE_LUA, keys, [
+      JSON.stringify(d.msg),
+      d.msg.notBefore,
+      d.msg.id,
+      DEDUP_WINDOW_MS,
+    ])) as [number, string | null];
     if (res[0] === 1) return { messageId: d.msg.id, deduplicated: false };
     return { messageId: res[1] ?? d.msg.id, deduplicated: true };
   }
@@ -331,7 +333,11 @@ export class QstashStore {
     }
     const now = Date.now();
     const msg: StoredMessage = { ...r.message, id: randomId("msg_"), createdAt: now, notBefore: now, retried: 0 };
-    const ok = await this.evalLua(DLQ_TAKE_LUA, [K.dlqEntry(r.dlqId), K.dlq, K.msg(msg.id), K.due], [r.dlqId, JSON.stringify(msg), now, msg.id]);
+    const ok = await this.evalLua(
+      DLQ_TAKE_LUA,
+      [K.dlqEntry(r.dlqId), K.dlq, K.msg(msg.id), K.due],
+      [r.dlqId, JSON.stringify(msg), now, msg.id],
+    );
     return Number(ok) === 1 ? msg.id : undefined;
   }
 
@@ -340,7 +346,11 @@ export class QstashStore {
   /** Re-queues expired leases, then claims up to `max` due messages as [id, leaseToken] pairs. */
   async claim(nowMs: number, leaseMs: number, max: number, tokenPrefix: string): Promise<[string, string][]> {
     const K = this.K;
-    const out = (await this.evalLua(CLAIM_LUA, [K.due, K.inflight, K.leases], [nowMs, leaseMs, max, tokenPrefix])) as string[];
+    const out = (await this.evalLua(
+      CLAIM_LUA,
+      [K.due, K.inflight, K.leases],
+      [nowMs, leaseMs, max, tokenPrefix],
+    )) as string[];
     const pairs: [string, string][] = [];
     for (let i = 0; i + 1 < out.length; i += 2) pairs.push([out[i]!, out[i + 1]!]);
     return pairs;

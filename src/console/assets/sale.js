@@ -7,8 +7,6 @@
  * this file's @ts-check) and linted by biome.
  */
 (() => {
-  "use strict";
-
   /**
    * One `stats` event: console/sale.ts SaleSnapshot (the fields this page reads).
    * @typedef {{
@@ -53,7 +51,14 @@
     const box = document.getElementById(id);
     const UPlot = uPlotCtor();
     if (!box || !UPlot) return null;
-    const opts = { title, width: Math.max(320, box.clientWidth - 16), height: 240, series: [{}, ...series], axes: [{}, {}], scales: { x: { time: true } } };
+    const opts = {
+      title,
+      width: Math.max(320, box.clientWidth - 16),
+      height: 240,
+      series: [{}, ...series],
+      axes: [{}, {}],
+      scales: { x: { time: true } },
+    };
     return new UPlot(opts, [[], ...series.map(() => [])], box);
   }
 

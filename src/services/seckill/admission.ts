@@ -41,7 +41,10 @@ export interface AdmissionLimits {
   total: number;
 }
 
-type AdmissionConfig = Pick<Config, "REDIS_COMMANDS_PER_SECOND" | "SECKILL_ADMISSION_SHARE" | "SECKILL_ADMISSION_PER_SECOND">;
+type AdmissionConfig = Pick<
+  Config,
+  "REDIS_COMMANDS_PER_SECOND" | "SECKILL_ADMISSION_SHARE" | "SECKILL_ADMISSION_PER_SECOND"
+>;
 
 /** The limits config asks for; null when admission is off (SECKILL_ADMISSION_PER_SECOND=0). */
 export function admissionLimits(c: AdmissionConfig): AdmissionLimits | null {
@@ -127,11 +130,25 @@ export class SeckillAdmission {
       if (gates.length >= top) break;
       const current = g.second === second;
       const [voucherId, shard] = key.split(":").map(Number) as [number, number | undefined];
-      gates.push({ voucherId, ...(shard === undefined ? {} : { shard }), tokens: current ? g.tokens : 0, spent: current && g.spent, seen: current ? g.seen : 0, leasing: g.lease !== undefined });
+      gates.push({
+        voucherId,
+        ...(shard === undefined ? {} : { shard }),
+        tokens: current ? g.tokens : 0,
+        spent: current && g.spent,
+        seen: current ? g.seen : 0,
+        leasing: g.lease !== undefined,
+      });
     }
     let blocksActive = 0;
     for (const until of this.blocks.values()) if (until > now) blocksActive++;
-    return { limits: this.limits, stats: { ...this.stats }, vouchers: this.gates.size, gates, blocks: this.blocks.size, blocksActive };
+    return {
+      limits: this.limits,
+      stats: { ...this.stats },
+      vouchers: this.gates.size,
+      gates,
+      blocks: this.blocks.size,
+      blocksActive,
+    };
   }
 
   private gateOf(key: string, second: number): Gate {
@@ -155,7 +172,12 @@ export class SeckillAdmission {
    * address, or a voucher whose admission budget for this second is spent. Synchronous and
    * allocation-free on the common (undefined) path; part of reserve.ts answerFromMemory.
    */
-  refusedFromMemory(now: number, voucherId: number, userId: number, ipOf: () => string | undefined): MemoryAnswer | undefined {
+  refusedFromMemory(
+    now: number,
+    voucherId: number,
+    userId: number,
+    ipOf: () => string | undefined,
+  ): MemoryAnswer | undefined {
     if (this.blocks.size > 0) {
       const user = this.blockedUntil(`${voucherId}:u:${userId}`, now);
       if (user !== undefined) return this.refuse(MESSAGES.user, user - now, true);
@@ -168,7 +190,8 @@ export class SeckillAdmission {
     // (A sharded voucher's gates are per shard; admit() refuses from them without I/O as well.)
     const g = this.gates.peek(String(voucherId));
     const second = Math.floor(now / 1000);
-    if (g !== undefined && g.spent && g.tokens === 0 && g.second === second) return this.refuse(MESSAGES.admission, (second + 1) * 1000 - now, false);
+    if (g?.spent && g.tokens === 0 && g.second === second)
+      return this.refuse(MESSAGES.admission, (second + 1) * 1000 - now, false);
     return undefined;
   }
 
@@ -197,7 +220,11 @@ export class SeckillAdmission {
    * has no token and the second's budget is not known to be spent. A failed lease rejects like the
    * reserve command would (Redis is down for both).
    */
-  async admit(deps: Pick<Deps, "redis" | "clock" | "runtime">, voucherId: number, shard?: number): Promise<MemoryAnswer | undefined> {
+  async admit(
+    deps: Pick<Deps, "redis" | "clock" | "runtime">,
+    voucherId: number,
+    shard?: number,
+  ): Promise<MemoryAnswer | undefined> {
     const lim = this.limits;
     if (!lim) return undefined;
     let counted = false;
@@ -232,7 +259,14 @@ export class SeckillAdmission {
   }
 
   /** `shared`: the gate's one lease, joined by every waiting caller (Bun, Deno); else one caller's own. */
-  private async lease(deps: Pick<Deps, "redis">, voucherId: number, g: Gate, second: number, lim: AdmissionLimits, shared: boolean): Promise<void> {
+  private async lease(
+    deps: Pick<Deps, "redis">,
+    voucherId: number,
+    g: Gate,
+    second: number,
+    lim: AdmissionLimits,
+    shared: boolean,
+  ): Promise<void> {
     try {
       // One turn, so the callers parsed in the same read of the sockets count in `waiting`.
       if (shared) await new Promise<void>((r) => setTimeout(r, 0));

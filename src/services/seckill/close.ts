@@ -20,12 +20,25 @@
 import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
-import { invocationCap, type LimitSource, metered, SubrequestBudget, SubrequestBudgetExceeded } from "../../ports/subrequests.ts";
+import {
+  invocationCap,
+  type LimitSource,
+  metered,
+  SubrequestBudget,
+  SubrequestBudgetExceeded,
+} from "../../ports/subrequests.ts";
 import { parseSqlUtc, serviceDay, toSqlUtc } from "../../util/time.ts";
 import { homeBucket, type SeckillConfig } from "./config.ts";
 import { ruleKeys } from "./rules.ts";
 import { withLockRetry } from "./mysql-retry.ts";
-import { findReservation, outboxEntries, outboxesOf, outboxRedis, parseReservation, reachableOutboxes } from "./outbox.ts";
+import {
+  findReservation,
+  outboxEntries,
+  outboxesOf,
+  outboxRedis,
+  parseReservation,
+  reachableOutboxes,
+} from "./outbox.ts";
 import { registeredSeckills } from "./registry.ts";
 import { homeShard, ShardUnavailable, shardCountOf, shardRedis } from "./shards.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
@@ -62,7 +75,13 @@ export interface OrderRef {
   reservedAt: number;
 }
 
-export type CloseOutcome = "cancelled" | "cancelled-before-write" | "already-cancelled" | "not-unpaid" | "not-due" | "unknown";
+export type CloseOutcome =
+  | "cancelled"
+  | "cancelled-before-write"
+  | "already-cancelled"
+  | "not-unpaid"
+  | "not-due"
+  | "unknown";
 
 export interface CloseSummary {
   outcomes: Map<string, CloseOutcome>;
@@ -106,7 +125,12 @@ export async function releaseManyInRedis(deps: Deps, orders: readonly OrderRef[]
       } catch (err) {
         if (!(err instanceof ShardUnavailable)) throw err;
         unavailable ??= err;
-        deps.log.error("cancelled orders' units not released: their seckill shard is not configured", { voucherId, shard, orderIds: inShard.map((o) => o.orderId).slice(0, 20), err });
+        deps.log.error("cancelled orders' units not released: their seckill shard is not configured", {
+          voucherId,
+          shard,
+          orderIds: inShard.map((o) => o.orderId).slice(0, 20),
+          err,
+        });
       }
     }
     // This isolate no longer remembers these buyers as holders (other isolates' memos end within
@@ -118,9 +142,19 @@ export async function releaseManyInRedis(deps: Deps, orders: readonly OrderRef[]
 }
 
 /** One release-stock-many of one voucher's orders in one database (the buyers' home shard, or the main one). */
-async function releaseInShard(deps: Pick<Deps, "config">, cfg: SeckillConfig, redis: Deps["redis"], list: readonly OrderRef[]): Promise<number> {
+async function releaseInShard(
+  deps: Pick<Deps, "config">,
+  cfg: SeckillConfig,
+  redis: Deps["redis"],
+  list: readonly OrderRef[],
+): Promise<number> {
   const { shopId, voucherId } = cfg;
-  const k: string[] = [keys.seckill.released(shopId, voucherId), keys.seckill.buyers(shopId, voucherId), keys.seckill.outbox(shopId), keys.seckill.outboxDue(shopId)];
+  const k: string[] = [
+    keys.seckill.released(shopId, voucherId),
+    keys.seckill.buyers(shopId, voucherId),
+    keys.seckill.outbox(shopId),
+    keys.seckill.outboxDue(shopId),
+  ];
   const a: string[] = [];
   for (const o of list) {
     // The rule logs come from the voucher's (immutable) rules, so a release finds the keys its
@@ -143,7 +177,13 @@ export async function releaseInRedis(deps: Deps, o: OrderRef): Promise<boolean> 
 }
 
 function refOf(r: Row): OrderRef & { status: number } {
-  return { orderId: String(r.id), userId: Number(r.user_id), voucherId: Number(r.voucher_id), reservedAt: parseSqlUtc(String(r.create_time)), status: Number(r.status) };
+  return {
+    orderId: String(r.id),
+    userId: Number(r.user_id),
+    voucherId: Number(r.voucher_id),
+    reservedAt: parseSqlUtc(String(r.create_time)),
+    status: Number(r.status),
+  };
 }
 
 const IN = (n: number) => Array.from({ length: n }, () => "?").join(", ");
@@ -151,7 +191,12 @@ const IN = (n: number) => Array.from({ length: n }, () => "?").join(", ");
 /** Rows of `ids` in MySQL (plain read; the CAS below re-checks under locks). */
 async function readRows(deps: Deps, ids: readonly string[]): Promise<Map<string, OrderRef & { status: number }>> {
   if (ids.length === 0) return new Map();
-  const rows = (await deps.db.execute(`SELECT id, user_id, voucher_id, status, create_time FROM tb_voucher_order WHERE id IN (${IN(ids.length)})`, ids.map((id) => BigInt(id)))).rows as Row[];
+  const rows = (
+    await deps.db.execute(
+      `SELECT id, user_id, voucher_id, status, create_time FROM tb_voucher_order WHERE id IN (${IN(ids.length)})`,
+      ids.map((id) => BigInt(id)),
+    )
+  ).rows as Row[];
   return new Map(rows.map((r) => [String(r.id), refOf(r)]));
 }
 
@@ -159,7 +204,12 @@ async function readRows(deps: Deps, ids: readonly string[]): Promise<Map<string,
  * CAS of one voucher's unpaid orders to cancelled, with the stock credit, in one transaction.
  * Returns the orders this call cancelled.
  */
-async function cancelUnpaid(deps: Deps, voucherId: number, ids: readonly string[], deadlineMs: number | undefined): Promise<OrderRef[]> {
+async function cancelUnpaid(
+  deps: Deps,
+  voucherId: number,
+  ids: readonly string[],
+  deadlineMs: number | undefined,
+): Promise<OrderRef[]> {
   return await withLockRetry(deps, deps.isolate.orderGroups.lockConflicts, "close orders", () =>
     deps.db.transaction(async (tx) => {
       const args: unknown[] = [...ids.map((id) => BigInt(id)), voucherId, OrderStatus.unpaid];
@@ -170,14 +220,17 @@ async function cancelUnpaid(deps: Deps, voucherId: number, ids: readonly string[
       }
       const locked = ((await tx.execute(`${sql} FOR UPDATE`, args)).rows as Row[]).map(refOf);
       if (locked.length === 0) return [];
-      const upd = await tx.execute(`UPDATE tb_voucher_order SET status = ? WHERE id IN (${IN(locked.length)}) AND status = ?`, [
-        OrderStatus.cancelled,
-        ...locked.map((o) => BigInt(o.orderId)),
-        OrderStatus.unpaid,
-      ]);
+      const upd = await tx.execute(
+        `UPDATE tb_voucher_order SET status = ? WHERE id IN (${IN(locked.length)}) AND status = ?`,
+        [OrderStatus.cancelled, ...locked.map((o) => BigInt(o.orderId)), OrderStatus.unpaid],
+      );
       // Rows are locked FOR UPDATE above, so every one of them changes.
-      if (upd.rowsAffected !== locked.length) throw new Error(`close CAS changed ${upd.rowsAffected} of ${locked.length} locked rows`);
-      await tx.execute("UPDATE tb_seckill_voucher SET stock = stock + ? WHERE voucher_id = ?", [locked.length, voucherId]);
+      if (upd.rowsAffected !== locked.length)
+        throw new Error(`close CAS changed ${upd.rowsAffected} of ${locked.length} locked rows`);
+      await tx.execute("UPDATE tb_seckill_voucher SET stock = stock + ? WHERE voucher_id = ?", [
+        locked.length,
+        voucherId,
+      ]);
       return locked;
     }),
   );
@@ -188,7 +241,10 @@ async function cancelUnpaid(deps: Deps, voucherId: number, ids: readonly string[
  * nothing; no MySQL stock was taken for them, so none is given back. Returns the ids now
  * cancelled in MySQL and those the writer got to first (still unpaid: CAS them next).
  */
-async function cancelBeforeWrite(deps: Deps, rs: readonly Reservation[]): Promise<{ cancelled: Reservation[]; written: Reservation[] }> {
+async function cancelBeforeWrite(
+  deps: Deps,
+  rs: readonly Reservation[],
+): Promise<{ cancelled: Reservation[]; written: Reservation[] }> {
   if (rs.length === 0) return { cancelled: [], written: [] };
   const rows = await withLockRetry(deps, deps.isolate.orderGroups.lockConflicts, "close reservations", () =>
     deps.db.transaction(async (tx) => {
@@ -196,7 +252,12 @@ async function cancelBeforeWrite(deps: Deps, rs: readonly Reservation[]): Promis
         `INSERT IGNORE INTO tb_voucher_order (id, user_id, voucher_id, status, create_time) VALUES ${rs.map(() => "(?, ?, ?, ?, ?)").join(", ")}`,
         rs.flatMap((r) => [BigInt(r.orderId), r.userId, r.voucherId, OrderStatus.cancelled, toSqlUtc(r.reservedAt)]),
       );
-      return (await tx.execute(`SELECT id, status FROM tb_voucher_order WHERE id IN (${IN(rs.length)})`, rs.map((r) => BigInt(r.orderId)))).rows as Row[];
+      return (
+        await tx.execute(
+          `SELECT id, status FROM tb_voucher_order WHERE id IN (${IN(rs.length)})`,
+          rs.map((r) => BigInt(r.orderId)),
+        )
+      ).rows as Row[];
     }),
   );
   const status = new Map(rows.map((r) => [String(r.id), Number(r.status)]));
@@ -211,7 +272,11 @@ async function cancelBeforeWrite(deps: Deps, rs: readonly Reservation[]): Promis
  * MySQL — the shop's in seckill shard `shard` when given, else in the main database; without
  * `shopId` each such id is looked up through the order index (which names its shard).
  */
-export async function closeOrders(deps: Deps, orderIds: readonly string[], opts: { shopId?: number; shard?: number; deadlineMs?: number } = {}): Promise<CloseSummary> {
+export async function closeOrders(
+  deps: Deps,
+  orderIds: readonly string[],
+  opts: { shopId?: number; shard?: number; deadlineMs?: number } = {},
+): Promise<CloseSummary> {
   const ids = [...new Set(orderIds)];
   const summary: CloseSummary = { outcomes: new Map(), cancelled: 0, cancelledBeforeWrite: 0, released: 0 };
   const toRelease: OrderRef[] = [];
@@ -221,11 +286,13 @@ export async function closeOrders(deps: Deps, orderIds: readonly string[], opts:
   const missing = ids.filter((id) => !rows.has(id));
   let pending: Reservation[] = [];
   if (missing.length > 0) {
-    if (opts.shopId !== undefined) pending = [...(await outboxEntries({ redis: outboxRedis(deps, opts.shard) }, opts.shopId, missing)).values()];
-    else for (const id of missing) {
-      const r = await findReservation(deps, id);
-      if (r) pending.push(r);
-    }
+    if (opts.shopId !== undefined)
+      pending = [...(await outboxEntries({ redis: outboxRedis(deps, opts.shard) }, opts.shopId, missing)).values()];
+    else
+      for (const id of missing) {
+        const r = await findReservation(deps, id);
+        if (r) pending.push(r);
+      }
   }
   for (const id of missing) summary.outcomes.set(id, "unknown");
   const isDue = (reservedAt: number) => opts.deadlineMs === undefined || reservedAt < opts.deadlineMs;
@@ -249,8 +316,7 @@ export async function closeOrders(deps: Deps, orderIds: readonly string[], opts:
     if (o.status === OrderStatus.unpaid) {
       if (isDue(o.reservedAt)) add(o.voucherId, id);
       else summary.outcomes.set(id, "not-due");
-    }
-    else if (o.status === OrderStatus.cancelled) {
+    } else if (o.status === OrderStatus.cancelled) {
       // Cancelled before: release again (a no-op unless a crash cut the earlier release short).
       summary.outcomes.set(id, "already-cancelled");
       toRelease.push(o);
@@ -291,7 +357,10 @@ export interface CloseExpiredResult {
  * `ids` grouped by voucher (by voucher and home shard, `unit`, for a sharded voucher's: each its
  * own release), in order, cut into runs of at most `vouchers` such units and CLOSE_BATCH ids.
  */
-function voucherChunks(items: readonly { id: string; unit: number | string }[], vouchers: number): { ids: string[]; vouchers: number }[] {
+function voucherChunks(
+  items: readonly { id: string; unit: number | string }[],
+  vouchers: number,
+): { ids: string[]; vouchers: number }[] {
   const byVoucher = new Map<number | string, string[]>();
   for (const it of items) {
     let list = byVoucher.get(it.unit);
@@ -319,7 +388,10 @@ function voucherChunks(items: readonly { id: string; unit: number | string }[], 
  * One close of close-expired; a release that met an unconfigured shard (logged by
  * releaseManyInRedis; its MySQL part is done) does not stop the pass: undefined.
  */
-async function closeOrSkip(deps: Pick<Deps, "log">, close: () => Promise<CloseSummary>): Promise<CloseSummary | undefined> {
+async function closeOrSkip(
+  _deps: Pick<Deps, "log">,
+  close: () => Promise<CloseSummary>,
+): Promise<CloseSummary | undefined> {
   try {
     return await close();
   } catch (err) {
@@ -346,7 +418,11 @@ function vouchersThatFit(budget: SubrequestBudget, reserve: number, outbox: bool
  * and its closes. Past the budget the pass stops; the next run scans from the start again and
  * finds only what is still unpaid.
  */
-export async function closeExpired(deps: Deps, now: number, budget: SubrequestBudget = SubrequestBudget.forInvocation(deps)): Promise<CloseExpiredResult> {
+export async function closeExpired(
+  deps: Deps,
+  now: number,
+  budget: SubrequestBudget = SubrequestBudget.forInvocation(deps),
+): Promise<CloseExpiredResult> {
   const d = metered(deps, budget);
   const deadlineMs = now - deps.config.ORDER_PAY_TIMEOUT_SECONDS * 1000;
   let closed = 0;
@@ -356,18 +432,21 @@ export async function closeExpired(deps: Deps, now: number, budget: SubrequestBu
   let cfgs: SeckillConfig[] | undefined;
   const registry = async () => (cfgs ??= await registeredSeckills(d, now));
   try {
-    const shardsOf = deps.seckillShards.length === 0 ? new Map<number, number>() : new Map((await registry()).map((c) => [c.voucherId, shardCountOf(c)]));
+    const shardsOf =
+      deps.seckillShards.length === 0
+        ? new Map<number, number>()
+        : new Map((await registry()).map((c) => [c.voucherId, shardCountOf(c)]));
     // MySQL rows still unpaid after the deadline (served by idx_status_create), a group per page.
     let after = "0";
     for (;;) {
       // A page read, at least one voucher's close, and the registry read of the outbox pass below.
       if (!budget.fits(1 + closeCost(1, { outbox: false }) + 1)) return { closed, closedBeforeWrite, continued: true };
-      const rows = (await d.db.execute("SELECT id, voucher_id, user_id FROM tb_voucher_order WHERE status = ? AND create_time < ? AND id > ? ORDER BY id LIMIT ?", [
-        OrderStatus.unpaid,
-        toSqlUtc(deadlineMs),
-        BigInt(after),
-        CLOSE_BATCH,
-      ])).rows as { id: string; voucher_id: number | string; user_id: number | string }[];
+      const rows = (
+        await d.db.execute(
+          "SELECT id, voucher_id, user_id FROM tb_voucher_order WHERE status = ? AND create_time < ? AND id > ? ORDER BY id LIMIT ?",
+          [OrderStatus.unpaid, toSqlUtc(deadlineMs), BigInt(after), CLOSE_BATCH],
+        )
+      ).rows as { id: string; voucher_id: number | string; user_id: number | string }[];
       if (rows.length === 0) break;
       // A sharded voucher's orders release per home shard: each (voucher, shard) counts as a voucher.
       const items = rows.map((r) => {
@@ -377,7 +456,8 @@ export async function closeExpired(deps: Deps, now: number, budget: SubrequestBu
       });
       // Every id is in MySQL: closeOrders reads no outbox for them.
       for (const chunk of voucherChunks(items, Math.max(1, vouchersThatFit(budget, 1, false, CLOSE_BATCH)))) {
-        if (!budget.fits(closeCost(chunk.vouchers, { outbox: false }) + 1)) return { closed, closedBeforeWrite, continued: true };
+        if (!budget.fits(closeCost(chunk.vouchers, { outbox: false }) + 1))
+          return { closed, closedBeforeWrite, continued: true };
         const res = await closeOrSkip(deps, () => closeOrders(d, chunk.ids, { deadlineMs }));
         closed += res?.cancelled ?? 0;
       }

@@ -61,7 +61,9 @@ export async function loadSeckillConfig(deps: Deps, voucherId: number): Promise<
 
 /** The largest seckill voucher id (0 with none): voucher ids are auto-increment, so every id above it is absent. */
 export async function maxSeckillVoucherId(deps: Deps): Promise<number> {
-  const row = (await deps.db.execute("SELECT COALESCE(MAX(voucher_id), 0) AS m FROM tb_seckill_config")).rows[0] as Row | undefined;
+  const row = (await deps.db.execute("SELECT COALESCE(MAX(voucher_id), 0) AS m FROM tb_seckill_config")).rows[0] as
+    | Row
+    | undefined;
   return Number(row?.m ?? 0);
 }
 
@@ -85,7 +87,15 @@ export function seckillConfigFromRow(row: Row): SeckillConfig {
 
 /** reload-seckill.lua's ARGV[1..7] for a config (sale window, stock, daily limit, rules, campaign, buckets). */
 export function reloadArgs(cfg: SeckillConfig, initial = cfg.initialStock): string[] {
-  return [String(cfg.beginMs), String(cfg.endMs), String(initial), String(cfg.dailyLimit), encodeRules(cfg.purchaseRules ?? []), cfg.campaign ?? "", String(cfg.buckets)];
+  return [
+    String(cfg.beginMs),
+    String(cfg.endMs),
+    String(initial),
+    String(cfg.dailyLimit),
+    encodeRules(cfg.purchaseRules ?? []),
+    cfg.campaign ?? "",
+    String(cfg.buckets),
+  ];
 }
 
 /** The buyer's home bucket (0-based). Users spread evenly; a buyer always starts at the same one. */
@@ -96,7 +106,9 @@ export function homeBucket(userId: number, buckets: number): number {
 /** Bucket keys in probe order for a buyer: home first, then the rest round-robin. */
 export function bucketKeysFor(cfg: SeckillConfig, userId: number): string[] {
   const home = homeBucket(userId, cfg.buckets);
-  return Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(cfg.shopId, cfg.voucherId, (home + i) % cfg.buckets));
+  return Array.from({ length: cfg.buckets }, (_, i) =>
+    keys.seckill.stock(cfg.shopId, cfg.voucherId, (home + i) % cfg.buckets),
+  );
 }
 
 /**
@@ -105,7 +117,10 @@ export function bucketKeysFor(cfg: SeckillConfig, userId: number): string[] {
  * exists). So a creation-time load that lands after the reconcile job already loaded the voucher —
  * and buyers already reserved — cannot reset its stock to the initial value.
  */
-export async function loadSeckillIntoRedis(deps: Pick<Deps, "redis" | "seckillShards">, cfg: SeckillConfig): Promise<boolean> {
+export async function loadSeckillIntoRedis(
+  deps: Pick<Deps, "redis" | "seckillShards">,
+  cfg: SeckillConfig,
+): Promise<boolean> {
   const { shopId, voucherId } = cfg;
   const bucketKeys = Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(shopId, voucherId, i));
   // Each shard its share (shards.ts); every shard is loaded, or the call fails and reconcile loads the rest.
@@ -113,7 +128,14 @@ export async function loadSeckillIntoRedis(deps: Pick<Deps, "redis" | "seckillSh
   const loaded = await Promise.all(
     shards.map(async ({ shard, redis }) => {
       const [done] = await scriptsFor(redis).reloadSeckill.exec(
-        [keys.seckill.meta(shopId, voucherId), keys.seckill.released(shopId, voucherId), keys.seckill.buyers(shopId, voucherId), keys.seckill.outbox(shopId), keys.seckill.outboxDue(shopId), ...bucketKeys],
+        [
+          keys.seckill.meta(shopId, voucherId),
+          keys.seckill.released(shopId, voucherId),
+          keys.seckill.buyers(shopId, voucherId),
+          keys.seckill.outbox(shopId),
+          keys.seckill.outboxDue(shopId),
+          ...bucketKeys,
+        ],
         [...reloadArgs(cfg, shareOf(cfg.initialStock, shards.length, shard)), "0"],
       );
       return done === 1;
@@ -145,12 +167,17 @@ export class CampaignRuleConflict extends Error {
     readonly campaign: string,
     readonly registered: { limit: number; days: number },
   ) {
-    super(`campaign "${campaign}" already has the rule ${registered.limit} per user in ${registered.days} days: every voucher of a campaign carries the same rule`);
+    super(
+      `campaign "${campaign}" already has the rule ${registered.limit} per user in ${registered.days} days: every voucher of a campaign carries the same rule`,
+    );
     this.name = "CampaignRuleConflict";
   }
 }
 
-export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis" | "seckillShards">, v: NewSeckill): Promise<SeckillConfig> {
+export async function createSeckillVoucher(
+  deps: Pick<Deps, "db" | "redis" | "seckillShards">,
+  v: NewSeckill,
+): Promise<SeckillConfig> {
   const rules = [...(v.purchaseRules ?? [])];
   const campaignRule = rules.find((r) => r.scope === "campaign");
   // The shards configured now, for the voucher's life (shards.ts); a sale smaller than the shards
@@ -162,23 +189,40 @@ export async function createSeckillVoucher(deps: Pick<Deps, "db" | "redis" | "se
       // exclusive lock (ON DUPLICATE KEY takes it at once: INSERT IGNORE's shared lock, upgraded,
       // deadlocked two creations) and then compares against what committed. Before any other
       // write: a refusal writes nothing.
-      await tx.execute("INSERT INTO tb_seckill_campaign (shop_id, campaign, rule_limit, rule_days) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE shop_id = shop_id", [v.shopId, v.campaign, campaignRule.limit, campaignRule.days]);
-      const row = (await tx.execute("SELECT rule_limit, rule_days FROM tb_seckill_campaign WHERE shop_id = ? AND campaign = ?", [v.shopId, v.campaign])).rows[0] as { rule_limit: string | number; rule_days: string | number };
+      await tx.execute(
+        "INSERT INTO tb_seckill_campaign (shop_id, campaign, rule_limit, rule_days) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE shop_id = shop_id",
+        [v.shopId, v.campaign, campaignRule.limit, campaignRule.days],
+      );
+      const row = (
+        await tx.execute("SELECT rule_limit, rule_days FROM tb_seckill_campaign WHERE shop_id = ? AND campaign = ?", [
+          v.shopId,
+          v.campaign,
+        ])
+      ).rows[0] as { rule_limit: string | number; rule_days: string | number };
       const registered = { limit: Number(row.rule_limit), days: Number(row.rule_days) };
-      if (registered.limit !== campaignRule.limit || registered.days !== campaignRule.days) throw new CampaignRuleConflict(v.campaign, registered);
+      if (registered.limit !== campaignRule.limit || registered.days !== campaignRule.days)
+        throw new CampaignRuleConflict(v.campaign, registered);
     }
     const id = await insertVoucher(tx, v, 1);
-    await tx.execute("INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (?, ?, ?, ?)", [id, v.stock, toSqlUtc(v.beginMs), toSqlUtc(v.endMs)]);
-    await tx.execute("INSERT INTO tb_seckill_config (voucher_id, shop_id, initial_stock, buckets, shop_daily_limit, campaign, purchase_rules, shards) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
+    await tx.execute("INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (?, ?, ?, ?)", [
       id,
-      v.shopId,
       v.stock,
-      v.buckets,
-      v.dailyLimit,
-      v.campaign ?? null,
-      rules.length > 0 ? JSON.stringify(rules) : null,
-      shards,
+      toSqlUtc(v.beginMs),
+      toSqlUtc(v.endMs),
     ]);
+    await tx.execute(
+      "INSERT INTO tb_seckill_config (voucher_id, shop_id, initial_stock, buckets, shop_daily_limit, campaign, purchase_rules, shards) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+      [
+        id,
+        v.shopId,
+        v.stock,
+        v.buckets,
+        v.dailyLimit,
+        v.campaign ?? null,
+        rules.length > 0 ? JSON.stringify(rules) : null,
+        shards,
+      ],
+    );
     return id;
   });
   await forgetCeiling(deps, "seckill");

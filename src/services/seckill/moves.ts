@@ -45,7 +45,12 @@ function bucketKeys(cfg: SeckillConfig): string[] {
  * a donor that failed or whose reply was lost either took nothing or logged its move for
  * reconcile; a move-in that failed stays logged for reconcile too.
  */
-export async function refillHome(deps: Pick<Deps, "redis" | "seckillShards" | "clock" | "log">, cfg: SeckillConfig, home: number, stats?: MoveStats): Promise<number> {
+export async function refillHome(
+  deps: Pick<Deps, "redis" | "seckillShards" | "clock" | "log">,
+  cfg: SeckillConfig,
+  home: number,
+  stats?: MoveStats,
+): Promise<number> {
   if (shardCountOf(cfg) <= 1) return 0;
   const shards = shardsOf(deps, cfg);
   const target = shards[home];
@@ -61,11 +66,19 @@ export async function refillHome(deps: Pick<Deps, "redis" | "seckillShards" | "c
       if (stats) stats.commands++;
       const id = `${base}:${d.shard}`;
       try {
-        const [units] = await scriptsFor(d.redis).seckillMoveOut.exec([keys.seckill.meta(shopId, voucherId), keys.seckill.movesOut(shopId, voucherId), ...buckets], [String(cfg.initialStock), id, String(home), String(now)]);
+        const [units] = await scriptsFor(d.redis).seckillMoveOut.exec(
+          [keys.seckill.meta(shopId, voucherId), keys.seckill.movesOut(shopId, voucherId), ...buckets],
+          [String(cfg.initialStock), id, String(home), String(now)],
+        );
         return { d, id, units };
       } catch (err) {
         // Taken and logged, or not: either way reconcile knows (the log is the truth).
-        deps.log.warn("seckill stock move-out failed or its reply was lost; reconcile finishes a logged move", { voucherId, from: d.shard, to: home, err });
+        deps.log.warn("seckill stock move-out failed or its reply was lost; reconcile finishes a logged move", {
+          voucherId,
+          from: d.shard,
+          to: home,
+          err,
+        });
         return { d, id, units: 0 };
       }
     }),
@@ -75,7 +88,10 @@ export async function refillHome(deps: Pick<Deps, "redis" | "seckillShards" | "c
     if (units <= 0) continue;
     try {
       if (stats) stats.commands += 2;
-      const applied = await scriptsFor(target.redis).seckillMoveIn.exec([keys.seckill.meta(shopId, voucherId), keys.seckill.movesIn(shopId, voucherId), buckets[0] as string], [id, String(units), String(MOVES_IN_TTL_SECONDS)]);
+      const applied = await scriptsFor(target.redis).seckillMoveIn.exec(
+        [keys.seckill.meta(shopId, voucherId), keys.seckill.movesIn(shopId, voucherId), buckets[0] as string],
+        [id, String(units), String(MOVES_IN_TTL_SECONDS)],
+      );
       if (applied === -1) continue; // home not loaded: the log keeps it for reconcile's reload
       moved += units;
       if (stats) {
@@ -84,7 +100,13 @@ export async function refillHome(deps: Pick<Deps, "redis" | "seckillShards" | "c
       }
       await d.redis.hdel(keys.seckill.movesOut(shopId, voucherId), id);
     } catch (err) {
-      deps.log.warn("seckill stock move-in failed or its reply was lost; reconcile finishes it", { voucherId, from: d.shard, to: home, id, err });
+      deps.log.warn("seckill stock move-in failed or its reply was lost; reconcile finishes it", {
+        voucherId,
+        from: d.shard,
+        to: home,
+        id,
+        err,
+      });
     }
   }
   return moved;
@@ -104,7 +126,10 @@ export interface FinishedMoves {
  * recipient (once: by id) and cleared from the donor's log. Moves to a recipient that is not
  * loaded are left for the reload, which computes that shard's share from the others'.
  */
-export async function finishMoves(deps: Pick<Deps, "redis" | "seckillShards" | "clock">, cfg: SeckillConfig): Promise<FinishedMoves> {
+export async function finishMoves(
+  deps: Pick<Deps, "redis" | "seckillShards" | "clock">,
+  cfg: SeckillConfig,
+): Promise<FinishedMoves> {
   const out: FinishedMoves = { applied: 0, units: 0, cleared: 0, toUnloaded: 0 };
   if (shardCountOf(cfg) <= 1) return out;
   const shards = shardsOf(deps, cfg);
@@ -118,7 +143,10 @@ export async function finishMoves(deps: Pick<Deps, "redis" | "seckillShards" | "
       if (now - at < MOVE_GRACE_MS) continue;
       const target = shards[to];
       if (!target) continue;
-      const applied = await scriptsFor(target.redis).seckillMoveIn.exec([keys.seckill.meta(shopId, voucherId), keys.seckill.movesIn(shopId, voucherId), first], [id, String(units), String(MOVES_IN_TTL_SECONDS)]);
+      const applied = await scriptsFor(target.redis).seckillMoveIn.exec(
+        [keys.seckill.meta(shopId, voucherId), keys.seckill.movesIn(shopId, voucherId), first],
+        [id, String(units), String(MOVES_IN_TTL_SECONDS)],
+      );
       if (applied === -1) {
         out.toUnloaded++;
         continue;
@@ -135,7 +163,11 @@ export async function finishMoves(deps: Pick<Deps, "redis" | "seckillShards" | "
 }
 
 /** Moves logged by any shard toward `to` (a reload of `to` accounts for them and clears them). */
-export async function clearMovesTo(deps: Pick<Deps, "redis" | "seckillShards">, cfg: SeckillConfig, to: number): Promise<number> {
+export async function clearMovesTo(
+  deps: Pick<Deps, "redis" | "seckillShards">,
+  cfg: SeckillConfig,
+  to: number,
+): Promise<number> {
   let cleared = 0;
   for (const d of shardsOf(deps, cfg)) {
     const log = (await d.redis.hgetall<Record<string, string>>(keys.seckill.movesOut(cfg.shopId, cfg.voucherId))) ?? {};

@@ -8,7 +8,10 @@ import type { Deps } from "../../deps.ts";
 
 /** errno of a MySQL lock conflict in an error from @planetscale/database, else undefined. */
 export function lockConflictErrno(err: unknown): 1213 | 1205 | undefined {
-  const text = err instanceof Error ? `${err.message} ${String((err as { body?: { message?: string } }).body?.message ?? "")}` : String(err);
+  const text =
+    err instanceof Error
+      ? `${err.message} ${String((err as { body?: { message?: string } }).body?.message ?? "")}`
+      : String(err);
   if (/\berrno 1213\b|deadlock found/i.test(text)) return 1213;
   if (/\berrno 1205\b|lock wait timeout/i.test(text)) return 1205;
   return undefined;
@@ -30,7 +33,12 @@ const MAX_DELAY_MS = 400;
  * redone from the start) and retries it on lock conflicts with full-jitter exponential backoff
  * (5 ms · 2^n, capped at 400 ms). Other errors pass through at once.
  */
-export async function withLockRetry<T>(deps: Pick<Deps, "log">, stats: LockConflictStats, what: string, fn: () => Promise<T>): Promise<T> {
+export async function withLockRetry<T>(
+  deps: Pick<Deps, "log">,
+  stats: LockConflictStats,
+  what: string,
+  fn: () => Promise<T>,
+): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await fn();
@@ -39,7 +47,11 @@ export async function withLockRetry<T>(deps: Pick<Deps, "log">, stats: LockConfl
       if (errno === undefined) throw err;
       if (attempt >= LOCK_RETRY_ATTEMPTS) {
         stats.exhausted++;
-        deps.log.warn("MySQL lock conflict outlasted the retries; the delivery will be retried", { what, errno, attempts: attempt });
+        deps.log.warn("MySQL lock conflict outlasted the retries; the delivery will be retried", {
+          what,
+          errno,
+          attempts: attempt,
+        });
         throw err;
       }
       stats.retried++;

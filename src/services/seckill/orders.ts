@@ -43,13 +43,22 @@ function mapOrder(r: Row): OrderRow {
 const ORDER_COLUMNS = "id, user_id, voucher_id, status, create_time, pay_time";
 
 export async function getOrderRow(deps: Deps, orderId: string): Promise<OrderRow | null> {
-  const row = (await deps.db.execute(`SELECT ${ORDER_COLUMNS} FROM tb_voucher_order WHERE id = ?`, [BigInt(orderId)])).rows[0] as Row | undefined;
+  const row = (await deps.db.execute(`SELECT ${ORDER_COLUMNS} FROM tb_voucher_order WHERE id = ?`, [BigInt(orderId)]))
+    .rows[0] as Row | undefined;
   return row ? mapOrder(row) : null;
 }
 
-export async function listOrdersOfUser(deps: Deps, userId: number, page: number, pageSize: number): Promise<OrderRow[]> {
+export async function listOrdersOfUser(
+  deps: Deps,
+  userId: number,
+  page: number,
+  pageSize: number,
+): Promise<OrderRow[]> {
   const rows = (
-    await deps.db.execute(`SELECT ${ORDER_COLUMNS} FROM tb_voucher_order WHERE user_id = ? ORDER BY id DESC LIMIT ? OFFSET ?`, [userId, pageSize, (page - 1) * pageSize])
+    await deps.db.execute(
+      `SELECT ${ORDER_COLUMNS} FROM tb_voucher_order WHERE user_id = ? ORDER BY id DESC LIMIT ? OFFSET ?`,
+      [userId, pageSize, (page - 1) * pageSize],
+    )
   ).rows as Row[];
   return rows.map(mapOrder);
 }
@@ -69,6 +78,10 @@ export async function writeOrder(deps: Deps, r: Reservation): Promise<WriteOutco
 }
 
 /** Creates the row of a reservation that was paid before the writer got to it (status paid). */
-export async function writePaidOrderTx(tx: Pick<Deps["db"], "execute">, r: Reservation, paidAt: number): Promise<boolean> {
+export async function writePaidOrderTx(
+  tx: Pick<Deps["db"], "execute">,
+  r: Reservation,
+  paidAt: number,
+): Promise<boolean> {
   return (await writeVoucherRowsTx(tx, r.voucherId, [r], OrderStatus.paid, paidAt)) === 1;
 }

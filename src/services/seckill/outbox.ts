@@ -22,7 +22,8 @@ import type { SeckillConfig } from "./config.ts";
 import { shardCountOf } from "./shards.ts";
 import type { Reservation } from "./types.ts";
 
-export const parseReservation = (raw: unknown): Reservation => (typeof raw === "string" ? JSON.parse(raw) : raw) as Reservation;
+export const parseReservation = (raw: unknown): Reservation =>
+  (typeof raw === "string" ? JSON.parse(raw) : raw) as Reservation;
 
 /** One outbox of a shop: in the main database (`shard` absent) or in seckill shard `shard`. */
 export interface OutboxRef {
@@ -75,10 +76,13 @@ export function outboxesOf(cfgs: readonly Pick<SeckillConfig, "shopId" | "shards
 export function reachableOutboxes(deps: Pick<Deps, "seckillShards" | "log">, refs: readonly OutboxRef[]): OutboxRef[] {
   const out = refs.filter((o) => o.shard === undefined || deps.seckillShards[o.shard] !== undefined);
   if (out.length < refs.length) {
-    deps.log.error("seckill outboxes in shards that are not configured are skipped (SECKILL_SHARD_URLS lost shards a live voucher uses)", {
-      configured: deps.seckillShards.length,
-      skipped: refs.filter((o) => !out.includes(o)).slice(0, 20),
-    });
+    deps.log.error(
+      "seckill outboxes in shards that are not configured are skipped (SECKILL_SHARD_URLS lost shards a live voucher uses)",
+      {
+        configured: deps.seckillShards.length,
+        skipped: refs.filter((o) => !out.includes(o)).slice(0, 20),
+      },
+    );
   }
   return out;
 }
@@ -112,24 +116,47 @@ export function indexHourOf(orderId: string): number {
  * Claims up to `max` due entries of a shop's outbox for `leaseMs` (claim-outbox.lua): one command.
  * A claimed entry is not handed to another writer until the lease runs out.
  */
-export async function claimGroup(deps: Pick<Deps, "redis">, shopId: number, now: number, max: number, leaseMs: number): Promise<Reservation[]> {
-  const raw = await scriptsFor(deps.redis).claimOutbox.exec([keys.seckill.outbox(shopId), keys.seckill.outboxDue(shopId)], [String(now), String(max), String(leaseMs)]);
+export async function claimGroup(
+  deps: Pick<Deps, "redis">,
+  shopId: number,
+  now: number,
+  max: number,
+  leaseMs: number,
+): Promise<Reservation[]> {
+  const raw = await scriptsFor(deps.redis).claimOutbox.exec(
+    [keys.seckill.outbox(shopId), keys.seckill.outboxDue(shopId)],
+    [String(now), String(max), String(leaseMs)],
+  );
   return (raw ?? []).map(parseReservation);
 }
 
 /** Acknowledges a group of one shop (ack-outbox.lua): one command, whatever the group's size. */
-export async function ackGroup(deps: Pick<Deps, "redis">, shopId: number, orderIds: readonly string[]): Promise<number> {
+export async function ackGroup(
+  deps: Pick<Deps, "redis">,
+  shopId: number,
+  orderIds: readonly string[],
+): Promise<number> {
   if (orderIds.length === 0) return 0;
-  return await scriptsFor(deps.redis).ackOutbox.exec([keys.seckill.outbox(shopId), keys.seckill.outboxDue(shopId)], [...orderIds]);
+  return await scriptsFor(deps.redis).ackOutbox.exec(
+    [keys.seckill.outbox(shopId), keys.seckill.outboxDue(shopId)],
+    [...orderIds],
+  );
 }
 
 /** Drops one outbox entry, in the reservation's own database, once MySQL has the order (payments: paid before the writer wrote it). */
-export async function ackReservation(deps: Pick<Deps, "redis" | "seckillShards">, r: Pick<Reservation, "shopId" | "orderId" | "shard">): Promise<void> {
+export async function ackReservation(
+  deps: Pick<Deps, "redis" | "seckillShards">,
+  r: Pick<Reservation, "shopId" | "orderId" | "shard">,
+): Promise<void> {
   await ackGroup({ redis: outboxRedis(deps, r.shard) }, r.shopId, [r.orderId]);
 }
 
 /** Outbox entries of `orderIds` in one shop (missing ones are absent from the map). One command. */
-export async function outboxEntries(deps: Pick<Deps, "redis">, shopId: number, orderIds: readonly string[]): Promise<Map<string, Reservation>> {
+export async function outboxEntries(
+  deps: Pick<Deps, "redis">,
+  shopId: number,
+  orderIds: readonly string[],
+): Promise<Map<string, Reservation>> {
   const out = new Map<string, Reservation>();
   if (orderIds.length === 0) return out;
   const raw = (await deps.redis.hmget<Record<string, unknown>>(keys.seckill.outbox(shopId), ...orderIds)) ?? {};
@@ -150,10 +177,15 @@ export async function outboxEntries(deps: Pick<Deps, "redis">, shopId: number, o
  * sales. A reservation whose isolate died before its index write is not found here until the
  * writer has put it in MySQL (seconds); the lookup routes read MySQL first.
  */
-export async function findReservation(deps: Pick<Deps, "redis" | "seckillShards"> & { isolate?: Pick<Deps["isolate"], "orderGroups"> }, orderId: string): Promise<Reservation | null> {
+export async function findReservation(
+  deps: Pick<Deps, "redis" | "seckillShards"> & { isolate?: Pick<Deps["isolate"], "orderGroups"> },
+  orderId: string,
+): Promise<Reservation | null> {
   if (!isOrderId(orderId)) return null;
   // Reserved by this isolate moments ago (index write still gathering): no index read needed.
-  const where = deps.isolate?.orderGroups.pendingShopOf(orderId) ?? parseIndexValue(await deps.redis.hget<number | string>(keys.seckill.orderIndex(indexHourOf(orderId)), orderId));
+  const where =
+    deps.isolate?.orderGroups.pendingShopOf(orderId) ??
+    parseIndexValue(await deps.redis.hget<number | string>(keys.seckill.orderIndex(indexHourOf(orderId)), orderId));
   if (!where) return null;
   // An index naming a shard this deployment does not have: nothing to find (the entry is not reachable).
   if (where.shard !== undefined && !deps.seckillShards[where.shard]) return null;

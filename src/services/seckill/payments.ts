@@ -49,7 +49,8 @@ export async function startPayment(deps: Deps, userId: number, orderId: string):
   let amount: number;
   if (row) {
     if (row.userId !== userId) return { ok: false, reason: "NOT_FOUND", message: "order not found" };
-    if (row.status !== OrderStatus.unpaid) return { ok: false, reason: "BAD_STATE", message: `order is ${statusName(row.status)}` };
+    if (row.status !== OrderStatus.unpaid)
+      return { ok: false, reason: "BAD_STATE", message: `order is ${statusName(row.status)}` };
     const cfg = await deps.isolate.caches.seckill.get(deps, row.voucherId);
     amount = cfg?.payValue ?? 0;
   } else {
@@ -61,29 +62,34 @@ export async function startPayment(deps: Deps, userId: number, orderId: string):
   // and the second INSERT then takes it. Ids are unique, so IGNORE only ever skips on the slot.
   for (let round = 0; round < 2; round++) {
     const paymentId = (await deps.isolate.ids.next(deps)).toString();
-    const ins = await deps.db.execute("INSERT IGNORE INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, ?)", [
-      BigInt(paymentId),
-      BigInt(orderId),
-      userId,
-      amount,
-      PaymentStatus.pending,
-    ]);
+    const ins = await deps.db.execute(
+      "INSERT IGNORE INTO tb_payment (id, order_id, user_id, amount, status) VALUES (?, ?, ?, ?, ?)",
+      [BigInt(paymentId), BigInt(orderId), userId, amount, PaymentStatus.pending],
+    );
     if (ins.rowsAffected === 1) return await charge(deps, { paymentId, orderId, amount });
-    const open = (await deps.db.execute("SELECT id FROM tb_payment WHERE pending_order_id = ?", [BigInt(orderId)])).rows[0] as { id: string } | undefined;
+    const open = (await deps.db.execute("SELECT id FROM tb_payment WHERE pending_order_id = ?", [BigInt(orderId)]))
+      .rows[0] as { id: string } | undefined;
     if (open) return { ok: true, paymentId: String(open.id) };
   }
   return { ok: false, reason: "BAD_STATE", message: "a payment for this order is changing state; try again" };
 }
 
 /** The slot owner's charge. A refused charge fails the payment, which frees the slot for a retry. */
-async function charge(deps: Deps, req: { paymentId: string; orderId: string; amount: number }): Promise<StartPaymentResult> {
+async function charge(
+  deps: Deps,
+  req: { paymentId: string; orderId: string; amount: number },
+): Promise<StartPaymentResult> {
   try {
     const { providerRef } = await deps.payments.charge(req, deps.waitUntil);
     await deps.db.execute("UPDATE tb_payment SET provider_ref = ? WHERE id = ?", [providerRef, BigInt(req.paymentId)]);
   } catch (err) {
     // If the provider did take the charge and only the reply was lost, its payment.succeeded
     // webhook still lands (succeeded is accepted after failed), so marking failed loses nothing.
-    await deps.db.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status = ?", [PaymentStatus.failed, BigInt(req.paymentId), PaymentStatus.pending]);
+    await deps.db.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status = ?", [
+      PaymentStatus.failed,
+      BigInt(req.paymentId),
+      PaymentStatus.pending,
+    ]);
     deps.log.warn("payment provider refused the charge", { orderId: req.orderId, err });
     return { ok: false, reason: "BAD_STATE", message: "the payment provider refused the charge" };
   }
@@ -114,14 +120,23 @@ export async function settleWebhook(deps: Deps, event: WebhookEvent): Promise<Se
 }
 
 async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentId: string }>): Promise<SettleOutcome> {
-  const pay = (await deps.db.execute("SELECT id, order_id, amount, status FROM tb_payment WHERE id = ?", [BigInt(event.paymentId)])).rows[0] as
-    | Record<string, string | number>
-    | undefined;
+  const pay = (
+    await deps.db.execute("SELECT id, order_id, amount, status FROM tb_payment WHERE id = ?", [BigInt(event.paymentId)])
+  ).rows[0] as Record<string, string | number> | undefined;
   if (!pay) return "unknown-payment";
-  const payment: PaymentRow = { id: String(pay.id), orderId: String(pay.order_id), amount: Number(pay.amount), status: Number(pay.status) };
+  const payment: PaymentRow = {
+    id: String(pay.id),
+    orderId: String(pay.order_id),
+    amount: Number(pay.amount),
+    status: Number(pay.status),
+  };
   if (event.type === "payment.failed") {
     // Only a pending payment can fail: a failure after a success (out of order, or forged) is noise.
-    const upd = await deps.db.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status = ?", [PaymentStatus.failed, BigInt(payment.id), PaymentStatus.pending]);
+    const upd = await deps.db.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status = ?", [
+      PaymentStatus.failed,
+      BigInt(payment.id),
+      PaymentStatus.pending,
+    ]);
     return upd.rowsAffected === 1 ? "declined" : "duplicate";
   }
   if (payment.status === PaymentStatus.succeeded) return "duplicate";
@@ -134,39 +149,54 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
   const refundId = (await deps.isolate.ids.next(deps)).toString();
   // Pay races close on the order row and the writer on its insert: a lock conflict redoes the
   // whole transaction (nothing in it has effects outside MySQL).
-  const outcome = await withLockRetry(deps, deps.isolate.orderGroups.lockConflicts, "settle payment", () => deps.db.transaction(async (tx) => {
-    // Pending or failed → succeeded, once. Accepting `failed` is what keeps a success that follows
-    // a failure (forged, out of order, or our own "refused" after a lost reply) from being dropped.
-    const claimed = await tx.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status IN (?, ?)", [
-      PaymentStatus.succeeded,
-      BigInt(payment.id),
-      PaymentStatus.pending,
-      PaymentStatus.failed,
-    ]);
-    if (claimed.rowsAffected !== 1) return { kind: "duplicate" as const };
-    const paid = await tx.execute("UPDATE tb_voucher_order SET status = ?, pay_time = ? WHERE id = ? AND status = ?", [
-      OrderStatus.paid,
-      toSqlUtc(now),
-      BigInt(payment.orderId),
-      OrderStatus.unpaid,
-    ]);
-    if (paid.rowsAffected === 1) return { kind: "paid" as const };
-    const row = (await tx.execute("SELECT status FROM tb_voucher_order WHERE id = ? FOR UPDATE", [BigInt(payment.orderId)])).rows[0] as { status: number } | undefined;
-    if (!row && reservation) {
-      if (await writePaidOrderTx(tx, reservation, now)) return { kind: "paid-from-reservation" as const, reservation };
-    }
-    // Close won (or the order was already paid by another payment, or it vanished): refund.
-    // next_attempt_at = now: should this isolate die before asking, the refund-retry job asks.
-    const reason = row && Number(row.status) === OrderStatus.paid ? "duplicate-payment" : "paid-after-close";
-    const ins = await tx.execute(
-      "INSERT IGNORE INTO tb_refund (id, payment_id, order_id, amount, reason, status, attempts, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
-      [BigInt(refundId), BigInt(payment.id), BigInt(payment.orderId), payment.amount, reason, RefundStatus.requested, toSqlUtc(now)],
-    );
-    if (row && Number(row.status) === OrderStatus.cancelled) {
-      await tx.execute("UPDATE tb_voucher_order SET status = ? WHERE id = ? AND status = ?", [OrderStatus.refunding, BigInt(payment.orderId), OrderStatus.cancelled]);
-    }
-    return { kind: "refund" as const, refundId: ins.rowsAffected === 1 ? refundId : null };
-  }));
+  const outcome = await withLockRetry(deps, deps.isolate.orderGroups.lockConflicts, "settle payment", () =>
+    deps.db.transaction(async (tx) => {
+      // Pending or failed → succeeded, once. Accepting `failed` is what keeps a success that follows
+      // a failure (forged, out of order, or our own "refused" after a lost reply) from being dropped.
+      const claimed = await tx.execute("UPDATE tb_payment SET status = ? WHERE id = ? AND status IN (?, ?)", [
+        PaymentStatus.succeeded,
+        BigInt(payment.id),
+        PaymentStatus.pending,
+        PaymentStatus.failed,
+      ]);
+      if (claimed.rowsAffected !== 1) return { kind: "duplicate" as const };
+      const paid = await tx.execute(
+        "UPDATE tb_voucher_order SET status = ?, pay_time = ? WHERE id = ? AND status = ?",
+        [OrderStatus.paid, toSqlUtc(now), BigInt(payment.orderId), OrderStatus.unpaid],
+      );
+      if (paid.rowsAffected === 1) return { kind: "paid" as const };
+      const row = (
+        await tx.execute("SELECT status FROM tb_voucher_order WHERE id = ? FOR UPDATE", [BigInt(payment.orderId)])
+      ).rows[0] as { status: number } | undefined;
+      if (!row && reservation) {
+        if (await writePaidOrderTx(tx, reservation, now))
+          return { kind: "paid-from-reservation" as const, reservation };
+      }
+      // Close won (or the order was already paid by another payment, or it vanished): refund.
+      // next_attempt_at = now: should this isolate die before asking, the refund-retry job asks.
+      const reason = row && Number(row.status) === OrderStatus.paid ? "duplicate-payment" : "paid-after-close";
+      const ins = await tx.execute(
+        "INSERT IGNORE INTO tb_refund (id, payment_id, order_id, amount, reason, status, attempts, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
+        [
+          BigInt(refundId),
+          BigInt(payment.id),
+          BigInt(payment.orderId),
+          payment.amount,
+          reason,
+          RefundStatus.requested,
+          toSqlUtc(now),
+        ],
+      );
+      if (row && Number(row.status) === OrderStatus.cancelled) {
+        await tx.execute("UPDATE tb_voucher_order SET status = ? WHERE id = ? AND status = ?", [
+          OrderStatus.refunding,
+          BigInt(payment.orderId),
+          OrderStatus.cancelled,
+        ]);
+      }
+      return { kind: "refund" as const, refundId: ins.rowsAffected === 1 ? refundId : null };
+    }),
+  );
   if (outcome.kind === "duplicate") return "duplicate";
   if (outcome.kind === "paid") return "paid";
   if (outcome.kind === "paid-from-reservation") {
@@ -178,9 +208,16 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
   // refund row and retried by the job; the webhook itself has done its part.
   if (outcome.refundId) {
     try {
-      await attemptRefund(deps, { id: outcome.refundId, paymentId: payment.id, orderId: payment.orderId, amount: payment.amount, attempts: 0 }, now);
+      await attemptRefund(
+        deps,
+        { id: outcome.refundId, paymentId: payment.id, orderId: payment.orderId, amount: payment.amount, attempts: 0 },
+        now,
+      );
     } catch (err) {
-      deps.log.error("could not record the refund attempt; the refund-retry job will ask again", { refundId: outcome.refundId, err });
+      deps.log.error("could not record the refund attempt; the refund-retry job will ask again", {
+        refundId: outcome.refundId,
+        err,
+      });
     }
   }
   return "refund-requested";
@@ -189,29 +226,30 @@ async function settlePayment(deps: Deps, event: Extract<WebhookEvent, { paymentI
 async function settleRefund(deps: Deps, refundId: string, succeeded: boolean): Promise<SettleOutcome> {
   const now = deps.clock.now();
   return await deps.db.transaction(async (tx) => {
-    const ref = (await tx.execute("SELECT order_id, attempts FROM tb_refund WHERE id = ? FOR UPDATE", [BigInt(refundId)])).rows[0] as
-      | { order_id: string; attempts: number }
-      | undefined;
+    const ref = (
+      await tx.execute("SELECT order_id, attempts FROM tb_refund WHERE id = ? FOR UPDATE", [BigInt(refundId)])
+    ).rows[0] as { order_id: string; attempts: number } | undefined;
     if (!ref) return "unknown-payment";
     if (!succeeded) {
       // Only an attempt in flight can fail; the job asks again after the backoff. The order stays
       // `refunding` meanwhile.
-      const upd = await tx.execute("UPDATE tb_refund SET status = ?, last_error = ?, next_attempt_at = ? WHERE id = ? AND status = ?", [
-        RefundStatus.failed,
-        "provider reported refund.failed",
-        toSqlUtc(now + refundRetryDelayMs(deps, Number(ref.attempts))),
-        BigInt(refundId),
-        RefundStatus.requested,
-      ]);
+      const upd = await tx.execute(
+        "UPDATE tb_refund SET status = ?, last_error = ?, next_attempt_at = ? WHERE id = ? AND status = ?",
+        [
+          RefundStatus.failed,
+          "provider reported refund.failed",
+          toSqlUtc(now + refundRetryDelayMs(deps, Number(ref.attempts))),
+          BigInt(refundId),
+          RefundStatus.requested,
+        ],
+      );
       return upd.rowsAffected === 1 ? "refund-failed" : "duplicate";
     }
     // Success is final, whatever came before it (a failure report of an earlier attempt included).
-    const upd = await tx.execute("UPDATE tb_refund SET status = ?, next_attempt_at = NULL WHERE id = ? AND status IN (?, ?)", [
-      RefundStatus.succeeded,
-      BigInt(refundId),
-      RefundStatus.requested,
-      RefundStatus.failed,
-    ]);
+    const upd = await tx.execute(
+      "UPDATE tb_refund SET status = ?, next_attempt_at = NULL WHERE id = ? AND status IN (?, ?)",
+      [RefundStatus.succeeded, BigInt(refundId), RefundStatus.requested, RefundStatus.failed],
+    );
     if (upd.rowsAffected !== 1) return "duplicate";
     await tx.execute("UPDATE tb_voucher_order SET status = ?, refund_time = ? WHERE id = ? AND status = ?", [
       OrderStatus.refunded,
@@ -257,30 +295,42 @@ export type AttemptOutcome = "requested" | "failed" | "skipped";
  */
 export async function attemptRefund(deps: Deps, r: RefundTask, now: number): Promise<AttemptOutcome> {
   const attempt = r.attempts + 1;
-  const claimed = await deps.db.execute("UPDATE tb_refund SET status = ?, attempts = ?, next_attempt_at = ? WHERE id = ? AND attempts = ? AND status IN (?, ?)", [
-    RefundStatus.requested,
-    attempt,
-    toSqlUtc(now + Math.max(deps.config.PAYMENT_REFUND_RETRY_BASE_SECONDS, deps.config.PAYMENT_REFUND_RETRY_MAX_SECONDS) * 1000),
-    BigInt(r.id),
-    r.attempts,
-    RefundStatus.requested,
-    RefundStatus.failed,
-  ]);
+  const claimed = await deps.db.execute(
+    "UPDATE tb_refund SET status = ?, attempts = ?, next_attempt_at = ? WHERE id = ? AND attempts = ? AND status IN (?, ?)",
+    [
+      RefundStatus.requested,
+      attempt,
+      toSqlUtc(
+        now +
+          Math.max(deps.config.PAYMENT_REFUND_RETRY_BASE_SECONDS, deps.config.PAYMENT_REFUND_RETRY_MAX_SECONDS) * 1000,
+      ),
+      BigInt(r.id),
+      r.attempts,
+      RefundStatus.requested,
+      RefundStatus.failed,
+    ],
+  );
   if (claimed.rowsAffected !== 1) return "skipped";
   let providerRef: string;
   try {
-    ({ providerRef } = await deps.payments.refund({ refundId: r.id, paymentId: r.paymentId, orderId: r.orderId, amount: r.amount }, deps.waitUntil));
+    ({ providerRef } = await deps.payments.refund(
+      { refundId: r.id, paymentId: r.paymentId, orderId: r.orderId, amount: r.amount },
+      deps.waitUntil,
+    ));
   } catch (err) {
     const message = (err instanceof Error ? err.message : String(err)).slice(0, 255);
     // Guarded by this attempt: a webhook that already settled it, or a newer attempt, wins.
-    await deps.db.execute("UPDATE tb_refund SET status = ?, last_error = ?, next_attempt_at = ? WHERE id = ? AND attempts = ? AND status = ?", [
-      RefundStatus.failed,
-      message,
-      toSqlUtc(now + refundRetryDelayMs(deps, attempt)),
-      BigInt(r.id),
-      attempt,
-      RefundStatus.requested,
-    ]);
+    await deps.db.execute(
+      "UPDATE tb_refund SET status = ?, last_error = ?, next_attempt_at = ? WHERE id = ? AND attempts = ? AND status = ?",
+      [
+        RefundStatus.failed,
+        message,
+        toSqlUtc(now + refundRetryDelayMs(deps, attempt)),
+        BigInt(r.id),
+        attempt,
+        RefundStatus.requested,
+      ],
+    );
     deps.log.warn("refund request failed; the refund-retry job will ask again", { refundId: r.id, attempt, err });
     return "failed";
   }
@@ -296,7 +346,13 @@ export async function dueRefunds(deps: Deps, now: number, limit: number): Promis
       [RefundStatus.requested, RefundStatus.failed, toSqlUtc(now), limit],
     )
   ).rows as Record<string, string | number>[];
-  return rows.map((x) => ({ id: String(x.id), paymentId: String(x.payment_id), orderId: String(x.order_id), amount: Number(x.amount), attempts: Number(x.attempts) }));
+  return rows.map((x) => ({
+    id: String(x.id),
+    paymentId: String(x.payment_id),
+    orderId: String(x.order_id),
+    amount: Number(x.amount),
+    attempts: Number(x.attempts),
+  }));
 }
 
 /** Refunds per retry run at most; the rest stay due and are taken by the next run. */
@@ -328,7 +384,11 @@ export interface RefundRetryResult {
  * webhook, or a request never reported on — within its share of the cron invocation's
  * subrequests. The attempt, its CAS and the backoff are attemptRefund's; this walks the due list.
  */
-export async function retryRefunds(deps: Deps, now: number, budget: SubrequestBudget = SubrequestBudget.forInvocation(deps)): Promise<RefundRetryResult> {
+export async function retryRefunds(
+  deps: Deps,
+  now: number,
+  budget: SubrequestBudget = SubrequestBudget.forInvocation(deps),
+): Promise<RefundRetryResult> {
   const d = metered(deps, budget);
   // As many as this run's subrequests cover after the due read; the others wait for the next run.
   const take = Math.min(REFUND_RETRY_BATCH, Math.floor((budget.left - 1) / refundCost(deps)));
@@ -371,10 +431,14 @@ export interface RefundView {
   updateTime: number;
 }
 
-const refundStateOf = (code: number): RefundState => (Object.entries(RefundStatus) as [RefundState, number][]).find(([, v]) => v === code)?.[0] ?? "requested";
+const refundStateOf = (code: number): RefundState =>
+  (Object.entries(RefundStatus) as [RefundState, number][]).find(([, v]) => v === code)?.[0] ?? "requested";
 
 /** The operator's view (GET /admin/refunds): newest first; `open` = requested or failed. */
-export async function listRefunds(deps: Deps, filter: { state?: RefundState | "open"; orderId?: string; limit: number }): Promise<RefundView[]> {
+export async function listRefunds(
+  deps: Deps,
+  filter: { state?: RefundState | "open"; orderId?: string; limit: number },
+): Promise<RefundView[]> {
   const where: string[] = [];
   const args: unknown[] = [];
   if (filter.state === "open") {

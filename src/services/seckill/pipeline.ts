@@ -32,7 +32,15 @@ import { keys } from "../../redis/keys.ts";
 import { DRAIN_WINDOW_MS, drainMessage, drainNowMessage, type QueueMessage } from "../../queue/messages.ts";
 import { metered, SubrequestBudget } from "../../ports/subrequests.ts";
 import type { LockConflictStats } from "./mysql-retry.ts";
-import { indexHourOf, indexValueOf, type OutboxRef, outboxesOf, outboxRedis, parseIndexValue, reachableOutboxes } from "./outbox.ts";
+import {
+  indexHourOf,
+  indexValueOf,
+  type OutboxRef,
+  outboxesOf,
+  outboxRedis,
+  parseIndexValue,
+  reachableOutboxes,
+} from "./outbox.ts";
 import { registeredSeckills } from "./registry.ts";
 import type { Reservation } from "./types.ts";
 
@@ -67,7 +75,15 @@ export class OrderGroups {
   /** Index keys whose TTL this isolate has set already. */
   private readonly expirySet = new Set<number>();
   private flush: Promise<void> | undefined;
-  readonly stats: OrderGroupStats = { reservations: 0, flushes: 0, redisCommands: 0, drainPublishes: 0, publishFailures: 0, closePublishes: 0, drained: 0 };
+  readonly stats: OrderGroupStats = {
+    reservations: 0,
+    flushes: 0,
+    redisCommands: 0,
+    drainPublishes: 0,
+    publishFailures: 0,
+    closePublishes: 0,
+    drained: 0,
+  };
   /** MySQL lock conflicts met by this isolate's writer/closer (all retried; see mysql-retry.ts). */
   readonly lockConflicts: LockConflictStats = { retried: 0, exhausted: 0 };
 
@@ -148,18 +164,21 @@ export class OrderGroups {
     const messages: { key: DrainKey; outbox: OutboxRef; w: number }[] = [];
     for (const [key, { outbox, windows }] of drains) {
       // Ascending, and only windows not announced yet (another flush may have run meanwhile).
-      for (const w of windows.sort((a, b) => a - b)) if ((this.drainedWindow.get(key) ?? -1) < w) messages.push({ key, outbox, w });
+      for (const w of windows.sort((a, b) => a - b))
+        if ((this.drainedWindow.get(key) ?? -1) < w) messages.push({ key, outbox, w });
     }
     if (messages.length > 0) {
       for (const { key, w } of messages) this.drainedWindow.set(key, Math.max(w, this.drainedWindow.get(key) ?? -1));
       this.stats.drainPublishes += messages.length;
       work.push(
-        deps.queue.batchJSON(messages.map(({ outbox, w }) => drainMessage(deps, outbox.shopId, w, outbox.shard))).catch((err: unknown) => {
-          this.stats.publishFailures++;
-          // Forget the windows so the next reservation tries again; the sweep covers the rest.
-          for (const { key, w } of messages) if (this.drainedWindow.get(key) === w) this.drainedWindow.delete(key);
-          deps.log.warn("drain publish failed; the next window or the outbox sweep will drain", { err });
-        }),
+        deps.queue
+          .batchJSON(messages.map(({ outbox, w }) => drainMessage(deps, outbox.shopId, w, outbox.shard)))
+          .catch((err: unknown) => {
+            this.stats.publishFailures++;
+            // Forget the windows so the next reservation tries again; the sweep covers the rest.
+            for (const { key, w } of messages) if (this.drainedWindow.get(key) === w) this.drainedWindow.delete(key);
+            deps.log.warn("drain publish failed; the next window or the outbox sweep will drain", { err });
+          }),
       );
     }
     await Promise.all(work);
@@ -199,7 +218,11 @@ export interface SweepResult {
  * among them, one publish per SWEEP_MESSAGES_PER_BATCH drains — a handful whatever the number of
  * shops or the backlog.
  */
-export async function sweepOutbox(deps: Deps, now: number, budget: SubrequestBudget = SubrequestBudget.forInvocation(deps)): Promise<SweepResult> {
+export async function sweepOutbox(
+  deps: Deps,
+  now: number,
+  budget: SubrequestBudget = SubrequestBudget.forInvocation(deps),
+): Promise<SweepResult> {
   const d = metered(deps, budget);
   // Never ahead of the clock the writer claims by: a drain for entries still under a claim lease
   // would find nothing, and its deduplication id would hold back the next sweep's for a minute.
@@ -235,6 +258,7 @@ export async function sweepOutbox(deps: Deps, now: number, budget: SubrequestBud
       });
     }
   }
-  for (let i = 0; i < messages.length; i += SWEEP_MESSAGES_PER_BATCH) await d.queue.batchJSON(messages.slice(i, i + SWEEP_MESSAGES_PER_BATCH));
+  for (let i = 0; i < messages.length; i += SWEEP_MESSAGES_PER_BATCH)
+    await d.queue.batchJSON(messages.slice(i, i + SWEEP_MESSAGES_PER_BATCH));
   return continued ? { overdue, drains: messages.length, continued } : { overdue, drains: messages.length };
 }

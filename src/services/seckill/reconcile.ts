@@ -39,7 +39,8 @@ import { registeredSeckills } from "./registry.ts";
 import { ruleKeys } from "./rules.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 
-const parseReservation = (raw: unknown): Reservation => (typeof raw === "string" ? JSON.parse(raw) : raw) as Reservation;
+const parseReservation = (raw: unknown): Reservation =>
+  (typeof raw === "string" ? JSON.parse(raw) : raw) as Reservation;
 
 export interface VoucherReport {
   voucherId: number;
@@ -113,12 +114,23 @@ const isActive = (o: OrderFact) => ACTIVE.includes(o.status);
  * wait for our lock). A locking count would instead take gap locks on the order index and
  * deadlock with inserting writers. No Redis call happens inside the transaction.
  */
-async function repairMysqlStock(deps: Deps, voucherId: number, initial: number): Promise<{ stock: number; active: number; before: number | null }> {
+async function repairMysqlStock(
+  deps: Deps,
+  voucherId: number,
+  initial: number,
+): Promise<{ stock: number; active: number; before: number | null }> {
   return await withLockRetry(deps, deps.isolate.orderGroups.lockConflicts, "reconcile MySQL stock", () =>
     deps.db.transaction(async (tx) => {
-      const locked = (await tx.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE", [voucherId])).rows[0] as { stock: number | string } | undefined;
+      const locked = (
+        await tx.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE", [voucherId])
+      ).rows[0] as { stock: number | string } | undefined;
       const stock = Number(locked?.stock ?? 0);
-      const counted = (await tx.execute(`SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ? AND status IN (?, ?, ?)`, [voucherId, ...ACTIVE])).rows[0] as {
+      const counted = (
+        await tx.execute(`SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ? AND status IN (?, ?, ?)`, [
+          voucherId,
+          ...ACTIVE,
+        ])
+      ).rows[0] as {
         n: number | string;
       };
       const active = Number(counted.n);
@@ -145,7 +157,13 @@ interface View {
 }
 
 async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<VoucherReport> {
-  if (shardCountOf(cfg) === 0) return await reconcileView(deps, cfg, { redis: deps.redis, initial: cfg.initialStock, mine: () => true, checkMysql: true });
+  if (shardCountOf(cfg) === 0)
+    return await reconcileView(deps, cfg, {
+      redis: deps.redis,
+      initial: cfg.initialStock,
+      mine: () => true,
+      checkMysql: true,
+    });
   return await reconcileSharded(deps, cfg);
 }
 
@@ -164,7 +182,9 @@ async function reconcileSharded(deps: Deps, cfg: SeckillConfig): Promise<Voucher
   const repaired: string[] = [];
   const moves = await finishMoves(deps, cfg);
   if (moves.applied > 0) {
-    drift.push(`${moves.applied} stock move(s) left half-done (${moves.units} unit(s) out of their shard, not in the next)`);
+    drift.push(
+      `${moves.applied} stock move(s) left half-done (${moves.units} unit(s) out of their shard, not in the next)`,
+    );
     repaired.push(`finished ${moves.applied} move(s)`);
   }
   // What the shares leave of MySQL's stock, from two identical snapshots (moves in flight change
@@ -186,17 +206,36 @@ async function reconcileSharded(deps: Deps, cfg: SeckillConfig): Promise<Voucher
       await clearMovesTo(deps, cfg, shard);
       initial = Math.max(0, shareOf(left, missing.length, missing.indexOf(shard)));
     }
-    const r = await reconcileView(deps, cfg, { redis, shard, initial, mine: (userId) => homeShard(userId, n) === shard, checkMysql: shard === 0 });
-    reports.push({ shard, initial: r.initial, redisStock: r.redisStock, buyers: r.buyers, pending: r.pending, activeOrders: r.activeOrders, ok: r.ok, drift: r.drift, repaired: r.repaired });
+    const r = await reconcileView(deps, cfg, {
+      redis,
+      shard,
+      initial,
+      mine: (userId) => homeShard(userId, n) === shard,
+      checkMysql: shard === 0,
+    });
+    reports.push({
+      shard,
+      initial: r.initial,
+      redisStock: r.redisStock,
+      buyers: r.buyers,
+      pending: r.pending,
+      activeOrders: r.activeOrders,
+      ok: r.ok,
+      drift: r.drift,
+      repaired: r.repaired,
+    });
   }
   if (left !== null && missing.length === 0 && left !== 0) {
-    drift.push(`shard shares (with moves in flight) add up to ${cfg.initialStock - left} ≠ MySQL initial ${cfg.initialStock}`);
+    drift.push(
+      `shard shares (with moves in flight) add up to ${cfg.initialStock - left} ≠ MySQL initial ${cfg.initialStock}`,
+    );
     // A deficit is units lost for good in Redis (MySQL is the truth): back into shard 0. A surplus
     // is not taken away (which units?): reported.
     if (left > 0 && (await creditShard0(deps, cfg, left))) repaired.push(`gave ${left} lost unit(s) back to shard 0`);
   }
   const all = (f: (r: ShardReport) => number) => reports.reduce((x, r) => x + f(r), 0);
-  const mysqlRow = (await deps.db.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?", [voucherId])).rows[0] as { stock: number | string } | undefined;
+  const mysqlRow = (await deps.db.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?", [voucherId]))
+    .rows[0] as { stock: number | string } | undefined;
   return {
     voucherId,
     shopId,
@@ -231,12 +270,17 @@ async function sharesSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SharesSna
       m.hget(keys.seckill.meta(shopId, voucherId), "initial");
       m.hgetall(keys.seckill.movesOut(shopId, voucherId));
       m.smembers(keys.seckill.movesIn(shopId, voucherId));
-      const [initial, log, applied] = await m.exec<[number | string | null, Record<string, string> | null, unknown[]]>();
+      const [initial, log, applied] =
+        await m.exec<[number | string | null, Record<string, string> | null, unknown[]]>();
       const entries = Object.entries(log ?? {}).map(([id, v]): [string, number, number] => {
         const [to, units] = String(v).split(":").map(Number) as [number, number];
         return [id, to, units];
       });
-      return { initial: initial === null || initial === undefined ? null : Number(initial), log: entries.sort(), applied: (applied ?? []).map(String).sort() };
+      return {
+        initial: initial === null || initial === undefined ? null : Number(initial),
+        log: entries.sort(),
+        applied: (applied ?? []).map(String).sort(),
+      };
     }),
   );
   return { known: per.map((p) => p.initial), logs: per.map((p) => p.log), applied: per.map((p) => p.applied) };
@@ -253,7 +297,8 @@ function sharesLeft(cfg: SeckillConfig, s: SharesSnapshot): number {
   let held = 0;
   for (const v of s.known) held += v ?? 0;
   s.logs.forEach((log) => {
-    for (const [id, to, units] of log) if (s.known[to] !== null && s.known[to] !== undefined && !s.applied[to]?.includes(id)) held += units;
+    for (const [id, to, units] of log)
+      if (s.known[to] !== null && s.known[to] !== undefined && !s.applied[to]?.includes(id)) held += units;
   });
   return cfg.initialStock - held;
 }
@@ -264,7 +309,11 @@ async function creditShard0(deps: Deps, cfg: SeckillConfig, units: number): Prom
   if (!redis) return false;
   const id = `repair:${deps.clock.now()}:${units}`;
   const applied = await scriptsFor(redis).seckillMoveIn.exec(
-    [keys.seckill.meta(cfg.shopId, cfg.voucherId), keys.seckill.movesIn(cfg.shopId, cfg.voucherId), keys.seckill.stock(cfg.shopId, cfg.voucherId, 0)],
+    [
+      keys.seckill.meta(cfg.shopId, cfg.voucherId),
+      keys.seckill.movesIn(cfg.shopId, cfg.voucherId),
+      keys.seckill.stock(cfg.shopId, cfg.voucherId, 0),
+    ],
     [id, String(units), String(MOVES_IN_TTL_SECONDS)],
   );
   return applied === 1;
@@ -306,11 +355,24 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
         WHERE s.voucher_id = ?`,
       [RELEASE_GRACE_SECONDS, voucherId],
     )
-  ).rows as { stock: number | string; id: string | null; user_id: string | number | null; status: number | string | null; create_time: string | null; settled: number | string | null }[];
+  ).rows as {
+    stock: number | string;
+    id: string | null;
+    user_id: string | number | null;
+    status: number | string | null;
+    create_time: string | null;
+    settled: number | string | null;
+  }[];
   let mysqlStock = Number(rows[0]?.stock ?? 0);
   const orders: OrderFact[] = rows
     .filter((r) => r.id !== null && r.id !== undefined && view.mine(String(r.user_id)))
-    .map((r) => ({ id: String(r.id), userId: String(r.user_id), status: Number(r.status), settled: Number(r.settled) === 1, reservedAt: parseSqlUtc(String(r.create_time)) }));
+    .map((r) => ({
+      id: String(r.id),
+      userId: String(r.user_id),
+      status: Number(r.status),
+      settled: Number(r.settled) === 1,
+      reservedAt: parseSqlUtc(String(r.create_time)),
+    }));
   const byId = new Map(orders.map((o) => [o.id, o]));
   let activeOrders = orders.filter(isActive).length;
 
@@ -319,7 +381,9 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
   if (view.checkMysql) {
     // MySQL holds the whole voucher: its stock is checked against every active order (for a
     // shard's view, `activeOrders` counts only that shard's buyers).
-    const allActive = rows.filter((r) => r.id !== null && r.id !== undefined && ACTIVE.includes(Number(r.status))).length;
+    const allActive = rows.filter(
+      (r) => r.id !== null && r.id !== undefined && ACTIVE.includes(Number(r.status)),
+    ).length;
     const total = cfg.initialStock;
     if (allActive > total) drift.push(`oversold in MySQL: ${allActive} active orders for ${total} units`);
     if (mysqlStock + allActive !== total) {
@@ -364,9 +428,16 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
     // The daily shop limit alike: a settled order leaves its user's daily set of its reservation
     // day (SREM by order id: a release that already took it out makes this a no-op, so nothing is
     // given back twice — the set lives outside the voucher's keys and survived their loss).
-    const stale = settledOrders.flatMap((o) => ruleKeys(cfg, Number(o.userId)).map((log): [string, string, "zrem" | "srem"] => [log, o.id, "zrem"]));
+    const stale = settledOrders.flatMap((o) =>
+      ruleKeys(cfg, Number(o.userId)).map((log): [string, string, "zrem" | "srem"] => [log, o.id, "zrem"]),
+    );
     if (cfg.dailyLimit > 0) {
-      for (const o of settledOrders) stale.push([keys.seckill.daily(shopId, Number(o.userId), serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE)), o.id, "srem"]);
+      for (const o of settledOrders)
+        stale.push([
+          keys.seckill.daily(shopId, Number(o.userId), serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE)),
+          o.id,
+          "srem",
+        ]);
     }
     for (let i = 0; i < stale.length; i += 500) {
       const p = redis.pipeline();
@@ -378,8 +449,21 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
     }
     // Each holder's purchase-rule logs follow the buckets (none without rules).
     const [loaded, stock, buyers] = await scripts.reloadSeckill.exec(
-      [metaKey, releasedKey, buyersKey, outboxKey, keys.seckill.outboxDue(shopId), ...bucketKeys, ...timedHolders.flatMap(([, userId]) => ruleKeys(cfg, Number(userId)))],
-      [...reloadArgs(cfg, initial), String(settledIds.length), ...settledIds, ...timedHolders.flatMap(([orderId, userId, at]) => [orderId, userId, String(at)])],
+      [
+        metaKey,
+        releasedKey,
+        buyersKey,
+        outboxKey,
+        keys.seckill.outboxDue(shopId),
+        ...bucketKeys,
+        ...timedHolders.flatMap(([, userId]) => ruleKeys(cfg, Number(userId))),
+      ],
+      [
+        ...reloadArgs(cfg, initial),
+        String(settledIds.length),
+        ...settledIds,
+        ...timedHolders.flatMap(([orderId, userId, at]) => [orderId, userId, String(at)]),
+      ],
     );
     if (loaded === 1) {
       // The legacy registry set is not under the shop's hash tag, so it cannot be in the script.
@@ -388,7 +472,19 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
     } else {
       repaired.push("voucher was loaded meanwhile; checked again on the next pass");
     }
-    return { voucherId, shopId, initial, redisStock: stock, buyers, pending, mysqlStock, activeOrders, ok: false, drift, repaired };
+    return {
+      voucherId,
+      shopId,
+      initial,
+      redisStock: stock,
+      buyers,
+      pending,
+      mysqlStock,
+      activeOrders,
+      ok: false,
+      drift,
+      repaired,
+    };
   }
 
   // Cancelled orders whose unit never went back to Redis (a crash between the close's commit and
@@ -397,7 +493,10 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
   // seen as released and skipped.
   const cancelled = orders.filter((o) => !isActive(o) && o.settled);
   if (cancelled.length > 0) {
-    const flags = await redis.smismember(releasedKey, cancelled.map((o) => o.id));
+    const flags = await redis.smismember(
+      releasedKey,
+      cancelled.map((o) => o.id),
+    );
     const unreleased = cancelled.filter((_, i) => flags[i] !== 1);
     let released = 0;
     let marked = 0;
@@ -409,9 +508,14 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
       // Redis any more or belongs to another reservation of the user: record the order as
       // released without touching stock or buyers; a stock/buyers mismatch this leaves is real
       // drift and is repaired atomically below.
-      const other = orders.some((x) => x.userId === o.userId && x.id !== o.id && isActive(x)) || outboxAtS1.some((r) => String(r.userId) === o.userId && r.orderId !== o.id);
+      const other =
+        orders.some((x) => x.userId === o.userId && x.id !== o.id && isActive(x)) ||
+        outboxAtS1.some((r) => String(r.userId) === o.userId && r.orderId !== o.id);
       if (buyersAtS1.has(o.userId) && !other) {
-        if (await releaseInRedis(vdeps, { orderId: o.id, userId: Number(o.userId), voucherId, reservedAt: o.reservedAt })) released++;
+        if (
+          await releaseInRedis(vdeps, { orderId: o.id, userId: Number(o.userId), voucherId, reservedAt: o.reservedAt })
+        )
+          released++;
       } else {
         // The order is cancelled either way, so it gives back its quotas — its purchase-rule log
         // entries and its daily shop counter (issue 16: the counter was kept) — in the same atomic,
@@ -436,7 +540,10 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
   // pairs whose user was not a buyer at S1 are sent: a user who was a buyer at S1 and is not now
   // was released in between (or lost after S1: the next pass sees it).
   const missing = holders.filter(([, userId]) => !buyersAtS1.has(userId));
-  const [readded, stockNow, buyersNow] = await scripts.reconcileBuyers.exec([releasedKey, buyersKey, ...bucketKeys], missing.flat());
+  const [readded, stockNow, buyersNow] = await scripts.reconcileBuyers.exec(
+    [releasedKey, buyersKey, ...bucketKeys],
+    missing.flat(),
+  );
   if (readded > 0) {
     // Real drift, not a race: a user leaves the set only through a release (which marks its order
     // released, so the script would not re-add it) or through data loss.
@@ -444,7 +551,7 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
     repaired.push(`re-added ${readded} buyer(s)`);
   }
   let redisStock = stockNow;
-  let buyers = buyersNow;
+  const buyers = buyersNow;
   // Both numbers come from the same atomic step, and every reservation/release keeps their sum,
   // so a mismatch is real drift (a lost or edited key). reset-stock.lua recomputes stock from
   // |buyers| in one step; the drift cannot change between the check and the reset, since every
@@ -468,9 +575,23 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
   if (orphans.length > 0) {
     // Not repaired automatically: which unit to give back is an operator's call (a manual SADD,
     // or a buyer whose order was lost). Reported with the user ids.
-    drift.push(`${orphans.length} buyer(s) without an order or a pending reservation: ${orphans.slice(0, 20).join(", ")}`);
+    drift.push(
+      `${orphans.length} buyer(s) without an order or a pending reservation: ${orphans.slice(0, 20).join(", ")}`,
+    );
   }
-  return { voucherId, shopId, initial, redisStock, buyers, pending, mysqlStock, activeOrders, ok: drift.length === 0, drift, repaired };
+  return {
+    voucherId,
+    shopId,
+    initial,
+    redisStock,
+    buyers,
+    pending,
+    mysqlStock,
+    activeOrders,
+    ok: drift.length === 0,
+    drift,
+    repaired,
+  };
 }
 
 /**
@@ -487,7 +608,13 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
  * released) or a new row at T4. Holding nothing is stable (no release is due; a buyer cannot
  * reserve again), so the flag stays true after S3.
  */
-async function buyersWithoutUnit(deps: Deps, cfg: SeckillConfig, buyersAtS1: Set<string>, outboxAtS1: Reservation[], orders: OrderFact[]): Promise<string[]> {
+async function buyersWithoutUnit(
+  deps: Deps,
+  cfg: SeckillConfig,
+  buyersAtS1: Set<string>,
+  outboxAtS1: Reservation[],
+  orders: OrderFact[],
+): Promise<string[]> {
   const { shopId, voucherId } = cfg;
   const pendingUsers = new Set(outboxAtS1.map((r) => String(r.userId)));
   const activeUsers = new Set(orders.filter(isActive).map((o) => o.userId));
@@ -505,23 +632,29 @@ async function buyersWithoutUnit(deps: Deps, cfg: SeckillConfig, buyersAtS1: Set
   const res = await s3.exec<unknown[]>();
   const stillBuyer = res[0] as number[];
   const releasedFlags = knownIds.length > 0 ? (res[1] as number[]) : [];
-  const outboxNow = Object.values((res[knownIds.length > 0 ? 2 : 1] as Record<string, unknown> | null) ?? {}).map(parseReservation);
+  const outboxNow = Object.values((res[knownIds.length > 0 ? 2 : 1] as Record<string, unknown> | null) ?? {}).map(
+    parseReservation,
+  );
   const released = new Set(knownIds.filter((_, i) => releasedFlags[i] === 1));
   const pendingNow = new Set(outboxNow.filter((r) => r.voucherId === voucherId).map((r) => String(r.userId)));
-  const confirmed = suspects.filter((u, i) => stillBuyer[i] === 1 && !pendingNow.has(u) && (known.get(u) ?? []).every((id) => released.has(id)));
+  const confirmed = suspects.filter(
+    (u, i) => stillBuyer[i] === 1 && !pendingNow.has(u) && (known.get(u) ?? []).every((id) => released.has(id)),
+  );
   if (confirmed.length === 0) return [];
 
   // T4 — MySQL after S3: the same orders, none active.
   const later = (
-    await deps.db.execute(`SELECT id, user_id, status FROM tb_voucher_order WHERE voucher_id = ? AND user_id IN (${confirmed.map(() => "?").join(", ")})`, [
-      voucherId,
-      ...confirmed.map((u) => BigInt(u)),
-    ])
+    await deps.db.execute(
+      `SELECT id, user_id, status FROM tb_voucher_order WHERE voucher_id = ? AND user_id IN (${confirmed.map(() => "?").join(", ")})`,
+      [voucherId, ...confirmed.map((u) => BigInt(u))],
+    )
   ).rows as { id: string; user_id: string | number; status: number | string }[];
   return confirmed.filter((u) => {
     const now = later.filter((r) => String(r.user_id) === u);
     const before = new Set(known.get(u) ?? []);
-    return now.length === before.size && now.every((r) => before.has(String(r.id)) && !ACTIVE.includes(Number(r.status)));
+    return (
+      now.length === before.size && now.every((r) => before.has(String(r.id)) && !ACTIVE.includes(Number(r.status)))
+    );
   });
 }
 
@@ -535,7 +668,19 @@ export async function reconcile(deps: Deps, now: number): Promise<ReconcileRepor
       // down) is reported; the others are still reconciled.
       if (!(err instanceof ShardUnavailable)) throw err;
       const { voucherId, shopId, initialStock: initial } = cfg;
-      vouchers.push({ voucherId, shopId, initial, redisStock: 0, buyers: 0, pending: 0, mysqlStock: 0, activeOrders: 0, ok: false, drift: [`not reconciled: ${err.message}`], repaired: [] });
+      vouchers.push({
+        voucherId,
+        shopId,
+        initial,
+        redisStock: 0,
+        buyers: 0,
+        pending: 0,
+        mysqlStock: 0,
+        activeOrders: 0,
+        ok: false,
+        drift: [`not reconciled: ${err.message}`],
+        repaired: [],
+      });
     }
   }
   const report: ReconcileReport = { at: now, vouchers };

@@ -35,7 +35,6 @@ export type MemoryAnswer = Exclude<ReserveResult, { reason: "OUTCOME_UNKNOWN" }>
 /** How long a fenced attempt's order id stays refused, ms: far beyond any delay in flight. */
 export const FENCE_TTL_MS = 10 * 60_000;
 
-
 /** Keys of one reservation call, in the order reserve-stock.lua documents. */
 export function reserveKeys(cfg: SeckillConfig, userId: number, ip: string, day: string, orderId: string): string[] {
   const { shopId, voucherId } = cfg;
@@ -57,7 +56,14 @@ export function reserveKeys(cfg: SeckillConfig, userId: number, ip: string, day:
 
 /** ARGV of one reservation call, in the order reserve-stock.lua documents. */
 export function reserveArgs(
-  c: Pick<Deps["config"], "SECKILL_USER_LIMIT" | "SECKILL_USER_WINDOW_MS" | "SECKILL_IP_LIMIT" | "SECKILL_IP_WINDOW_MS" | "PURCHASE_RULE_MAX_DAYS">,
+  c: Pick<
+    Deps["config"],
+    | "SECKILL_USER_LIMIT"
+    | "SECKILL_USER_WINDOW_MS"
+    | "SECKILL_IP_LIMIT"
+    | "SECKILL_IP_WINDOW_MS"
+    | "PURCHASE_RULE_MAX_DAYS"
+  >,
   r: Reservation,
   cfg?: RuleSubject,
 ): string[] {
@@ -96,16 +102,25 @@ const messages = {
  * rate-limited, or a voucher whose admission budget for this second is spent, is refused
  * (admission.ts; `ipOf` is called only when an address block may apply). Undefined: ask Redis.
  */
-export function answerFromMemory(deps: Pick<Deps, "isolate" | "clock">, voucherId: number, userId: number, ipOf: () => string | undefined): MemoryAnswer | undefined {
+export function answerFromMemory(
+  deps: Pick<Deps, "isolate" | "clock">,
+  voucherId: number,
+  userId: number,
+  ipOf: () => string | undefined,
+): MemoryAnswer | undefined {
   const memory = deps.isolate.seckill;
   const now = deps.clock.now();
   const held = memory.heldBy(voucherId, userId, now);
-  if (held !== undefined) return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER, orderId: held };
+  if (held !== undefined)
+    return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER, orderId: held };
   if (memory.isSoldOut(voucherId, now)) return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
   return deps.isolate.seckillAdmission.refusedFromMemory(now, voucherId, userId, ipOf);
 }
 
-export async function reserve(deps: Deps, input: { voucherId: number; userId: number; ip: string }): Promise<ReserveResult> {
+export async function reserve(
+  deps: Deps,
+  input: { voucherId: number; userId: number; ip: string },
+): Promise<ReserveResult> {
   const fromMemory = answerFromMemory(deps, input.voucherId, input.userId, () => input.ip);
   if (fromMemory) return fromMemory;
   const memory = deps.isolate.seckill;
@@ -116,7 +131,13 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   const configs = deps.isolate.caches.seckill;
   if (!configs.inMemory(input.voucherId)) {
     const wait = deps.isolate.missMeter.refusedFor(input.ip, now);
-    if (wait > 0) return { ok: false, reason: "RATE_LIMITED", message: "too many attempts on unknown vouchers from this address", retryAfterMs: wait };
+    if (wait > 0)
+      return {
+        ok: false,
+        reason: "RATE_LIMITED",
+        message: "too many attempts on unknown vouchers from this address",
+        retryAfterMs: wait,
+      };
   }
   const cfg = await configs.get(deps, input.voucherId);
   if (!cfg) {
@@ -141,12 +162,24 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
   // The global admission limit (admission.ts): at most R attempts per second reach Redis — per
   // shard database for a sharded voucher (each database has its own command budget).
   const notAdmitted = sharded
-    ? await deps.isolate.seckillAdmission.admit({ redis: home.redis, clock: deps.clock, runtime: deps.runtime }, cfg.voucherId, home.shard)
+    ? await deps.isolate.seckillAdmission.admit(
+        { redis: home.redis, clock: deps.clock, runtime: deps.runtime },
+        cfg.voucherId,
+        home.shard,
+      )
     : await deps.isolate.seckillAdmission.admit(deps, cfg.voucherId);
   if (notAdmitted) return notAdmitted;
 
   const orderId = (await deps.isolate.ids.next(deps)).toString();
-  const reservation: Reservation = { orderId, userId: input.userId, voucherId: cfg.voucherId, shopId: cfg.shopId, reservedAt: now, amount: cfg.payValue, ...(sharded ? { shard: home.shard } : {}) };
+  const reservation: Reservation = {
+    orderId,
+    userId: input.userId,
+    voucherId: cfg.voucherId,
+    shopId: cfg.shopId,
+    reservedAt: now,
+    amount: cfg.payValue,
+    ...(sharded ? { shard: home.shard } : {}),
+  };
   const c = deps.config;
   const day = serviceDay(now, c.SERVICE_TIME_ZONE);
   const rKeys = reserveKeys(cfg, input.userId, input.ip, day, orderId);
@@ -179,7 +212,11 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
       gate.tickets--;
       // The retry is one more command on the home shard: it passes the shard's admission gate
       // like any attempt (a refused one gives its ticket back).
-      const again = await deps.isolate.seckillAdmission.admit({ redis: home.redis, clock: deps.clock, runtime: deps.runtime }, cfg.voucherId, home.shard);
+      const again = await deps.isolate.seckillAdmission.admit(
+        { redis: home.redis, clock: deps.clock, runtime: deps.runtime },
+        cfg.voucherId,
+        home.shard,
+      );
       if (again) {
         gate.tickets++;
         return again;
@@ -215,7 +252,12 @@ export async function reserve(deps: Deps, input: { voucherId: number; userId: nu
     }
     case 6:
       deps.isolate.seckillAdmission.rememberBlock(cfg.voucherId, input.userId, input.ip, b, now + a);
-      return { ok: false, reason: "RATE_LIMITED", message: b === 2 ? "too many attempts from this address" : "too many attempts", retryAfterMs: a };
+      return {
+        ok: false,
+        reason: "RATE_LIMITED",
+        message: b === 2 ? "too many attempts from this address" : "too many attempts",
+        retryAfterMs: a,
+      };
     case 7:
       // b = 0: the daily shop limit; b = i: the voucher's purchase rule i (1-based, canonical order).
       return { ok: false, reason: "LIMIT_REACHED", message: b === 0 ? messages.LIMIT_REACHED : ruleMessage(cfg, b) };
@@ -301,7 +343,14 @@ function mayHaveRun(err: unknown): boolean {
  * announced anyway, so that if the script did run, its order is drained and indexed within a
  * window (an announcement for nothing costs one empty drain).
  */
-async function settleLostReply(deps: Deps, cfg: SeckillConfig, r: Reservation, redis: Deps["redis"], remember: (id: string) => void, cause: unknown): Promise<ReserveResult> {
+async function settleLostReply(
+  deps: Deps,
+  cfg: SeckillConfig,
+  r: Reservation,
+  redis: Deps["redis"],
+  remember: (id: string) => void,
+  cause: unknown,
+): Promise<ReserveResult> {
   const { shopId, voucherId } = cfg;
   let settled: number;
   try {
@@ -310,9 +359,18 @@ async function settleLostReply(deps: Deps, cfg: SeckillConfig, r: Reservation, r
       [r.orderId, String(r.userId), String(FENCE_TTL_MS)],
     );
   } catch (err) {
-    deps.log.warn("seckill reservation outcome unknown (reply and check both lost)", { voucherId, orderId: r.orderId, err });
+    deps.log.warn("seckill reservation outcome unknown (reply and check both lost)", {
+      voucherId,
+      orderId: r.orderId,
+      err,
+    });
     announce(deps, r);
-    return { ok: false, reason: "OUTCOME_UNKNOWN", message: "the reservation's outcome is not known yet: retry to learn your order", retryAfterMs: 1000 };
+    return {
+      ok: false,
+      reason: "OUTCOME_UNKNOWN",
+      message: "the reservation's outcome is not known yet: retry to learn your order",
+      retryAfterMs: 1000,
+    };
   }
   const counts = deps.isolate.seckillLostReplies;
   if (settled === 0) counts.fenced++;
@@ -340,13 +398,10 @@ async function settleLostReply(deps: Deps, cfg: SeckillConfig, r: Reservation, r
 /** The order holding a unit of `voucherId` for `userId`, from MySQL (idx_voucher_user); null while queued. */
 async function heldOrderId(deps: Deps, voucherId: number, userId: number): Promise<string | null> {
   const row = (
-    await deps.db.execute("SELECT id FROM tb_voucher_order WHERE voucher_id = ? AND user_id = ? AND status IN (?, ?, ?) ORDER BY id DESC LIMIT 1", [
-      voucherId,
-      userId,
-      OrderStatus.unpaid,
-      OrderStatus.paid,
-      OrderStatus.used,
-    ])
+    await deps.db.execute(
+      "SELECT id FROM tb_voucher_order WHERE voucher_id = ? AND user_id = ? AND status IN (?, ?, ?) ORDER BY id DESC LIMIT 1",
+      [voucherId, userId, OrderStatus.unpaid, OrderStatus.paid, OrderStatus.used],
+    )
   ).rows[0] as { id: string | number } | undefined;
   return row ? String(row.id) : null;
 }

@@ -56,7 +56,9 @@ export const PurchaseRulesInput = z.array(PurchaseRuleInput).max(2, "at most one
  * A campaign id is part of a Redis key name: a short token, no `:` (key separator) or braces
  * (hash tags), no spaces.
  */
-export const CampaignId = z.string({ error: "must be a string" }).regex(/^[A-Za-z0-9_-]{1,64}$/, "1–64 letters, digits, '-' or '_'");
+export const CampaignId = z
+  .string({ error: "must be a string" })
+  .regex(/^[A-Za-z0-9_-]{1,64}$/, "1–64 letters, digits, '-' or '_'");
 
 export type RuleCheck = { ok: true; rules: PurchaseRule[] } | { ok: false; field: string; message: string };
 
@@ -64,21 +66,36 @@ export type RuleCheck = { ok: true; rules: PurchaseRule[] } | { ok: false; field
  * Checks what zod's shape cannot: the configured bounds of K and N, one rule per scope, and a
  * campaign named iff there is a campaign rule. Returns the rules in canonical order.
  */
-export function checkRules(rules: readonly PurchaseRule[], campaign: string | null, c: Pick<Config, "PURCHASE_RULE_MAX_DAYS" | "PURCHASE_RULE_MAX_LIMIT">): RuleCheck {
+export function checkRules(
+  rules: readonly PurchaseRule[],
+  campaign: string | null,
+  c: Pick<Config, "PURCHASE_RULE_MAX_DAYS" | "PURCHASE_RULE_MAX_LIMIT">,
+): RuleCheck {
   const seen = new Set<RuleScope>();
   for (const [i, r] of rules.entries()) {
-    if (r.limit > c.PURCHASE_RULE_MAX_LIMIT) return { ok: false, field: `purchaseRules.${i}.limit`, message: `must be at most ${c.PURCHASE_RULE_MAX_LIMIT}` };
-    if (r.days > c.PURCHASE_RULE_MAX_DAYS) return { ok: false, field: `purchaseRules.${i}.days`, message: `must be at most ${c.PURCHASE_RULE_MAX_DAYS}` };
-    if (seen.has(r.scope)) return { ok: false, field: `purchaseRules.${i}.scope`, message: `a second "${r.scope}" rule (one rule per scope)` };
+    if (r.limit > c.PURCHASE_RULE_MAX_LIMIT)
+      return { ok: false, field: `purchaseRules.${i}.limit`, message: `must be at most ${c.PURCHASE_RULE_MAX_LIMIT}` };
+    if (r.days > c.PURCHASE_RULE_MAX_DAYS)
+      return { ok: false, field: `purchaseRules.${i}.days`, message: `must be at most ${c.PURCHASE_RULE_MAX_DAYS}` };
+    if (seen.has(r.scope))
+      return {
+        ok: false,
+        field: `purchaseRules.${i}.scope`,
+        message: `a second "${r.scope}" rule (one rule per scope)`,
+      };
     seen.add(r.scope);
   }
-  if (seen.has("campaign") && campaign === null) return { ok: false, field: "campaign", message: "required with a campaign rule" };
-  if (!seen.has("campaign") && campaign !== null) return { ok: false, field: "campaign", message: "only with a campaign rule" };
+  if (seen.has("campaign") && campaign === null)
+    return { ok: false, field: "campaign", message: "required with a campaign rule" };
+  if (!seen.has("campaign") && campaign !== null)
+    return { ok: false, field: "campaign", message: "only with a campaign rule" };
   return { ok: true, rules: canonicalRules(rules) };
 }
 
 export function canonicalRules(rules: readonly PurchaseRule[]): PurchaseRule[] {
-  return [...rules].map((r) => ({ scope: r.scope, limit: r.limit, days: r.days })).sort((a, b) => SCOPE_ORDER[a.scope] - SCOPE_ORDER[b.scope]);
+  return [...rules]
+    .map((r) => ({ scope: r.scope, limit: r.limit, days: r.days }))
+    .sort((a, b) => SCOPE_ORDER[a.scope] - SCOPE_ORDER[b.scope]);
 }
 
 /** The voucher meta's `rules` field: `scope:K:N` joined by `,`, canonical order ("" = none). Parsed by reserve-stock.lua. */
@@ -95,7 +112,8 @@ const StoredRules = z.array(PurchaseRuleInput).max(2);
 export function parseRulesColumn(raw: unknown, voucherId: number): PurchaseRule[] {
   if (raw === null || raw === undefined || raw === "") return [];
   const parsed = StoredRules.safeParse(typeof raw === "string" ? JSON.parse(raw) : raw);
-  if (!parsed.success) throw new Error(`seckill voucher ${voucherId}: unreadable purchase_rules ${JSON.stringify(raw)}`);
+  if (!parsed.success)
+    throw new Error(`seckill voucher ${voucherId}: unreadable purchase_rules ${JSON.stringify(raw)}`);
   return canonicalRules(parsed.data);
 }
 
@@ -110,7 +128,11 @@ export interface RuleSubject {
 export function ruleKeys(cfg: RuleSubject, userId: number): string[] {
   const rules = cfg.purchaseRules;
   if (!rules || rules.length === 0) return [];
-  return rules.map((r) => (r.scope === "shop" ? keys.seckill.ruleShop(cfg.shopId, userId) : keys.seckill.ruleCampaign(cfg.shopId, String(cfg.campaign), userId)));
+  return rules.map((r) =>
+    r.scope === "shop"
+      ? keys.seckill.ruleShop(cfg.shopId, userId)
+      : keys.seckill.ruleCampaign(cfg.shopId, String(cfg.campaign), userId),
+  );
 }
 
 /** The refusal message naming rule `i` (1-based, canonical order) of `cfg`. */

@@ -50,7 +50,11 @@ export class ShardUnavailable extends Error {
 }
 
 /** The database of shard `shard` of a voucher (the main one when unsharded). */
-export function shardRedis(deps: Pick<Deps, "redis" | "seckillShards">, cfg: Pick<SeckillConfig, "shards" | "voucherId">, shard: number): RedisPort {
+export function shardRedis(
+  deps: Pick<Deps, "redis" | "seckillShards">,
+  cfg: Pick<SeckillConfig, "shards" | "voucherId">,
+  shard: number,
+): RedisPort {
   const n = shardCountOf(cfg);
   if (n === 0) return deps.redis;
   const r = deps.seckillShards[shard];
@@ -59,13 +63,20 @@ export function shardRedis(deps: Pick<Deps, "redis" | "seckillShards">, cfg: Pic
 }
 
 /** Every database holding part of a voucher, with its index (one entry, index 0, when unsharded). */
-export function shardsOf(deps: Pick<Deps, "redis" | "seckillShards">, cfg: Pick<SeckillConfig, "shards" | "voucherId">): { shard: number; redis: RedisPort }[] {
+export function shardsOf(
+  deps: Pick<Deps, "redis" | "seckillShards">,
+  cfg: Pick<SeckillConfig, "shards" | "voucherId">,
+): { shard: number; redis: RedisPort }[] {
   const n = Math.max(1, shardCountOf(cfg));
   return Array.from({ length: n }, (_, shard) => ({ shard, redis: shardRedis(deps, cfg, shard) }));
 }
 
 /** The database a buyer's attempts and releases of this voucher go to, and its index. */
-export function homeOf(deps: Pick<Deps, "redis" | "seckillShards">, cfg: Pick<SeckillConfig, "shards" | "voucherId">, userId: number | string): { shard: number; redis: RedisPort } {
+export function homeOf(
+  deps: Pick<Deps, "redis" | "seckillShards">,
+  cfg: Pick<SeckillConfig, "shards" | "voucherId">,
+  userId: number | string,
+): { shard: number; redis: RedisPort } {
   const shard = homeShard(userId, shardCountOf(cfg));
   return { shard, redis: shardRedis(deps, cfg, shard) };
 }

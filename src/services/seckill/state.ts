@@ -10,7 +10,7 @@
  */
 import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
-import { type SeckillConfig } from "./config.ts";
+import type { SeckillConfig } from "./config.ts";
 import { shardCountOf, shardsOf } from "./shards.ts";
 
 export interface ShardState {
@@ -42,7 +42,10 @@ export interface SeckillState {
   shards: ShardState[];
 }
 
-export async function seckillState(deps: Pick<Deps, "redis" | "seckillShards">, cfg: SeckillConfig): Promise<SeckillState> {
+export async function seckillState(
+  deps: Pick<Deps, "redis" | "seckillShards">,
+  cfg: SeckillConfig,
+): Promise<SeckillState> {
   const { shopId, voucherId } = cfg;
   const shards = await Promise.all(
     shardsOf(deps, cfg).map(async ({ shard, redis }): Promise<ShardState> => {
@@ -62,7 +65,10 @@ export async function seckillState(deps: Pick<Deps, "redis" | "seckillShards">, 
         buckets,
         buyers: Number(res[cfg.buckets] ?? 0),
         share: share === null || share === undefined ? null : Number(share),
-        shopOutbox: { entries: Number(res[cfg.buckets + 2] ?? 0), oldestDueMs: oldest && oldest.length >= 2 ? Number(oldest[1]) : null },
+        shopOutbox: {
+          entries: Number(res[cfg.buckets + 2] ?? 0),
+          oldestDueMs: oldest && oldest.length >= 2 ? Number(oldest[1]) : null,
+        },
       };
     }),
   );

@@ -21,7 +21,13 @@
  * continuation, the next window's drain) names the same shard. MySQL is written as for any group.
  */
 import type { Deps, RedisPort } from "../../deps.ts";
-import { closeMessage, DRAIN_WINDOW_MS, drainMessage, drainNowMessage, type QueueMessage } from "../../queue/messages.ts";
+import {
+  closeMessage,
+  DRAIN_WINDOW_MS,
+  drainMessage,
+  drainNowMessage,
+  type QueueMessage,
+} from "../../queue/messages.ts";
 import { keys } from "../../redis/keys.ts";
 import { metered, SubrequestBudget, SubrequestBudgetExceeded } from "../../ports/subrequests.ts";
 import { toSqlUtc } from "../../util/time.ts";
@@ -40,11 +46,26 @@ export class OversellError extends Error {
 type Tx = Pick<Deps["db"], "execute">;
 
 /** Multi-row INSERT IGNORE of one voucher's reservations; returns the number of rows inserted. */
-export async function insertOrdersTx(tx: Tx, rs: readonly Reservation[], status: number, payTimeMs: number | null): Promise<number> {
+export async function insertOrdersTx(
+  tx: Tx,
+  rs: readonly Reservation[],
+  status: number,
+  payTimeMs: number | null,
+): Promise<number> {
   if (rs.length === 0) return 0;
   const values = rs.map(() => "(?, ?, ?, ?, ?, ?)").join(", ");
-  const args = rs.flatMap((r) => [BigInt(r.orderId), r.userId, r.voucherId, status, toSqlUtc(r.reservedAt), payTimeMs === null ? null : toSqlUtc(payTimeMs)]);
-  const ins = await tx.execute(`INSERT IGNORE INTO tb_voucher_order (id, user_id, voucher_id, status, create_time, pay_time) VALUES ${values}`, args);
+  const args = rs.flatMap((r) => [
+    BigInt(r.orderId),
+    r.userId,
+    r.voucherId,
+    status,
+    toSqlUtc(r.reservedAt),
+    payTimeMs === null ? null : toSqlUtc(payTimeMs),
+  ]);
+  const ins = await tx.execute(
+    `INSERT IGNORE INTO tb_voucher_order (id, user_id, voucher_id, status, create_time, pay_time) VALUES ${values}`,
+    args,
+  );
   return ins.rowsAffected;
 }
 
@@ -53,10 +74,20 @@ export async function insertOrdersTx(tx: Tx, rs: readonly Reservation[], status:
  * transaction. Throws OversellError (the transaction rolls back) if MySQL cannot cover them:
  * Redis admitted more than MySQL holds, which must never be recorded.
  */
-export async function writeVoucherRowsTx(tx: Tx, voucherId: number, rs: readonly Reservation[], status: number, payTimeMs: number | null): Promise<number> {
+export async function writeVoucherRowsTx(
+  tx: Tx,
+  voucherId: number,
+  rs: readonly Reservation[],
+  status: number,
+  payTimeMs: number | null,
+): Promise<number> {
   const inserted = await insertOrdersTx(tx, rs, status, payTimeMs);
   if (inserted === 0) return 0;
-  const upd = await tx.execute("UPDATE tb_seckill_voucher SET stock = stock - ? WHERE voucher_id = ? AND stock >= ?", [inserted, voucherId, inserted]);
+  const upd = await tx.execute("UPDATE tb_seckill_voucher SET stock = stock - ? WHERE voucher_id = ? AND stock >= ?", [
+    inserted,
+    voucherId,
+    inserted,
+  ]);
   if (upd.rowsAffected !== 1) throw new OversellError(voucherId, inserted);
   return inserted;
 }
@@ -95,7 +126,11 @@ export async function writeGroup(deps: Deps, rs: readonly Reservation[]): Promis
       // as this one (its buyer would silently hold nothing). One SELECT, only on this path.
       const foreign = created < list.length ? await foreignRows(deps, list) : new Set<string>();
       for (const r of list) (foreign.has(r.orderId) ? out.refused : out.written).push(r.orderId);
-      if (foreign.size > 0) deps.log.error("order id collision: a row with this id belongs to another reservation; the entry stays in the outbox", { voucherId, orderIds: [...foreign] });
+      if (foreign.size > 0)
+        deps.log.error(
+          "order id collision: a row with this id belongs to another reservation; the entry stays in the outbox",
+          { voucherId, orderIds: [...foreign] },
+        );
     } catch (err) {
       if (!(err instanceof OversellError)) throw err;
       deps.log.error("oversell refused: reservations stay in the outbox", { voucherId, orders: list.length, err });
@@ -107,7 +142,12 @@ export async function writeGroup(deps: Deps, rs: readonly Reservation[]): Promis
 
 /** Ids of `rs` whose MySQL row is another user's or another voucher's. */
 async function foreignRows(deps: Deps, rs: readonly Reservation[]): Promise<Set<string>> {
-  const rows = (await deps.db.execute(`SELECT id, user_id, voucher_id FROM tb_voucher_order WHERE id IN (${rs.map(() => "?").join(", ")})`, rs.map((r) => BigInt(r.orderId)))).rows as {
+  const rows = (
+    await deps.db.execute(
+      `SELECT id, user_id, voucher_id FROM tb_voucher_order WHERE id IN (${rs.map(() => "?").join(", ")})`,
+      rs.map((r) => BigInt(r.orderId)),
+    )
+  ).rows as {
     id: string | number;
     user_id: string | number;
     voucher_id: string | number;
@@ -122,7 +162,12 @@ async function foreignRows(deps: Deps, rs: readonly Reservation[]): Promise<Set<
 }
 
 /** Makes claimed entries of the outbox in `redis` claimable again now (one command). */
-async function releaseClaim(redis: RedisPort, now: number, shopId: number, group: readonly Reservation[]): Promise<void> {
+async function releaseClaim(
+  redis: RedisPort,
+  now: number,
+  shopId: number,
+  group: readonly Reservation[],
+): Promise<void> {
   const [first, ...rest] = group.map((r) => ({ score: now, member: r.orderId }));
   if (first) await redis.zadd(keys.seckill.outboxDue(shopId), { xx: true }, first, ...rest);
 }
@@ -146,11 +191,27 @@ const TAIL_COST = 1;
  * that each close delivery fits one invocation's subrequests (close costs per voucher, not per
  * order: close.ts closeCost). Almost always one message; all go out in one batch.
  */
-function closeMessagesOf(deps: Deps, shopId: number, written: readonly Reservation[], shard: number | undefined): QueueMessage[] {
+function closeMessagesOf(
+  deps: Deps,
+  shopId: number,
+  written: readonly Reservation[],
+  shard: number | undefined,
+): QueueMessage[] {
   const per = closeVouchersPerInvocation(deps);
   const lists = [...byVoucher(written).values()];
   const out: QueueMessage[] = [];
-  for (let i = 0; i < lists.length; i += per) out.push(closeMessage(deps, shopId, lists.slice(i, i + per).flat().map((r) => r.orderId), shard));
+  for (let i = 0; i < lists.length; i += per)
+    out.push(
+      closeMessage(
+        deps,
+        shopId,
+        lists
+          .slice(i, i + per)
+          .flat()
+          .map((r) => r.orderId),
+        shard,
+      ),
+    );
   return out;
 }
 
@@ -212,7 +273,11 @@ export const DRAIN_LANES = 2;
  * deployment does not configure throws ShardNotConfigured before any call (the delivery fails and
  * QStash retries it, then dead-letters it for an operator: shards are never removed under live vouchers).
  */
-export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: number; subrequests?: SubrequestBudget; shard?: number } = {}): Promise<DrainResult> {
+export async function drainShop(
+  deps: Deps,
+  shopId: number,
+  opts: { budgetMs?: number; subrequests?: SubrequestBudget; shard?: number } = {},
+): Promise<DrainResult> {
   const c = deps.config;
   const { shard } = opts;
   // Unmetered (hand-backs are forced from the headroom) and metered clients of the outbox's database.
@@ -237,7 +302,9 @@ export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: n
   /** Hands claimed entries back outside the meter (one command from the headroom): a failure path. */
   const handBack = async (group: readonly Reservation[]) => {
     calls.force(1);
-    await releaseClaim(outbox, deps.clock.now(), shopId, group).catch((e: unknown) => deps.log.warn("could not hand back a claimed group; its lease will run out", { shopId, shard, err: e }));
+    await releaseClaim(outbox, deps.clock.now(), shopId, group).catch((e: unknown) =>
+      deps.log.warn("could not hand back a claimed group; its lease will run out", { shopId, shard, err: e }),
+    );
   };
   const lane = async (): Promise<void> => {
     try {
@@ -316,11 +383,23 @@ export async function drainShop(deps: Deps, shopId: number, opts: { budgetMs?: n
         if (w.written.length > 0) {
           const ids = new Set(w.written);
           try {
-            await d.queue.batchJSON(closeMessagesOf(deps, shopId, now.filter((r) => ids.has(r.orderId)), shard));
+            await d.queue.batchJSON(
+              closeMessagesOf(
+                deps,
+                shopId,
+                now.filter((r) => ids.has(r.orderId)),
+                shard,
+              ),
+            );
             deps.isolate.orderGroups.stats.closePublishes++;
           } catch (err) {
             if (err instanceof SubrequestBudgetExceeded) stop("subrequests");
-            deps.log.warn("close publish failed; close-expired will close the group at its deadline", { shopId, shard, orders: w.written.length, err });
+            deps.log.warn("close publish failed; close-expired will close the group at its deadline", {
+              shopId,
+              shard,
+              orders: w.written.length,
+              err,
+            });
           }
         }
       } catch (err) {
