@@ -292,6 +292,22 @@ describe("seckill shards", () => {
     await t.settle();
   });
 
+  test("the daily shop limit holds across two sharded vouchers of one shop, one of them smaller than the shard count (every voucher takes all shards, so a buyer's home is the same)", async () => {
+    const t = await shardedApp({ SOLD_OUT_MEMO_MS: "0" });
+    const small = await createSeckill(t, { stock: 2, shopDailyLimit: 1 });
+    const big = await createSeckill(t, { stock: 100, shopDailyLimit: 1, shopId: small.shopId });
+    expect((await cfgOf(t, small.voucherId)).shards).toBe(N);
+    expect((await cfgOf(t, big.voucherId)).shards).toBe(N);
+    // Homed where the small sale has no share: the unit comes by a refill.
+    const [u] = usersHomedAt(3, N, 1) as [number];
+    expect((await reserve(t.deps, { voucherId: small.voucherId, userId: u, ip: IP })).ok).toBe(true);
+    expect(await reserve(t.deps, { voucherId: big.voucherId, userId: u, ip: IP })).toMatchObject({
+      ok: false,
+      reason: "LIMIT_REACHED",
+    });
+    await t.settle();
+  });
+
   test("unsharded (no SECKILL_SHARD_URLS): the voucher lives in the main database with today's keys, one Redis command per attempt", async () => {
     const t = await createTestApp(BASE_ENV);
     const { shopId, voucherId } = await createSeckill(t, { stock: 5 });

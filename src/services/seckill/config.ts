@@ -180,9 +180,11 @@ export async function createSeckillVoucher(
 ): Promise<SeckillConfig> {
   const rules = [...(v.purchaseRules ?? [])];
   const campaignRule = rules.find((r) => r.scope === "campaign");
-  // The shards configured now, for the voucher's life (shards.ts); a sale smaller than the shards
-  // would leave some of them empty from the start, so it takes at most one shard per unit.
-  const shards = Math.min(deps.seckillShards.length, v.stock);
+  // The shards configured now, for the voucher's life (shards.ts). Every voucher created under one
+  // configuration takes all of them, even a sale with fewer units than shards (those start with a
+  // share of 0 and refill): a buyer's home shard — where the daily shop limit and the purchase-rule
+  // logs of the shop live — must be the same for every voucher of the shop.
+  const shards = deps.seckillShards.length;
   const voucherId = await deps.db.transaction(async (tx) => {
     if (campaignRule && v.campaign) {
       // The first voucher registers the campaign's rule; a concurrent creation waits on this row's
