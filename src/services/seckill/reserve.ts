@@ -201,12 +201,29 @@ export async function reserve(
   // runtime allows it) and only as many of them retry as it brought units ("tickets"): a crowd at
   // sell-out costs one refill, not a retry per buyer per round. A buyer retries after a refill
   // that brought nothing only if units arrived since its own SOLD_OUT (the gate's epoch moved).
+  // SOLD_OUT is remembered by the isolate only when it is final: no refill of this isolate is still
+  // bringing units home.
+  let soldOutFinal = true;
   if (sharded && reply[0] === 4) {
     const gate = refillGate(deps, `${cfg.voucherId}:${home.shard}`);
     let seen = gate.epoch;
+    soldOutFinal = false;
     for (let round = 0; round < MAX_REFILLS; round++) {
-      await sharedRefill(deps, cfg, home.shard, gate);
-      if (gate.epoch === seen) break; // nothing arrived at home since this buyer was told SOLD_OUT
+      if (gate.inflight > 0 && !deps.runtime.sharesIo) {
+        // workerd: another request's refill is bringing units home, and its I/O is not this
+        // request's to await (src/runtime.ts): look again shortly on a timer of our own.
+        await new Promise((r) => setTimeout(r, REFILL_POLL_MS));
+      } else {
+        await sharedRefill(deps, cfg, home.shard, gate);
+      }
+      if (gate.epoch === seen) {
+        // Nothing arrived at home since this buyer was told SOLD_OUT: final once no refill is left.
+        if (gate.inflight === 0) {
+          soldOutFinal = true;
+          break;
+        }
+        continue;
+      }
       seen = gate.epoch;
       if (gate.tickets <= 0) continue; // the units are the earlier waiters': wait for the next refill
       gate.tickets--;
@@ -240,7 +257,7 @@ export async function reserve(
       return { ok: false, reason: "ENDED", message: messages.ENDED };
     case 4:
       // Unsharded: the voucher is sold out. Sharded: every shard was empty when asked.
-      memory.markSoldOut(input.voucherId, now);
+      if (soldOutFinal) memory.markSoldOut(input.voucherId, now);
       return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
     case 5: {
       // Another isolate (or an earlier life of this one) gave this buyer the unit: MySQL knows the
@@ -271,6 +288,8 @@ export async function reserve(
 
 /** Refills one attempt may wait for: each halves what the other shards hold, so ~log2(stock) rounds drain them. */
 const MAX_REFILLS = 32;
+/** workerd: how often a dry buyer looks again while another request's refill runs, ms. */
+const REFILL_POLL_MS = 5;
 
 /** A home shard's refills in this isolate (isolate.seckillRefills). */
 export interface RefillGate {
@@ -279,12 +298,14 @@ export interface RefillGate {
   /** Units of the last refills no waiting buyer has tried for yet. */
   tickets: number;
   running: Promise<number> | undefined;
+  /** Refills of this isolate in flight (on workerd one per request that started one). */
+  inflight: number;
 }
 
 function refillGate(deps: Deps, key: string): RefillGate {
   let g = deps.isolate.seckillRefills.get(key);
   if (!g) {
-    g = { epoch: 0, tickets: 0, running: undefined };
+    g = { epoch: 0, tickets: 0, running: undefined, inflight: 0 };
     deps.isolate.seckillRefills.set(key, g);
   }
   return g;
@@ -296,10 +317,15 @@ function refillGate(deps: Deps, key: string): RefillGate {
  */
 async function sharedRefill(deps: Deps, cfg: SeckillConfig, home: number, gate: RefillGate): Promise<void> {
   const run = async () => {
-    const moved = await refillHome(deps, cfg, home, deps.isolate.seckillMoves);
-    gate.epoch += moved;
-    gate.tickets += moved;
-    return moved;
+    gate.inflight++;
+    try {
+      const moved = await refillHome(deps, cfg, home, deps.isolate.seckillMoves);
+      gate.epoch += moved;
+      gate.tickets += moved;
+      return moved;
+    } finally {
+      gate.inflight--;
+    }
   };
   if (!deps.runtime.sharesIo) {
     await run();
