@@ -189,6 +189,24 @@ export function jsonDepthExceeded(text: string, max: number): number {
 }
 
 /**
+ * The body of a route that takes JSON, within `maxBytes`: undefined when there is none (an empty
+ * body of any type included); a non-empty body of another type is a 415 before it is read; past
+ * `maxBytes` a 413, by Content-Length before reading or while it streams.
+ */
+async function boundedJson(c: Context<AppEnv>, maxBytes: number): Promise<Uint8Array | undefined> {
+  const raw = c.req.raw;
+  if (!raw.body) return undefined;
+  const type = mediaTypeOf(raw.headers);
+  if (!JSON_MEDIA.test(type)) {
+    await refuseUnlessEmpty(c, raw.body, type, "application/json");
+    return undefined;
+  }
+  const declared = raw.headers.get("content-length");
+  if (declared !== null && !(Number(declared) <= maxBytes)) throw tooLarge(maxBytes);
+  return await readCapped(raw.body, maxBytes);
+}
+
+/**
  * A JSON route, or one that takes no body (`BODY_LIMITS.none`): a non-empty body of another type
  * is a 415 before it is read; a JSON one (application/json or `+json`) is capped at `maxBytes`
  * (413: by Content-Length before reading, or while reading a chunked body), and invalid UTF-8 and
@@ -196,19 +214,10 @@ export function jsonDepthExceeded(text: string, max: number): number {
  * where the `v("json", …)` validator after it reads it.
  */
 export function jsonBody(maxBytes: number) {
-  const takes = "application/json";
   return documented(
     createMiddleware<AppEnv>(async (c, next) => {
-      const raw = c.req.raw;
-      if (!raw.body) return await next();
-      const type = mediaTypeOf(raw.headers);
-      if (!JSON_MEDIA.test(type)) {
-        await refuseUnlessEmpty(c, raw.body, type, takes);
-        return await next();
-      }
-      const declared = raw.headers.get("content-length");
-      if (declared !== null && !(Number(declared) <= maxBytes)) throw tooLarge(maxBytes);
-      const bytes = await readCapped(raw.body, maxBytes);
+      const bytes = await boundedJson(c, maxBytes);
+      if (!bytes) return await next();
       let text: string;
       try {
         text = decoder.decode(bytes);
@@ -237,20 +246,12 @@ const lenient = new TextDecoder("utf-8");
  * before; nothing parses the text before the signature has been verified.
  */
 export function signedBody(maxBytes: number, signatureHeader: "upstash-signature" | "x-payment-signature") {
-  const takes = "application/json";
   return documented(
     createMiddleware<AppEnv>(async (c, next) => {
-      const raw = c.req.raw;
-      if (!raw.headers.has(signatureHeader)) throw new AppError("UNAUTHORIZED", `missing ${signatureHeader}`);
-      if (!raw.body) return await next();
-      const type = mediaTypeOf(raw.headers);
-      if (!JSON_MEDIA.test(type)) {
-        await refuseUnlessEmpty(c, raw.body, type, takes);
-        return await next();
-      }
-      const declared = raw.headers.get("content-length");
-      if (declared !== null && !(Number(declared) <= maxBytes)) throw tooLarge(maxBytes);
-      const text = lenient.decode(await readCapped(raw.body, maxBytes));
+      if (!c.req.raw.headers.has(signatureHeader)) throw new AppError("UNAUTHORIZED", `missing ${signatureHeader}`);
+      const bytes = await boundedJson(c, maxBytes);
+      if (!bytes) return await next();
+      const text = lenient.decode(bytes);
       (c.req.bodyCache as { text?: Promise<string> }).text = Promise.resolve(text);
       return await next();
     }),

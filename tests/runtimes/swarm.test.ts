@@ -22,9 +22,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Deps } from "../../src/deps.ts";
-import { RETIRE_AFTER_MS } from "../../src/services/seckill/registry.ts";
 import { homeShard } from "../../src/services/seckill/shards.ts";
-import { toSqlUtc } from "../../src/util/time.ts";
 import { pollUntil, within } from "../support/child.ts";
 import {
   hazardLines,
@@ -52,6 +50,7 @@ import {
 } from "../support/sale-checks.ts";
 import { getShardStack } from "../support/shards.ts";
 import { getStack } from "../support/stack.ts";
+import { retireVouchers } from "../support/seckill.ts";
 
 const USERS = 1_000;
 const ATTEMPTS_PER_USER = 3;
@@ -110,13 +109,7 @@ let retireWith: Deps | undefined;
 
 afterAll(async () => {
   // Later test files of this process may run jobs on apps without these shards.
-  if (!retireWith || shardedVouchers.length === 0) return;
-  const end = Date.now() - RETIRE_AFTER_MS - 86_400_000;
-  const inList = shardedVouchers.map(() => "?").join(", ");
-  await retireWith.db.execute(
-    `UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`,
-    [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...shardedVouchers],
-  );
+  if (retireWith) await retireVouchers(retireWith, shardedVouchers);
 });
 
 describe.each(MODES.flatMap((mode) => selectedRuntimes().map((name) => [name, mode] as const)))(

@@ -37,11 +37,10 @@ import { drainShop } from "../../src/services/seckill/writer.ts";
 import { Faults } from "../support/faults.ts";
 import { call } from "../support/http.ts";
 import { qstashSignature } from "../support/qstash-sign.ts";
-import { RETIRE_AFTER_MS } from "../../src/services/seckill/registry.ts";
-import { toSqlUtc } from "../../src/util/time.ts";
 import { createSeckill as createSeckillVoucher, mysqlCounts, sessionsFor, userIds } from "../support/seckill.ts";
 import { getShardStack, type ShardStack } from "../support/shards.ts";
 import { createTestApp, type TestApp } from "../support/stack.ts";
+import { retireVouchers } from "../support/seckill.ts";
 
 const N = 4;
 const ENV = {
@@ -72,17 +71,7 @@ async function createSeckill(t: TestApp, opts: Parameters<typeof createSeckillVo
 // The jobs of later test files in this process run on apps without these shards: this file's
 // sharded vouchers leave the jobs' registry (ended long ago) and their unpaid orders are closed.
 afterAll(async () => {
-  if (!cleaner || created.length === 0) return;
-  const inList = created.map(() => "?").join(", ");
-  const end = Date.now() - RETIRE_AFTER_MS - 86_400_000;
-  await cleaner.deps.db.execute(
-    `UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`,
-    [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created],
-  );
-  await cleaner.deps.db.execute(
-    `UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`,
-    created,
-  );
+  if (cleaner) await retireVouchers(cleaner.deps, created);
 });
 
 /** An app (sharded unless `unsharded`) whose QStash publishes are recorded and dropped: the test delivers what it wants. */

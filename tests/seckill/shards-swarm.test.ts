@@ -15,8 +15,6 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { z } from "zod";
 import { runSale } from "../../scripts/sale.ts";
 import * as S from "../../src/openapi/operator.ts";
-import { RETIRE_AFTER_MS } from "../../src/services/seckill/registry.ts";
-import { toSqlUtc } from "../../src/util/time.ts";
 import { pollUntil, within } from "../support/child.ts";
 import { createShop, createShopType } from "../support/fixtures.ts";
 import { limiter } from "../support/runtimes.ts";
@@ -36,6 +34,7 @@ import {
 import { sessionsFor, userIds } from "../support/seckill.ts";
 import { getShardStack } from "../support/shards.ts";
 import { type ServedApp, serveTestApp } from "../support/stack.ts";
+import { retireVouchers } from "../support/seckill.ts";
 
 const SHARDS = 4;
 const UNITS = 1_000;
@@ -60,18 +59,7 @@ beforeAll(async () => {
 // Later test files of this process run jobs on apps without these shards: this file's vouchers
 // leave the jobs' registry (ended long ago) and their unpaid orders are closed.
 afterAll(async () => {
-  if (created.length > 0) {
-    const inList = created.map(() => "?").join(", ");
-    const end = Date.now() - RETIRE_AFTER_MS - 86_400_000;
-    await t.deps.db.execute(
-      `UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`,
-      [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created],
-    );
-    await t.deps.db.execute(
-      `UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`,
-      created,
-    );
-  }
+  await retireVouchers(t.deps, created);
   await t?.settle();
   await t?.stop();
 });

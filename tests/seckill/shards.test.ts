@@ -14,15 +14,14 @@ import { luaSources, scriptsFor } from "../../src/redis/scripts.ts";
 import { loadSeckillConfig, type SeckillConfig } from "../../src/services/seckill/config.ts";
 import { MOVE_GRACE_MS, refillHome } from "../../src/services/seckill/moves.ts";
 import { reconcile } from "../../src/services/seckill/reconcile.ts";
-import { RETIRE_AFTER_MS } from "../../src/services/seckill/registry.ts";
 import { reserve } from "../../src/services/seckill/reserve.ts";
 import { homeShard, shardsOf } from "../../src/services/seckill/shards.ts";
 import { seckillState } from "../../src/services/seckill/state.ts";
-import { toSqlUtc } from "../../src/util/time.ts";
 import { call } from "../support/http.ts";
 import { createSeckill, sessionsFor, userIds } from "../support/seckill.ts";
 import { getShardStack, type ShardStack } from "../support/shards.ts";
 import { createTestApp, getStack, type TestApp } from "../support/stack.ts";
+import { retireVouchers } from "../support/seckill.ts";
 
 const N = 4;
 const BASE_ENV = { SECKILL_USER_LIMIT: "0", SECKILL_IP_LIMIT: "0", ORDER_PAY_TIMEOUT_SECONDS: "86400" };
@@ -39,17 +38,7 @@ beforeEach(async () => {
 const created: number[] = [];
 let cleaner: TestApp | undefined;
 afterAll(async () => {
-  if (!cleaner || created.length === 0) return;
-  const inList = created.map(() => "?").join(", ");
-  const end = Date.now() - RETIRE_AFTER_MS - 86_400_000;
-  await cleaner.deps.db.execute(
-    `UPDATE tb_seckill_voucher SET begin_time = ?, end_time = ? WHERE voucher_id IN (${inList})`,
-    [toSqlUtc(end - 3_600_000), toSqlUtc(end), ...created],
-  );
-  await cleaner.deps.db.execute(
-    `UPDATE tb_voucher_order SET status = 4 WHERE status = 1 AND voucher_id IN (${inList})`,
-    created,
-  );
+  if (cleaner) await retireVouchers(cleaner.deps, created);
 });
 
 /** A clock the test moves (reconcile's grace for half-done moves is MOVE_GRACE_MS). */

@@ -103,6 +103,11 @@ export function homeBucket(userId: number, buckets: number): number {
   return userId % buckets;
 }
 
+/** Every stock bucket key of a voucher, bucket 0 first. */
+export function allBucketKeys(cfg: Pick<SeckillConfig, "shopId" | "voucherId" | "buckets">): string[] {
+  return Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(cfg.shopId, cfg.voucherId, i));
+}
+
 /** Bucket keys in probe order for a buyer: home first, then the rest round-robin. */
 export function bucketKeysFor(cfg: SeckillConfig, userId: number): string[] {
   const home = homeBucket(userId, cfg.buckets);
@@ -122,7 +127,7 @@ export async function loadSeckillIntoRedis(
   cfg: SeckillConfig,
 ): Promise<boolean> {
   const { shopId, voucherId } = cfg;
-  const bucketKeys = Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(shopId, voucherId, i));
+  const bucketKeys = allBucketKeys(cfg);
   // Each shard its share (shards.ts); every shard is loaded, or the call fails and reconcile loads the rest.
   const shards = shardsOf(deps, cfg);
   const loaded = await Promise.all(

@@ -19,7 +19,7 @@
 import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
-import type { SeckillConfig } from "./config.ts";
+import { allBucketKeys, type SeckillConfig } from "./config.ts";
 import { shardCountOf, shardsOf } from "./shards.ts";
 
 /** How long a recipient remembers an applied move id, seconds: far beyond any move left half-done. */
@@ -35,8 +35,26 @@ export interface MoveStats {
   commands: number;
 }
 
-function bucketKeys(cfg: SeckillConfig): string[] {
-  return Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(cfg.shopId, cfg.voucherId, i));
+/** A logged move (the donor's moves-out hash value "toShard:units:epochMs"). */
+export function parseMove(value: unknown): { to: number; units: number; at: number } {
+  const [to = -1, units = 0, at = 0] = String(value).split(":").map(Number);
+  return { to, units, at };
+}
+
+/**
+ * Applies move `id` of `units` on shard `redis` of the voucher (lua/seckill-move-in.lua, once per
+ * id): 1 applied now, 0 applied before, -1 the voucher is not loaded there.
+ */
+export async function applyMove(redis: Deps["redis"], cfg: SeckillConfig, id: string, units: number): Promise<number> {
+  const { shopId, voucherId } = cfg;
+  return await scriptsFor(redis).seckillMoveIn.exec(
+    [
+      keys.seckill.meta(shopId, voucherId),
+      keys.seckill.movesIn(shopId, voucherId),
+      keys.seckill.stock(shopId, voucherId, 0),
+    ],
+    [id, String(units), String(MOVES_IN_TTL_SECONDS)],
+  );
 }
 
 /**
@@ -59,7 +77,7 @@ export async function refillHome(
   const { shopId, voucherId } = cfg;
   const base = crypto.randomUUID();
   const now = deps.clock.now();
-  const buckets = bucketKeys(cfg);
+  const buckets = allBucketKeys(cfg);
   const donors = shards.filter((s) => s.shard !== home);
   const taken = await Promise.all(
     donors.map(async (d) => {
@@ -88,10 +106,7 @@ export async function refillHome(
     if (units <= 0) continue;
     try {
       if (stats) stats.commands += 2;
-      const applied = await scriptsFor(target.redis).seckillMoveIn.exec(
-        [keys.seckill.meta(shopId, voucherId), keys.seckill.movesIn(shopId, voucherId), buckets[0] as string],
-        [id, String(units), String(MOVES_IN_TTL_SECONDS)],
-      );
+      const applied = await applyMove(target.redis, cfg, id, units);
       if (applied === -1) continue; // home not loaded: the log keeps it for reconcile's reload
       moved += units;
       if (stats) {
@@ -134,19 +149,15 @@ export async function finishMoves(
   if (shardCountOf(cfg) <= 1) return out;
   const shards = shardsOf(deps, cfg);
   const { shopId, voucherId } = cfg;
-  const first = keys.seckill.stock(shopId, voucherId, 0);
   const now = deps.clock.now();
   for (const d of shards) {
     const log = (await d.redis.hgetall<Record<string, string>>(keys.seckill.movesOut(shopId, voucherId))) ?? {};
     for (const [id, value] of Object.entries(log)) {
-      const [to, units, at] = String(value).split(":").map(Number) as [number, number, number];
+      const { to, units, at } = parseMove(value);
       if (now - at < MOVE_GRACE_MS) continue;
       const target = shards[to];
       if (!target) continue;
-      const applied = await scriptsFor(target.redis).seckillMoveIn.exec(
-        [keys.seckill.meta(shopId, voucherId), keys.seckill.movesIn(shopId, voucherId), first],
-        [id, String(units), String(MOVES_IN_TTL_SECONDS)],
-      );
+      const applied = await applyMove(target.redis, cfg, id, units);
       if (applied === -1) {
         out.toUnloaded++;
         continue;
@@ -172,7 +183,7 @@ export async function clearMovesTo(
   for (const d of shardsOf(deps, cfg)) {
     const log = (await d.redis.hgetall<Record<string, string>>(keys.seckill.movesOut(cfg.shopId, cfg.voucherId))) ?? {};
     const ids = Object.entries(log)
-      .filter(([, v]) => Number(String(v).split(":")[0]) === to)
+      .filter(([, v]) => parseMove(v).to === to)
       .map(([id]) => id);
     if (ids.length > 0) cleared += await d.redis.hdel(keys.seckill.movesOut(cfg.shopId, cfg.voucherId), ...ids);
   }

@@ -32,8 +32,8 @@ import { scriptsFor } from "../../redis/scripts.ts";
 import { parseSqlUtc, serviceDay } from "../../util/time.ts";
 import { withLockRetry } from "./mysql-retry.ts";
 import { releaseInRedis } from "./orders.ts";
-import { reloadArgs, type SeckillConfig } from "./config.ts";
-import { clearMovesTo, finishMoves, MOVES_IN_TTL_SECONDS } from "./moves.ts";
+import { allBucketKeys, reloadArgs, type SeckillConfig } from "./config.ts";
+import { applyMove, clearMovesTo, finishMoves, parseMove } from "./moves.ts";
 import { homeShard, ShardUnavailable, shardCountOf, shardsOf, shareOf } from "./shards.ts";
 import { registeredSeckills } from "./registry.ts";
 import { ruleKeys } from "./rules.ts";
@@ -273,7 +273,7 @@ async function sharesSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SharesSna
       const [initial, log, applied] =
         await m.exec<[number | string | null, Record<string, string> | null, unknown[]]>();
       const entries = Object.entries(log ?? {}).map(([id, v]): [string, number, number] => {
-        const [to, units] = String(v).split(":").map(Number) as [number, number];
+        const { to, units } = parseMove(v);
         return [id, to, units];
       });
       return {
@@ -307,16 +307,7 @@ function sharesLeft(cfg: SeckillConfig, s: SharesSnapshot): number {
 async function creditShard0(deps: Deps, cfg: SeckillConfig, units: number): Promise<boolean> {
   const redis = shardsOf(deps, cfg)[0]?.redis;
   if (!redis) return false;
-  const id = `repair:${deps.clock.now()}:${units}`;
-  const applied = await scriptsFor(redis).seckillMoveIn.exec(
-    [
-      keys.seckill.meta(cfg.shopId, cfg.voucherId),
-      keys.seckill.movesIn(cfg.shopId, cfg.voucherId),
-      keys.seckill.stock(cfg.shopId, cfg.voucherId, 0),
-    ],
-    [id, String(units), String(MOVES_IN_TTL_SECONDS)],
-  );
-  return applied === 1;
+  return (await applyMove(redis, cfg, `repair:${deps.clock.now()}:${units}`, units)) === 1;
 }
 
 async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promise<VoucherReport> {
@@ -331,7 +322,7 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
   const buyersKey = keys.seckill.buyers(shopId, voucherId);
   const releasedKey = keys.seckill.released(shopId, voucherId);
   const outboxKey = keys.seckill.outbox(shopId);
-  const bucketKeys = Array.from({ length: cfg.buckets }, (_, i) => keys.seckill.stock(shopId, voucherId, i));
+  const bucketKeys = allBucketKeys(cfg);
   const scripts = scriptsFor(redis);
 
   // S1 — one atomic Redis snapshot: does the voucher exist, who are the buyers, what is pending.

@@ -161,13 +161,13 @@ export async function reserve(
 
   // The global admission limit (admission.ts): at most R attempts per second reach Redis — per
   // shard database for a sharded voucher (each database has its own command budget).
-  const notAdmitted = sharded
-    ? await deps.isolate.seckillAdmission.admit(
-        { redis: home.redis, clock: deps.clock, runtime: deps.runtime },
-        cfg.voucherId,
-        home.shard,
-      )
-    : await deps.isolate.seckillAdmission.admit(deps, cfg.voucherId);
+  const admit = () =>
+    deps.isolate.seckillAdmission.admit(
+      { redis: home.redis, clock: deps.clock, runtime: deps.runtime },
+      cfg.voucherId,
+      sharded ? home.shard : undefined,
+    );
+  const notAdmitted = await admit();
   if (notAdmitted) return notAdmitted;
 
   const orderId = (await deps.isolate.ids.next(deps)).toString();
@@ -229,11 +229,7 @@ export async function reserve(
       gate.tickets--;
       // The retry is one more command on the home shard: it passes the shard's admission gate
       // like any attempt (a refused one gives its ticket back).
-      const again = await deps.isolate.seckillAdmission.admit(
-        { redis: home.redis, clock: deps.clock, runtime: deps.runtime },
-        cfg.voucherId,
-        home.shard,
-      );
+      const again = await admit();
       if (again) {
         gate.tickets++;
         return again;

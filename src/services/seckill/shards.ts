@@ -8,7 +8,7 @@
  *   released, the shop's outbox) for its part of the stock: `initial` in its meta is its share
  *   (shareOf), moved with the stock (moves.ts), so each shard's stock + buyers = its initial and
  *   the shares add up to the voucher's stock in MySQL.
- * - A buyer has one home shard, `homeShard(userId, n)` — an FNV-1a hash of the decimal id mod n —
+ * - A buyer has one home shard, `homeShard(userId, n)` — hash53 of the decimal id mod n —
  *   and every attempt, release and limit of theirs is in it: one order per user, the per-user and
  *   per-address limits, the daily shop limit and the purchase rules are each checked by one script
  *   in one database, as unsharded. Releases (close, payment timeout, reconcile) recompute the home
@@ -17,6 +17,7 @@
  *   than sending its buyers elsewhere: buyers never change shard, so nothing per user is split.
  */
 import type { Deps, RedisPort } from "../../deps.ts";
+import { hash53 } from "../../util/hash.ts";
 import type { SeckillConfig } from "./config.ts";
 
 /** Shard databases of a voucher: 0 = the main database. */
@@ -24,16 +25,9 @@ export function shardCountOf(cfg: Pick<SeckillConfig, "shards">): number {
   return cfg.shards ?? 0;
 }
 
-/** 32-bit FNV-1a of the decimal user id, mod `n` (0 for an unsharded voucher). */
+/** The buyer's home shard of `n`: the project's string hash (util/hash.ts) of the decimal id, mod `n` (0 unsharded). */
 export function homeShard(userId: number | string, n: number): number {
-  if (n <= 1) return 0;
-  const s = String(userId);
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h % n;
+  return n <= 1 ? 0 : hash53(String(userId)) % n;
 }
 
 /** The initial share of shard `i` of `n` for `stock` units: equal parts, the first ones take the remainder. */

@@ -10,7 +10,7 @@
  */
 import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
-import type { SeckillConfig } from "./config.ts";
+import { allBucketKeys, type SeckillConfig } from "./config.ts";
 import { shardCountOf, shardsOf } from "./shards.ts";
 
 export interface ShardState {
@@ -50,7 +50,7 @@ export async function seckillState(
   const shards = await Promise.all(
     shardsOf(deps, cfg).map(async ({ shard, redis }): Promise<ShardState> => {
       const m = redis.multi();
-      for (let i = 0; i < cfg.buckets; i++) m.get(keys.seckill.stock(shopId, voucherId, i));
+      for (const k of allBucketKeys(cfg)) m.get(k);
       m.scard(keys.seckill.buyers(shopId, voucherId));
       m.hget(keys.seckill.meta(shopId, voucherId), "initial");
       m.hlen(keys.seckill.outbox(shopId));
