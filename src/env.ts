@@ -79,41 +79,50 @@ export const EnvSchema = z.object({
   IDEMPOTENCY_KEYS_PER_HOUR: z.coerce.number().int().min(0).max(1_000_000).default(1_000),
   /** Largest accepted request body, bytes. */
   MAX_BODY_BYTES: z.coerce.number().int().positive().default(1_048_576),
-  /** Health probe timeout per dependency, milliseconds. */
-  HEALTH_TIMEOUT_MS: z.coerce.number().int().positive().default(1500),
   /** Redis SDK retries network errors ~4 s by default; off by default so health reports fast. */
   REDIS_RETRY: bool.default(false),
   /**
-   * Resilience (src/resilience.ts): every call to a dependency runs under a per-isolate timeout and
-   * circuit breaker built once per isolate. Timeouts, ms, per call (the whole HTTP exchange, body
-   * included; the SDKs' own retries are off, so this is also the longest a caller waits):
-   *   Redis    Upstash REST at the edge answers in ~1–5 ms (p99 tens of ms across regions); 250 ms
-   *            is ~50× typical, long enough for a GC pause or a cold TLS connection, short enough
-   *            that a stuck Redis costs a request a quarter second, not the SDK's ~4 s of retries.
-   *   MySQL    PlanetScale HTTP: a few tens of ms; the writer's transactions (a group's INSERTs) are
-   *            the longest calls, ~100–300 ms under a sale: 2 s.
-   *   QStash   one publish/batch call, ~20–100 ms; 3 s (the outbox sweep re-publishes what timed out).
-   *   SMS      Twilio Messages API, ~200–800 ms: 5 s (a login code is worth waiting for).
-   *   Payments the provider's API: 5 s.
+   * Resilience (src/resilience.ts): every call to a dependency runs under a per-isolate deadline and
+   * circuit breaker. The deadline follows the dependency's distance: p99 of its recent answer times
+   * × DEADLINE_FACTOR, between DEADLINE_FLOOR_MS and the dependency's ceiling below (the ceiling
+   * until 8 answers are known, and for a caller that was queued behind answers to other calls).
+   * Ceilings, ms per call (the whole HTTP exchange; the SDKs' own retries are off, so this is the
+   * longest a caller waits), sized for a dependency one ocean away (RTT 250 ms) under load:
+   *   Redis    2 s: ~8 round trips at 250 ms; near, the adaptive deadline is the floor.
+   *   MySQL    5 s: the writer's group transactions are the longest calls.
+   *   QStash   5 s (the outbox sweep re-publishes what timed out).
+   *   SMS, payments   5 s: a provider's API.
    */
-  REDIS_TIMEOUT_MS: z.coerce.number().int().min(10).max(60_000).default(250),
-  MYSQL_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(2_000),
-  QSTASH_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(3_000),
+  REDIS_TIMEOUT_MS: z.coerce.number().int().min(10).max(60_000).default(2_000),
+  MYSQL_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
+  QSTASH_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
   SMS_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
   PAYMENTS_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
   /**
-   * A dependency's breaker opens after this many consecutive failed calls (timeouts, network
-   * errors, 5xx; a Redis command error or an SQL error is an answer, not a failure). 5: one slow
-   * burst of a busy isolate trips it within a few requests; a single lost packet never does.
+   * Shortest adaptive deadline, ms (capped at each ceiling): how fast a hung dependency that is
+   * near is noticed. 250 ms is ~50× a loopback or in-region round trip.
    */
-  BREAKER_THRESHOLD: z.coerce.number().int().min(1).max(1_000).default(5),
+  DEADLINE_FLOOR_MS: z.coerce.number().int().min(10).max(60_000).default(250),
+  /** Adaptive deadline = p99 of recent answer times × this (headroom for jitter and bursts). */
+  DEADLINE_FACTOR: z.coerce.number().min(1).max(100).default(4),
   /**
-   * An open breaker lets one probe call through after this long, ms (half-open): success closes
-   * it, failure re-opens it for the same time. Callers meanwhile fail fast with 503 and
-   * `Retry-After` = the time left. 5 s: recovery is noticed within seconds, and a dead dependency
-   * sees one probe per 5 s per isolate.
+   * A breaker opens when, over the last BREAKER_WINDOW_MS, at least BREAKER_MIN_CALLS calls ended
+   * and at least BREAKER_FAILURE_RATIO of them failed (network errors, 5xx, deadlines missed with
+   * no answer to any call meanwhile; a command or SQL error is an answer, and a deadline missed
+   * while we were queued or starved never counts). 10 calls, half failing, in 5 s: a real outage
+   * under steady traffic opens it within half the window; a lost packet or a slow burst never does.
+   */
+  BREAKER_MIN_CALLS: z.coerce.number().int().min(1).max(100_000).default(10),
+  BREAKER_FAILURE_RATIO: z.coerce.number().gt(0).max(1).default(0.5),
+  BREAKER_WINDOW_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
+  /**
+   * An open breaker refuses calls (503 with `Retry-After` = the time left) for this long, ms; then
+   * it is half-open: BREAKER_HALF_OPEN_CALLS probes may run at once (others are refused at once),
+   * that many successes close it, one failure re-opens it. 5 s: recovery is noticed within
+   * seconds, and a dead dependency sees a few probes per 5 s per isolate.
    */
   BREAKER_HALF_OPEN_AFTER_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
+  BREAKER_HALF_OPEN_CALLS: z.coerce.number().int().min(1).max(100).default(3),
   /** Bun entry only: listening port. */
   PORT: z.coerce.number().int().min(0).max(65535).default(8787),
   /**

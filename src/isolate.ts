@@ -128,10 +128,11 @@ export interface Isolate {
    */
   writeLimiters: WriteLimiters;
   /**
-   * Per-dependency timeout + circuit breaker (src/resilience.ts): redis, mysql, qstash, sms,
-   * payments. Each remembers its breaker state (closed/open/halfOpen/isolated), the consecutive
-   * failure count (≤ BREAKER_THRESHOLD), the last opening time and failure message, and five
-   * counters: a fixed size. Built by createDeps around the SDK transports; shown by /health.
+   * Per-dependency deadline + circuit breaker (src/resilience.ts): redis, mysql, qstash, sms,
+   * payments. Each remembers its breaker state, the last 128 answer times (the adaptive deadline's
+   * p99), the calls and failures of its window (10 buckets), the last opening time and failure
+   * message, and a few counters: a fixed size. Built by createDeps around the SDK transports;
+   * shown by /health.
    */
   resilience: Resilience;
 }

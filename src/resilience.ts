@@ -1,69 +1,61 @@
 /**
- * Timeouts and circuit breakers, one set per dependency per isolate (`deps.isolate.resilience`).
+ * Deadlines and circuit breakers, one `Guard` per dependency per isolate (`deps.isolate.resilience`),
+ * hooked in at each SDK's transport (Redis: `redis.use`; MySQL, SMS, payments: the `fetch` they are
+ * given; QStash: the port's methods), so no call site changes.
  *
- * Every call to Redis, MySQL, QStash, SMS and the payment provider runs through its dependency's
- * `Guard`: a cockatiel circuit breaker (ConsecutiveBreaker, BREAKER_THRESHOLD failures in a row
- * open it; one probe after BREAKER_HALF_OPEN_AFTER_MS closes or re-opens it) around a deadline
- * (the caller stops waiting at the timeout even if the transport ignores the abort; the
- * AbortSignal is also handed to fetch so the socket is let go). The guards sit at the
- * transport, so no call site changes:
- *   Redis    `redis.use` middleware around the SDK's HTTP request (every command, pipeline, script)
- *   MySQL    the `fetch` @planetscale/database is given
- *   QStash   the port's three methods (the SDK takes no fetch or signal); its own retries are off
- *   SMS, payments   the `fetch` they are given
+ * Deadline: a rolling p99 of this dependency's recent answer times × DEADLINE_FACTOR, between
+ * DEADLINE_FLOOR_MS and the dependency's ceiling (`*_TIMEOUT_MS`; the ceiling until 8 answers are
+ * known). A far dependency is slow, not down: its deadline grows with its distance. When the
+ * deadline passes while the dependency is visibly working for us (another call of this guard got
+ * its answer meanwhile) or our own event loop was starved (the timer ran late; Bun, Deno), the wait
+ * is extended once to the ceiling: the caller was queued, not the dependency hung. A miss with no
+ * answer anywhere joins the samples, so a dependency that moved farther is followed after one miss.
  *
- * A failure is a timeout, a network error or a 5xx-ish answer that is not the dependency's own
- * (Redis: a reply that is not Upstash's JSON; QStash and HTTP: status ≥ 500). A Redis command error
- * (NOSCRIPT, WRONGTYPE) or an SQL error is an answer and counts as neither success nor failure.
- * Every failure leaves as `DependencyUnavailableError` (cause kept), which errors.ts turns into a
- * 503 envelope with `Retry-After`; an open breaker throws it without calling anything.
+ * Breaker: opens when, over the last BREAKER_WINDOW_MS, at least BREAKER_MIN_CALLS calls ended and
+ * at least BREAKER_FAILURE_RATIO of them failed. A failure is a network error, a 5xx-ish answer
+ * that is not the dependency's own, or a deadline missed with no answer to any call of this guard
+ * since the wait began. A deadline missed while others got answers (queued, starved) never counts:
+ * that signal works on workerd too, where the clock does not move during CPU work. An open breaker
+ * refuses calls for BREAKER_HALF_OPEN_AFTER_MS; then up to BREAKER_HALF_OPEN_CALLS probes run at
+ * once, others are refused at once; that many successes close it, one failure re-opens it.
  *
- * While a breaker is open or probing, `degraded` is true: non-core features (feed, likes, sign-in,
- * UV counting) stop calling Redis at all (src/routes/*, services/uv.ts), reads serve L1/stale
- * (cache/module.ts falls through on any error), and the seckill path fails closed (503: no
- * reservation without Redis). In half-open state only the single probe runs; other callers fail
- * fast instead of queueing behind it (cockatiel would make them wait for the probe's verdict).
+ * Every failure or refusal leaves as `DependencyUnavailableError` (errors.ts: 503 + Retry-After).
+ * While a breaker is not closed, `degraded` is true: non-core features skip the dependency, reads
+ * serve L1/stale, the seckill path fails closed. A Redis command error or SQL error is an answer.
  *
- * Why cockatiel and a small wrapper: cockatiel is pure TypeScript and gives the breaker state
- * machine (the timeout is ten lines here: see withDeadline for why); what it lacks — the open time for `Retry-After`, counters for /health,
- * fail-fast while half-open, the error classification per SDK — is this file. cockatiel is loaded
- * with `import()` on a guard's first call, not statically: its module body aborts an
- * AbortController at top level, which workerd forbids in global scope ("Disallowed operation"),
- * so a static import kills the Worker at startup (tests/workerd/smoke.test.ts). Loaded from a
- * handler, it runs fine; until then a guard reads "closed" (nothing has failed yet).
+ * Written here rather than with cockatiel: its breakers count consecutive failures or a rate per
+ * second, let exactly one half-open probe through, and know nothing of queued callers; what is
+ * left of it (a state machine) is smaller than the adapters it needed. Decision and measurements:
+ * docs/decisions/deadlines-and-breakers.md.
  */
 import { QstashError } from "@upstash/qstash";
 import { errors as redisErrors, type Redis } from "@upstash/redis";
-import type { CircuitBreakerPolicy } from "cockatiel";
 import type { Config } from "./env.ts";
 
 import { scrubbedMessage } from "./util/scrub.ts";
 
 /**
  * @upstash/ratelimit's own `timeout` (5 s by default) *allows* the request when Redis is slow (fail
- * open). 0 turns it off: its calls then run under our Redis deadline (REDIS_TIMEOUT_MS, 250 ms) and
- * a slow Redis is a 503, never a free pass past a limit. Every Ratelimit of the app sets it.
+ * open). 0 turns it off: its calls then run under our Redis deadline and a slow Redis is a 503,
+ * never a free pass past a limit. Every Ratelimit of the app sets it.
  */
 export const RATELIMIT_FAIL_CLOSED = 0;
 
 export type DependencyName = "redis" | "mysql" | "qstash" | "sms" | "payments";
 export const DEPENDENCIES: readonly DependencyName[] = ["redis", "mysql", "qstash", "sms", "payments"];
 
+/** "isolated" is kept in the type for the operator contract; this module never produces it. */
 export type BreakerStateName = "closed" | "open" | "halfOpen" | "isolated";
 
-/** A deadline's timer this late (and at least half the timeout) means our event loop was starved, ms. */
+/** A deadline's timer this late (and at least half the deadline) means our event loop was starved, ms. */
 const STARVED_MIN_MS = 50;
-
-/** A deadline missed because this isolate's event loop was busy, not because the dependency was slow. */
-export class StarvedDeadline extends Error {
-  constructor(
-    readonly timeoutMs: number,
-    readonly lateMs: number,
-  ) {
-    super(`timed out after ${timeoutMs} ms (the event loop was busy: the timer ran ${Math.round(lateMs)} ms late)`);
-    this.name = "StarvedDeadline";
-  }
-}
+/** Answers remembered for the deadline's percentile, and how many are needed before it is used. */
+const LATENCY_SAMPLES = 128;
+const LATENCY_MIN_SAMPLES = 8;
+/** The percentile is recomputed at least every this many answers (a sort of ≤ 128 numbers). */
+const LATENCY_REFRESH_EVERY = 16;
+/** Buckets of the breaker's window. */
+const WINDOW_BUCKETS = 10;
 
 /** Why a call to a dependency did not get an answer. */
 export type UnavailableReason = "open" | "timeout" | "failed";
@@ -92,21 +84,52 @@ export class DependencyUnavailableError extends Error {
   }
 }
 
+/** A call's deadline passed. `excused`: the dependency answered others meanwhile, or our loop was starved. */
+export class DeadlineExceeded extends Error {
+  constructor(
+    readonly waitedMs: number,
+    readonly excused: "queued" | "starved" | undefined,
+  ) {
+    super(
+      `timed out after ${Math.round(waitedMs)} ms${
+        excused === "starved"
+          ? " (the event loop was busy)"
+          : excused === "queued"
+            ? " (the dependency was answering other calls)"
+            : ""
+      }`,
+    );
+    this.name = "DeadlineExceeded";
+  }
+}
+
 /** What /health and /admin/resilience show per dependency. */
 export interface GuardSnapshot {
   state: BreakerStateName;
+  /** The deadline a call starting now gets, ms (before any extension). */
   timeoutMs: number;
+  /** The longest a call may wait (the dependency's `*_TIMEOUT_MS`), ms. */
+  ceilingMs: number;
+  /** Rolling p99 of recent answer times, ms; null until enough answers are known. */
+  p99Ms: number | null;
   /** Calls started (including those refused while open). */
   calls: number;
-  /** Failed calls: timeouts + other failures. */
+  /** Calls waiting for an answer now. */
+  inFlight: number;
+  /** Failed calls: unexcused timeouts + other failures. */
   failures: number;
+  /** Deadlines missed, excused or not. */
   timeouts: number;
-  /** Calls refused without calling (open, or half-open while the probe runs). */
+  /** Calls refused without calling (open, or half-open with its probes taken). */
   rejected: number;
   /** Times the breaker opened. */
   opened: number;
-  /** Of `timeouts`: deadlines missed because this isolate's event loop was busy (not counted as failures). */
+  /** Of `timeouts`: missed while this isolate's event loop was busy (not failures). */
   starved: number;
+  /** Of `timeouts`: missed while the dependency answered other calls (we were queued; not failures). */
+  queued: number;
+  /** Deadlines extended to the ceiling (queued or starved callers given more time). */
+  extended: number;
   /** Epoch ms of the last opening, or null. */
   lastOpenedAt: number | null;
   /** The last failure's message, or null. */
@@ -115,85 +138,171 @@ export interface GuardSnapshot {
   retryAfterSeconds: number;
 }
 
-/** cockatiel's CircuitState values (Closed 0, Open 1, HalfOpen 2, Isolated 3), by value. */
-const STATE_NAMES: readonly BreakerStateName[] = ["closed", "open", "halfOpen", "isolated"];
-const CLOSED = 0;
-const HALF_OPEN = 2;
-
-type Cockatiel = typeof import("cockatiel");
-
-/** A guard's cockatiel objects, built on its first call (see the file comment). */
-interface Policies {
-  lib: Cockatiel;
-  breaker: CircuitBreakerPolicy;
-}
-
 export interface GuardOptions {
+  /** Ceiling of the deadline, ms: the longest any call waits. */
   timeoutMs: number;
-  threshold: number;
+  /** Floor of the adaptive deadline, ms (capped at the ceiling). Default: the ceiling (a fixed deadline). */
+  floorMs?: number;
+  /** Deadline = p99 of recent answers × this. Default 4. */
+  factor?: number;
+  /** Calls that must have ended in the window before the ratio may open the breaker. */
+  minCalls: number;
+  /** Failed share of the window's calls that opens the breaker, 0 < r ≤ 1. Default 0.5. */
+  failureRatio?: number;
+  /** The breaker's window, ms. Default 5,000. */
+  windowMs?: number;
   halfOpenAfterMs: number;
+  /** Probes admitted at once while half-open, and successes that close it. Default 1. */
+  halfOpenCalls?: number;
   /** Which thrown errors are the dependency failing (the rest are answers). Default: all. */
   isFailure?: (err: unknown) => boolean;
-  /** Wall clock, epoch ms (Retry-After, lastOpenedAt). cockatiel's breaker uses Date.now itself. */
+  /** Wall clock, epoch ms (breaker window, open period, Retry-After). */
   now?: () => number;
 }
 
-/** One dependency's timeout + breaker in one isolate. */
+/** The last LATENCY_SAMPLES answer times, ms, and their p99 (recomputed every LATENCY_REFRESH_EVERY). */
+class LatencyWindow {
+  private readonly samples = new Float64Array(LATENCY_SAMPLES);
+  private added = 0;
+  private p99Cache: number | null = null;
+
+  add(ms: number): void {
+    this.samples[this.added % LATENCY_SAMPLES] = ms;
+    this.added++;
+    // A sample above the cached p99 may raise it: recomputed at once, so a deadline follows a slower
+    // dependency on the next call; a faster one is followed within LATENCY_REFRESH_EVERY answers.
+    if (this.p99Cache === null || ms > this.p99Cache || this.added % LATENCY_REFRESH_EVERY === 0) this.p99Cache = null;
+  }
+
+  /** null until LATENCY_MIN_SAMPLES answers are known. */
+  p99(): number | null {
+    const n = Math.min(this.added, LATENCY_SAMPLES);
+    if (n < LATENCY_MIN_SAMPLES) return null;
+    if (this.p99Cache === null) {
+      const sorted = Array.from(this.samples.subarray(0, n)).sort((a, b) => a - b);
+      this.p99Cache = sorted[Math.min(n - 1, Math.ceil(n * 0.99) - 1)] as number;
+    }
+    return this.p99Cache;
+  }
+}
+
+/** Calls ended and failed over a sliding window of WINDOW_BUCKETS buckets. */
+class OutcomeWindow {
+  private readonly calls = new Int32Array(WINDOW_BUCKETS);
+  private readonly failures = new Int32Array(WINDOW_BUCKETS);
+  private readonly stamps = new Float64Array(WINDOW_BUCKETS).fill(-1);
+  private readonly bucketMs: number;
+
+  constructor(windowMs: number) {
+    this.bucketMs = Math.max(1, windowMs / WINDOW_BUCKETS);
+  }
+
+  record(now: number, failed: boolean): void {
+    const b = Math.floor(now / this.bucketMs);
+    const slot = ((b % WINDOW_BUCKETS) + WINDOW_BUCKETS) % WINDOW_BUCKETS;
+    if (this.stamps[slot] !== b) {
+      this.stamps[slot] = b;
+      this.calls[slot] = 0;
+      this.failures[slot] = 0;
+    }
+    this.calls[slot] = (this.calls[slot] as number) + 1;
+    if (failed) this.failures[slot] = (this.failures[slot] as number) + 1;
+  }
+
+  totals(now: number): { calls: number; failures: number } {
+    const b = Math.floor(now / this.bucketMs);
+    let calls = 0;
+    let failures = 0;
+    for (let i = 0; i < WINDOW_BUCKETS; i++) {
+      const s = this.stamps[i] as number;
+      if (s > b - WINDOW_BUCKETS && s <= b) {
+        calls += this.calls[i] as number;
+        failures += this.failures[i] as number;
+      }
+    }
+    return { calls, failures };
+  }
+
+  reset(): void {
+    this.stamps.fill(-1);
+  }
+}
+
+type State = "closed" | "open" | "halfOpen";
+
+/** One dependency's deadline + breaker in one isolate. */
 export class Guard {
-  private policies: Policies | undefined;
-  private readonly counters = { calls: 0, failures: 0, timeouts: 0, rejected: 0, opened: 0, starved: 0 };
+  private readonly counters = {
+    calls: 0,
+    failures: 0,
+    timeouts: 0,
+    rejected: 0,
+    opened: 0,
+    starved: 0,
+    queued: 0,
+    extended: 0,
+  };
+  private readonly latency = new LatencyWindow();
+  private readonly outcomes: OutcomeWindow;
+  private readonly now: () => number;
+  private readonly floorMs: number;
+  private readonly factor: number;
+  private readonly failureRatio: number;
+  private readonly halfOpenCalls: number;
+  private breakerState: State = "closed";
   private lastOpenedAt: number | null = null;
   private lastFailure: string | null = null;
-  private readonly now: () => number;
+  /** Answers (successes and the dependency's own errors) so far: progress seen by waiting callers. */
+  private answers = 0;
+  private inFlight = 0;
+  private probesInFlight = 0;
+  private probeSuccesses = 0;
 
   constructor(
     readonly name: DependencyName,
     readonly opts: GuardOptions,
   ) {
     this.now = opts.now ?? Date.now;
+    this.floorMs = Math.min(opts.floorMs ?? opts.timeoutMs, opts.timeoutMs);
+    this.factor = opts.factor ?? 4;
+    this.failureRatio = opts.failureRatio ?? 0.5;
+    this.halfOpenCalls = Math.max(1, opts.halfOpenCalls ?? 1);
+    this.outcomes = new OutcomeWindow(opts.windowMs ?? 5_000);
   }
 
-  private build(lib: Cockatiel): Policies {
-    const isFailure = this.opts.isFailure ?? (() => true);
-    // TaskCancelledError is the timeout's own: always a failure.
-    const handled = lib.handleWhen(
-      (err) => !(err instanceof StarvedDeadline) && (err instanceof lib.TaskCancelledError || isFailure(err)),
-    );
-    const breaker = lib.circuitBreaker(handled, {
-      halfOpenAfter: this.opts.halfOpenAfterMs,
-      breaker: new lib.ConsecutiveBreaker(this.opts.threshold),
-    });
-    breaker.onBreak(() => {
-      this.counters.opened++;
-      this.lastOpenedAt = this.now();
-    });
-    return { lib, breaker };
+  /** The deadline a call starting now gets, ms. */
+  deadlineMs(): number {
+    const p99 = this.latency.p99();
+    if (p99 === null) return this.opts.timeoutMs;
+    return Math.min(this.opts.timeoutMs, Math.max(this.floorMs, Math.ceil(p99 * this.factor)));
   }
 
   /**
-   * `fn` with a deadline: at timeoutMs the signal is aborted (the transport lets go of its
-   * socket) and the caller is rejected at once (whether or not the transport honours the abort).
-   * Hand-written rather than cockatiel's `timeout(…, Aggressive)`, which does the same with a
-   * derived AbortController, listeners, event emitters and an abort on every return: 4.3 µs per
-   * call against ~1 µs here (in-process micro-measurement), and every Redis request pays it.
+   * `fn` with a deadline: when it passes, the signal is aborted (the transport lets go of its
+   * socket) and the caller is rejected at once, unless the wait is extended (see the file comment).
    */
-  private withDeadline<T>(fn: (signal: AbortSignal) => Promise<T>, ctrl: AbortController, lib: Cockatiel): Promise<T> {
+  private withDeadline<T>(fn: (signal: AbortSignal) => Promise<T>, ctrl: AbortController): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const due = performance.now() + this.opts.timeoutMs;
-      const timer = setTimeout(() => {
-        // Our own event loop was starved (a CPU-heavy request, a GC pause) if the timer itself ran
-        // far past its time: the dependency may well have answered and its reply wait behind us.
-        // That is still a timeout for this caller, but not the dependency failing: the breaker
-        // does not count it (issue 16: a flood of heavy bodies opened the Redis breaker).
-        const late = performance.now() - due;
-        const starved = late > Math.max(STARVED_MIN_MS, this.opts.timeoutMs / 2);
-        reject(
-          starved
-            ? new StarvedDeadline(this.opts.timeoutMs, late)
-            : new lib.TaskCancelledError(`timed out after ${this.opts.timeoutMs} ms`),
-        );
+      const started = performance.now();
+      const first = this.deadlineMs();
+      let seen = this.answers;
+      let excused: "queued" | "starved" | undefined;
+      let timer: ReturnType<typeof setTimeout>;
+      const expire = (dueMs: number, final: boolean) => () => {
+        const waited = performance.now() - started;
+        const late = waited - dueMs;
+        const why = this.answers > seen ? "queued" : late > Math.max(STARVED_MIN_MS, dueMs / 2) ? "starved" : undefined;
+        if (!final && why !== undefined && this.opts.timeoutMs > first) {
+          excused = why;
+          seen = this.answers;
+          this.counters.extended++;
+          timer = setTimeout(expire(this.opts.timeoutMs, true), Math.max(1, this.opts.timeoutMs - waited));
+          return;
+        }
+        reject(new DeadlineExceeded(waited, why ?? (final ? undefined : excused)));
         ctrl.abort();
-      }, this.opts.timeoutMs);
+      };
+      timer = setTimeout(expire(first, false), first);
       fn(ctrl.signal).then(
         (value) => {
           clearTimeout(timer);
@@ -207,35 +316,23 @@ export class Guard {
     });
   }
 
-  /**
-   * Each caller awaits its own `import()` (the module registry makes the second one immediate):
-   * a shared loading promise would let one request await a promise settled in another's context,
-   * which workerd refuses (src/runtime.ts). The first to finish builds the policies; later ones
-   * keep them (one breaker per guard).
-   */
-  private async load(): Promise<Policies> {
-    const lib = await import("cockatiel");
-    this.policies ??= this.build(lib);
-    return this.policies;
-  }
-
-  /** cockatiel's CircuitState value; Closed until the first call has loaded cockatiel. */
-  private get stateValue(): number {
-    return this.policies ? this.policies.breaker.state : CLOSED;
-  }
-
   get state(): BreakerStateName {
-    return STATE_NAMES[this.stateValue] ?? "isolated";
+    if (this.breakerState === "open" && this.probeDue()) return "halfOpen";
+    return this.breakerState;
   }
 
-  /** Open, probing or isolated: non-core features should not call the dependency now. */
+  /** Open or probing: non-core features should not call the dependency now. */
   get degraded(): boolean {
-    return this.stateValue !== CLOSED;
+    return this.breakerState !== "closed";
+  }
+
+  private probeDue(): boolean {
+    return this.lastOpenedAt === null || this.now() >= this.lastOpenedAt + this.opts.halfOpenAfterMs;
   }
 
   /** ms until a probe may run: the rest of the open period (at least 1 s when not closed). */
   retryAfterMs(): number {
-    if (this.stateValue === CLOSED) return 0;
+    if (this.breakerState === "closed") return 0;
     const left =
       this.lastOpenedAt === null
         ? this.opts.halfOpenAfterMs
@@ -249,54 +346,90 @@ export class Guard {
     return new DependencyUnavailableError(this.name, "open", this.retryAfterMs(), undefined, feature);
   }
 
+  private open(): void {
+    this.breakerState = "open";
+    this.lastOpenedAt = this.now();
+    this.counters.opened++;
+    this.probesInFlight = 0;
+    this.probeSuccesses = 0;
+  }
+
+  private succeeded(ms: number, probe: boolean): void {
+    this.answers++;
+    this.latency.add(ms);
+    this.outcomes.record(this.now(), false);
+    if (probe && this.breakerState === "halfOpen" && ++this.probeSuccesses >= this.halfOpenCalls) {
+      this.breakerState = "closed";
+      this.outcomes.reset();
+    }
+  }
+
+  private failed(message: string, probe: boolean): void {
+    this.counters.failures++;
+    this.lastFailure = message;
+    if (this.breakerState === "halfOpen") {
+      if (probe) this.open();
+      return;
+    }
+    if (this.breakerState !== "closed") return;
+    const now = this.now();
+    this.outcomes.record(now, true);
+    const w = this.outcomes.totals(now);
+    if (w.calls >= this.opts.minCalls && w.failures >= w.calls * this.failureRatio) this.open();
+  }
+
   /**
-   * Runs `fn` under the timeout and breaker. `fn` gets the AbortSignal to hand to its transport.
+   * Runs `fn` under the deadline and breaker. `fn` gets the AbortSignal to hand to its transport.
    * Rejects with DependencyUnavailableError for a timeout, a failure or an open breaker; other
    * errors (answers: command/SQL errors) pass through unchanged.
    */
   async run<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
     this.counters.calls++;
-    // cockatiel lets one call probe a half-open breaker and parks the others until its verdict
-    // (up to a whole timeout): refuse them at once instead.
-    if (this.stateValue === HALF_OPEN) {
-      this.counters.rejected++;
-      throw this.unavailable();
-    }
-    const p = this.policies ?? (await this.load());
-    try {
-      // The call's own signal goes to cockatiel too: its default is one module-level AbortSignal,
-      // and workerd ties a signal to the request that created it ("Cannot perform I/O on behalf
-      // of a different request"), so every later request would fail on that one.
-      const ctrl = new AbortController();
-      return await p.breaker.execute(() => this.withDeadline(fn, ctrl, p.lib), ctrl.signal);
-    } catch (err) {
-      if (err instanceof p.lib.BrokenCircuitError || err instanceof p.lib.IsolatedCircuitError) {
+    let probe = false;
+    if (this.breakerState !== "closed") {
+      if (this.breakerState === "open" && this.probeDue()) this.breakerState = "halfOpen";
+      if (this.breakerState === "open" || this.probesInFlight >= this.halfOpenCalls) {
         this.counters.rejected++;
         throw this.unavailable();
       }
-      if (err instanceof StarvedDeadline) {
-        // Not a dependency failure: the breaker's policy does not handle it (isFailure below).
+      probe = true;
+      this.probesInFlight++;
+    }
+    this.inFlight++;
+    const started = performance.now();
+    try {
+      const value = await this.withDeadline(fn, new AbortController());
+      this.succeeded(performance.now() - started, probe);
+      return value;
+    } catch (err) {
+      if (err instanceof DeadlineExceeded) {
         this.counters.timeouts++;
-        this.counters.starved++;
-        throw new DependencyUnavailableError(this.name, "timeout", this.retryAfterMs(), err);
-      }
-      if (err instanceof p.lib.TaskCancelledError) {
-        this.counters.failures++;
-        this.counters.timeouts++;
-        this.lastFailure = `timed out after ${this.opts.timeoutMs} ms`;
+        if (err.excused === "starved") this.counters.starved++;
+        else if (err.excused === "queued") this.counters.queued++;
+        else {
+          // No answer says whether the dependency is hung or merely farther than it was: the wait
+          // joins the samples, so the next deadline is a multiple of it and a moved dependency is
+          // followed after one miss (a hang meets the ratio and opens the breaker).
+          this.latency.add(err.waitedMs);
+          this.failed(err.message, probe);
+        }
         throw new DependencyUnavailableError(this.name, "timeout", this.retryAfterMs(), err);
       }
       if (this.opts.isFailure?.(err) ?? true) {
-        this.counters.failures++;
-        this.lastFailure = scrubbedMessage(err);
+        this.failed(scrubbedMessage(err), probe);
         throw new DependencyUnavailableError(this.name, "failed", this.retryAfterMs(), err);
       }
+      // An answer (a command or SQL error): the dependency is up.
+      this.succeeded(performance.now() - started, probe);
       throw err;
+    } finally {
+      this.inFlight--;
+      if (probe) this.probesInFlight = Math.max(0, this.probesInFlight - 1);
     }
   }
 
   /**
-   * `base` guarded: the whole exchange (headers and body) runs under the timeout, the body is read
+   * `base` guarded: the whole exchange (headers and body) runs under the deadline, the body is read
    * inside it and handed on buffered (these dependencies answer small JSON). A 5xx is returned to
    * the SDK as is (it makes its own error) but counts as a failure.
    */
@@ -327,10 +460,14 @@ export class Guard {
   }
 
   snapshot(): GuardSnapshot {
+    const p99 = this.latency.p99();
     return {
       state: this.state,
-      timeoutMs: this.opts.timeoutMs,
+      timeoutMs: this.deadlineMs(),
+      ceilingMs: this.opts.timeoutMs,
+      p99Ms: p99 === null ? null : Math.round(p99 * 100) / 100,
       ...this.counters,
+      inFlight: this.inFlight,
       lastOpenedAt: this.lastOpenedAt,
       lastFailure: this.lastFailure,
       retryAfterSeconds: this.degraded ? Math.ceil(this.retryAfterMs() / 1000) : 0,
@@ -350,12 +487,6 @@ class HttpStatusError extends Error {
 }
 
 /**
- * Redis: the server answered when the SDK could parse Upstash's JSON error (`UpstashError` — a
- * command error such as NOSCRIPT is part of normal script loading); a reply it could not parse
- * (`UpstashJSONParseError`, e.g. a gateway's HTML 502), a network error or a timeout is Redis
- * failing.
- */
-/**
  * A Redis database over its command budget ("ERR max … limit exceeded": the per-second, daily or
  * monthly limit). The request was refused before any command ran, so it is neither a failure of
  * the database (the breaker ignores it) nor a result: callers answer 503 with Retry-After.
@@ -367,8 +498,26 @@ export function isRedisThrottled(err: unknown): boolean {
   return false;
 }
 
+/**
+ * Errors in Upstash's JSON envelope that say the database could not serve at all (the REST API
+ * answers 500 when it cannot reach Redis; a replica loading or a cluster without a primary): the
+ * SDK drops the HTTP status, so they are told apart from command errors by their text.
+ */
+const REDIS_CANNOT_SERVE =
+  /\b(redis unavailable|LOADING|MASTERDOWN|CLUSTERDOWN|ECONNREFUSED|connection (refused|reset|closed))\b/;
+
+/**
+ * Redis: the server answered when the SDK could parse Upstash's JSON error (`UpstashError` — a
+ * command error such as NOSCRIPT is part of normal script loading), unless that error says it
+ * could not serve; a reply it could not parse (`UpstashJSONParseError`, e.g. a gateway's HTML
+ * 502), a network error or a timeout is Redis failing.
+ */
 export function isRedisFailure(err: unknown): boolean {
-  return !(err instanceof redisErrors.UpstashError) || err instanceof redisErrors.UpstashJSONParseError;
+  return (
+    !(err instanceof redisErrors.UpstashError) ||
+    err instanceof redisErrors.UpstashJSONParseError ||
+    REDIS_CANNOT_SERVE.test(err.message)
+  );
 }
 
 /**
@@ -388,19 +537,38 @@ type ResilienceConfig = Pick<
   | "QSTASH_TIMEOUT_MS"
   | "SMS_TIMEOUT_MS"
   | "PAYMENTS_TIMEOUT_MS"
-  | "BREAKER_THRESHOLD"
+  | "DEADLINE_FLOOR_MS"
+  | "DEADLINE_FACTOR"
+  | "BREAKER_MIN_CALLS"
+  | "BREAKER_FAILURE_RATIO"
+  | "BREAKER_WINDOW_MS"
   | "BREAKER_HALF_OPEN_AFTER_MS"
+  | "BREAKER_HALF_OPEN_CALLS"
 >;
 
+function guardOptions(
+  config: ResilienceConfig,
+  ceilingMs: number,
+  now: () => number,
+  isFailure?: (err: unknown) => boolean,
+): GuardOptions {
+  return {
+    timeoutMs: ceilingMs,
+    floorMs: config.DEADLINE_FLOOR_MS,
+    factor: config.DEADLINE_FACTOR,
+    minCalls: config.BREAKER_MIN_CALLS,
+    failureRatio: config.BREAKER_FAILURE_RATIO,
+    windowMs: config.BREAKER_WINDOW_MS,
+    halfOpenAfterMs: config.BREAKER_HALF_OPEN_AFTER_MS,
+    halfOpenCalls: config.BREAKER_HALF_OPEN_CALLS,
+    isFailure,
+    now,
+  };
+}
+
 export function createResilience(config: ResilienceConfig, now: () => number = Date.now): Resilience {
-  const guard = (name: DependencyName, timeoutMs: number, isFailure?: (err: unknown) => boolean) =>
-    new Guard(name, {
-      timeoutMs,
-      threshold: config.BREAKER_THRESHOLD,
-      halfOpenAfterMs: config.BREAKER_HALF_OPEN_AFTER_MS,
-      isFailure,
-      now,
-    });
+  const guard = (name: DependencyName, ceilingMs: number, isFailure?: (err: unknown) => boolean) =>
+    new Guard(name, guardOptions(config, ceilingMs, now, isFailure));
   return {
     redis: guard("redis", config.REDIS_TIMEOUT_MS, isRedisFailure),
     mysql: guard("mysql", config.MYSQL_TIMEOUT_MS),
@@ -411,18 +579,12 @@ export function createResilience(config: ResilienceConfig, now: () => number = D
 }
 
 /**
- * The guard of one seckill shard database (issue 18): a deadline and breaker of its own, so a
- * failing shard fails its own buyers' attempts fast without opening the main Redis breaker
- * (sessions, caches, everything else) — or the other shards'.
+ * The guard of one seckill shard database: a deadline and breaker of its own, so a failing shard
+ * fails its own buyers' attempts fast without opening the main Redis breaker (sessions, caches,
+ * everything else) — or the other shards'.
  */
 export function createShardGuard(config: ResilienceConfig, now: () => number = Date.now): Guard {
-  return new Guard("redis", {
-    timeoutMs: config.REDIS_TIMEOUT_MS,
-    threshold: config.BREAKER_THRESHOLD,
-    halfOpenAfterMs: config.BREAKER_HALF_OPEN_AFTER_MS,
-    isFailure: isRedisFailure,
-    now,
-  });
+  return new Guard("redis", guardOptions(config, config.REDIS_TIMEOUT_MS, now, isRedisFailure));
 }
 
 export function resilienceSnapshot(r: Resilience): Record<DependencyName, GuardSnapshot> {

@@ -21,36 +21,31 @@ export interface HealthReport {
   breakers: Record<DependencyName, GuardSnapshot>;
 }
 
-/** Races a probe against a timeout so a hung dependency reports "down" instead of hanging /health. */
-async function probe(run: () => Promise<unknown>, timeoutMs: number): Promise<ProbeResult> {
+/**
+ * Runs one probe and times it. Each probe goes through its dependency's guard (src/resilience.ts),
+ * whose adaptive deadline bounds it: a hung dependency reports "down" within that deadline, a far
+ * one that answers reports "up".
+ */
+async function probe(run: () => Promise<unknown>): Promise<ProbeResult> {
   const started = performance.now();
-  let timer: ReturnType<typeof setTimeout> | undefined;
   try {
-    await Promise.race([
-      run(),
-      new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs);
-      }),
-    ]);
+    await run();
     return { ok: true, latencyMs: round(performance.now() - started) };
   } catch (err) {
     return { ok: false, latencyMs: round(performance.now() - started), error: scrubbedMessage(err) };
-  } finally {
-    clearTimeout(timer);
   }
 }
 
 const round = (ms: number) => Math.round(ms * 100) / 100;
 
 /** Redis and MySQL are probed in parallel and reported separately; either down → not ok. */
-export async function checkHealth(deps: Pick<Deps, "redis" | "db" | "config" | "isolate">): Promise<HealthReport> {
-  const timeout = deps.config.HEALTH_TIMEOUT_MS;
+export async function checkHealth(deps: Pick<Deps, "redis" | "db" | "isolate">): Promise<HealthReport> {
   const [redis, mysql] = await Promise.all([
     probe(async () => {
       const pong = await deps.redis.ping();
       if (pong !== "PONG") throw new Error(`unexpected PING reply ${JSON.stringify(pong)}`);
-    }, timeout),
-    probe(() => deps.db.execute("SELECT 1"), timeout),
+    }),
+    probe(() => deps.db.execute("SELECT 1")),
   ]);
   return { ok: redis.ok && mysql.ok, redis, mysql, breakers: resilienceSnapshot(deps.isolate.resilience) };
 }

@@ -624,7 +624,7 @@ describe("operations", () => {
 
   test("a dependency's breaker opened by failures shows on the ops page: state, failures, last opening and failure, retry-after — the same numbers as GET /admin/resilience", async () => {
     // Its own isolate: the breaker stays open for the rest of this app's life.
-    const b = await createTestApp({ BREAKER_THRESHOLD: "3", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
+    const b = await createTestApp({ BREAKER_MIN_CALLS: "3", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
     const { cookie } = await signIn(b);
     const before = breakerRow(await (await b.app.request("/console/ops", { headers: { cookie } })).text(), "sms");
     expect(before).toMatchObject({ state: "closed", failures: "0", retryAfterSeconds: "0", lastOpenedAt: "" });
@@ -659,7 +659,7 @@ describe("operations", () => {
   });
 
   test("with Redis's breaker open the ops page still renders from memory: breakers and limiters shown, the Redis-backed sections named as unavailable", async () => {
-    const b = await createTestApp({ BREAKER_THRESHOLD: "2", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
+    const b = await createTestApp({ BREAKER_MIN_CALLS: "2", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
     const { cookie } = await signIn(b);
     const guard = b.deps.isolate.resilience.redis;
     for (let i = 0; i < 2; i++)
@@ -672,7 +672,7 @@ describe("operations", () => {
     const html = await res.text();
     expect(breakerRow(html, "redis")).toMatchObject({
       state: "open",
-      failures: "2",
+      failures: String(guard.snapshot().failures),
       lastFailure: "connect ECONNREFUSED (injected)",
     });
     expect(html).toMatch(/data-k="unavailable">[^<]*reconcile report: redis unavailable \(circuit open\)/);

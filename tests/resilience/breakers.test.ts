@@ -4,7 +4,7 @@
  * production SDKs and its per-dependency timeouts and breakers (src/resilience.ts).
  *
  * Asserted: no request waits past its dependency's timeout (plus a margin); the breaker opens
- * after BREAKER_THRESHOLD failures and then calls fail fast without reaching the proxy; L1-served
+ * once the failed share of its window's calls passes BREAKER_FAILURE_RATIO (set low here) and then calls fail fast without reaching the proxy; L1-served
  * reads keep their latency and stay on the fast lane; feed, likes and sign-in answer 503 with
  * Retry-After without calling Redis; seckill answers 503 and Redis stock is unchanged (fails
  * closed); MySQL slow → cached shops still served, a cold one is a 503 envelope in bounded time;
@@ -90,7 +90,10 @@ beforeAll(async () => {
     DATABASE_URL: mysqlProxy.url,
     REDIS_TIMEOUT_MS: String(REDIS_TIMEOUT_MS),
     MYSQL_TIMEOUT_MS: String(MYSQL_TIMEOUT_MS),
-    BREAKER_THRESHOLD: String(THRESHOLD),
+    BREAKER_MIN_CALLS: String(THRESHOLD),
+    // The set-up's successes share the breaker's window with the waves below: any failed share
+    // opens it here (the ratio itself: tests/resilience/distance.test.ts).
+    BREAKER_FAILURE_RATIO: "0.01",
     BREAKER_HALF_OPEN_AFTER_MS: String(HALF_OPEN_AFTER_MS),
     // Sessions stay trusted from memory for the whole test, so auth never needs Redis here and
     // the 503s below are the features' own.

@@ -21,7 +21,7 @@ const elapsed = async <T>(fn: () => Promise<T>): Promise<{ result: T | undefined
 
 describe("what trips a breaker", () => {
   test("Redis command errors (WRONGTYPE, NOSCRIPT during script loading) are answers: the breaker stays closed and the error is the SDK's", async () => {
-    const t = await createTestApp({ BREAKER_THRESHOLD: "1" });
+    const t = await createTestApp({ BREAKER_MIN_CALLS: "1" });
     const key = `guard-test:${crypto.randomUUID()}`;
     await t.deps.redis.set(key, "x");
     for (let i = 0; i < 3; i++) {
@@ -45,7 +45,7 @@ describe("what trips a breaker", () => {
     try {
       const t = await createTestApp({
         UPSTASH_REDIS_REST_URL: proxy.url,
-        BREAKER_THRESHOLD: "1",
+        BREAKER_MIN_CALLS: "1",
         BREAKER_HALF_OPEN_AFTER_MS: "60000",
       });
       proxy.set({ kind: "fail" });
@@ -135,7 +135,7 @@ describe("payments", () => {
       const t = await createTestApp({
         PUBLIC_URL: `http://127.0.0.1:${hung.port}`,
         PAYMENTS_TIMEOUT_MS: "200",
-        BREAKER_THRESHOLD: "2",
+        BREAKER_MIN_CALLS: "2",
         LOCAL_PAYMENT_DELAY_MS: "0",
       });
       const started = performance.now();
@@ -160,7 +160,7 @@ describe("payments", () => {
 
 describe("half-open", () => {
   test("while the single probe runs, other callers are refused at once instead of queueing behind it; its success closes the breaker", async () => {
-    const guard = new Guard("redis", { timeoutMs: 5_000, threshold: 1, halfOpenAfterMs: 100 });
+    const guard = new Guard("redis", { timeoutMs: 5_000, minCalls: 1, halfOpenAfterMs: 100 });
     await expect(guard.run(async () => Promise.reject(new Error("boom")))).rejects.toBeInstanceOf(
       DependencyUnavailableError,
     );
@@ -213,7 +213,7 @@ describe("our own stall is not the dependency failing (issue 16 item 1)", () => 
       const t = await createTestApp({
         UPSTASH_REDIS_REST_URL: proxy.url,
         REDIS_TIMEOUT_MS: "100",
-        BREAKER_THRESHOLD: "1",
+        BREAKER_MIN_CALLS: "1",
         BREAKER_HALF_OPEN_AFTER_MS: "60000",
       });
       await t.deps.redis.get("guard-test:warm");

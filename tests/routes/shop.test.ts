@@ -143,7 +143,7 @@ describe("shops", () => {
     const stack = await getStack();
     const proxy = startFaultProxy(stack.env.UPSTASH_REDIS_REST_URL as string);
     try {
-      const t = await createTestApp({ UPSTASH_REDIS_REST_URL: proxy.url, BREAKER_THRESHOLD: "1000" });
+      const t = await createTestApp({ UPSTASH_REDIS_REST_URL: proxy.url, BREAKER_MIN_CALLS: "1000" });
       const typeId = await createShopType(t);
       const name = `geo-fail-${crypto.randomUUID().slice(0, 8)}`;
       const send = () =>

@@ -143,7 +143,7 @@ test("lost replies: draws that ran in Redis but timed out at the client burn blo
   const t = await createTestApp({
     UPSTASH_REDIS_REST_URL: proxy.url,
     REDIS_TIMEOUT_MS: "150",
-    BREAKER_THRESHOLD: "1000",
+    BREAKER_MIN_CALLS: "1000",
   });
   const redis = await client();
   const sha = await sha1Hex(luaSources.idBlock);

@@ -39,7 +39,7 @@ beforeAll(async () => {
   t = await serveTestApp({
     UPSTASH_REDIS_REST_URL: proxy.url,
     REDIS_TIMEOUT_MS: "300",
-    BREAKER_THRESHOLD: "1000",
+    BREAKER_MIN_CALLS: "1000",
     SECKILL_USER_LIMIT: "0",
     SECKILL_IP_LIMIT: "0",
     SOLD_OUT_MEMO_MS: "0",
