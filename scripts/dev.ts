@@ -4,12 +4,22 @@
  * under .local/ across runs; `--fresh` resets it. Ctrl-C stops everything this started.
  * `-- --seckill-shards N [--shard-commands-per-second C]` adds N seckill shard databases (see
  * scripts/stack/cli.ts); the app gets them through SECKILL_SHARD_URLS / SECKILL_SHARD_TOKENS.
+ * `-- --rtt MS [--jitter MS]` puts every dependency MS ms round trip away (latency proxies, as for
+ * `npm run stack`); migrations and the seed run near, the app far.
  */
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { prepareDemoData } from "./demo/prepare.ts";
-import { printStack, SHARD_ARG_OPTIONS, shardArgs, startDevStack, untilSignal } from "./stack/cli.ts";
+import {
+  DISTANCE_ARG_OPTIONS,
+  distanceArgs,
+  printStack,
+  SHARD_ARG_OPTIONS,
+  shardArgs,
+  startDevStack,
+  untilSignal,
+} from "./stack/cli.ts";
 import { ROOT } from "./stack/env-file.ts";
 
 const say = (m: string) => console.error(`[dev] ${m}`);
@@ -21,10 +31,15 @@ const { values } = parseArgs({
     shops: { type: "string", default: "500" },
     users: { type: "string", default: "50" },
     ...SHARD_ARG_OPTIONS,
+    ...DISTANCE_ARG_OPTIONS,
   },
 });
 
-const { stack, appPort } = await startDevStack({ fresh: values.fresh ?? false, ...shardArgs(values) });
+const { stack, appPort } = await startDevStack({
+  fresh: values.fresh ?? false,
+  ...shardArgs(values),
+  ...distanceArgs(values),
+});
 let app: ReturnType<typeof spawn> | undefined;
 let stopping = false;
 

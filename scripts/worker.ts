@@ -13,7 +13,8 @@
  *
  * Prints the URLs once the Worker answers /health. Ctrl-C / SIGTERM stops wrangler (and the
  * workerd it runs) and then the stack. Options: --port P (default 8787, or a free port when it
- * is taken), --fresh (reset .local/data), --no-seed.
+ * is taken), --fresh (reset .local/data), --no-seed, --rtt MS [--jitter MS] (every dependency MS ms
+ * round trip away through latency proxies, as for `npm run stack`; migrations and the seed run near).
  *
  * wrangler dev is for correctness, not speed (~2k req/s here): benchmarks use the bundle in
  * workerd directly (scripts/bench).
@@ -24,7 +25,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { EnvSchema } from "../src/env.ts";
 import { prepareDemoData } from "./demo/prepare.ts";
-import { printStack, startDevStack } from "./stack/cli.ts";
+import { DISTANCE_ARG_OPTIONS, distanceArgs, printStack, startDevStack } from "./stack/cli.ts";
 import { freePort } from "./stack/engines.ts";
 import { ROOT } from "./stack/env-file.ts";
 
@@ -35,6 +36,7 @@ const { values } = parseArgs({
     port: { type: "string" },
     fresh: { type: "boolean", default: false },
     "no-seed": { type: "boolean", default: false },
+    ...DISTANCE_ARG_OPTIONS,
   },
 });
 
@@ -105,7 +107,7 @@ async function stopWrangler(child: ChildProcess | undefined): Promise<void> {
 }
 
 if (import.meta.main) {
-  const { stack, appPort } = await startDevStack({ fresh: values.fresh ?? false });
+  const { stack, appPort } = await startDevStack({ fresh: values.fresh ?? false, ...distanceArgs(values) });
   const port = values.port ? Number(values.port) : appPort;
   const url = `http://127.0.0.1:${port}`;
   let wrangler: ChildProcess | undefined;

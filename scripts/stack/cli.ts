@@ -7,11 +7,15 @@
  *                                    each), written as SECKILL_SHARD_URLS / SECKILL_SHARD_TOKENS
  *   --shard-commands-per-second N    cap each shard stand-in at N commands per second, answering
  *                                    over it like a throttled Upstash database (benches; default: none)
+ *   --rtt MS [--jitter MS]           every dependency (REST, PlanetScale HTTP, QStash, shards) MS ms
+ *                                    round trip away: latency proxies hold each leg MS/2 ms (+ up to
+ *                                    --jitter ms each) in front of the stand-ins (default 0: direct)
  */
 import { parseArgs } from "node:util";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { startStack, type Stack } from "./index.ts";
+import { describeDistance, startStack, type Stack } from "./index.ts";
+import type { Distance } from "./latency-proxy.ts";
 import { pickPorts, pickShardPorts } from "./dev-ports.ts";
 import { LOCAL_DIR, STACK_ENV_FILE, writeStackEnv } from "./env-file.ts";
 import { localAdminToken, localPaymentWebhookSecret, localSessionSecret } from "./secrets.ts";
@@ -26,6 +30,8 @@ export interface DevStackOptions {
   seckillShards?: number;
   /** Command-rate cap of each shard stand-in, commands per second (default: none). */
   shardCommandsPerSecond?: number;
+  /** Every dependency this far away (latency proxies; default: none). */
+  distance?: Distance;
 }
 
 /** parseArgs options of the shard flags, shared by `npm run stack` and `npm run dev`. */
@@ -34,19 +40,37 @@ export const SHARD_ARG_OPTIONS = {
   "shard-commands-per-second": { type: "string", default: "0" },
 } as const;
 
+/** parseArgs options of the distance flags (milliseconds), shared by `npm run stack`, `npm run dev` and `npm run worker`. */
+export const DISTANCE_ARG_OPTIONS = {
+  rtt: { type: "string", default: "0" },
+  jitter: { type: "string", default: "0" },
+} as const;
+
+/** Largest --rtt and --jitter, ms. */
+export const MAX_DISTANCE_FLAG_MS = 10_000;
+
+/** An integer flag's value in 0..max; exits with a message on a bad value. */
+function int(flag: string, raw: string | undefined, max: number): number {
+  const v = Number(raw ?? "0");
+  if (!Number.isInteger(v) || v < 0 || v > max) {
+    console.error(`--${flag} must be an integer from 0 to ${max}, got ${JSON.stringify(raw)}`);
+    process.exit(2);
+  }
+  return v;
+}
+
+/** The distance flags, validated: one-way = rtt / 2; no distance when both are 0. Exits on a bad value. */
+export function distanceArgs(values: { rtt?: string; jitter?: string }): Pick<DevStackOptions, "distance"> {
+  const rtt = int("rtt", values.rtt, MAX_DISTANCE_FLAG_MS);
+  const jitter = int("jitter", values.jitter, MAX_DISTANCE_FLAG_MS);
+  return rtt === 0 && jitter === 0 ? {} : { distance: { oneWayMs: rtt / 2, jitterMs: jitter } };
+}
+
 /** The shard flags' values, validated; exits with a message on a bad value. */
 export function shardArgs(values: {
   "seckill-shards"?: string;
   "shard-commands-per-second"?: string;
 }): Pick<DevStackOptions, "seckillShards" | "shardCommandsPerSecond"> {
-  const int = (flag: string, raw: string | undefined, max: number): number => {
-    const v = Number(raw ?? "0");
-    if (!Number.isInteger(v) || v < 0 || v > max) {
-      console.error(`--${flag} must be an integer from 0 to ${max}, got ${JSON.stringify(raw)}`);
-      process.exit(2);
-    }
-    return v;
-  };
   return {
     seckillShards: int("seckill-shards", values["seckill-shards"], MAX_LOCAL_SHARDS),
     shardCommandsPerSecond: int("shard-commands-per-second", values["shard-commands-per-second"], 1_000_000_000),
@@ -73,6 +97,7 @@ export async function startDevStack(opts: DevStackOptions): Promise<{ stack: Sta
     adminToken: localAdminToken(),
     paymentWebhookSecret: localPaymentWebhookSecret(),
     sessionSecret: localSessionSecret(),
+    distance: opts.distance,
     publicUrl: `http://127.0.0.1:${ports.app}`,
     log: say,
   });
@@ -87,7 +112,7 @@ export function printStack(stack: Stack): void {
       "",
       "  Local stack (real engines behind protocol-compatible stand-ins):",
       `    Upstash Redis REST  ${e.UPSTASH_REDIS_REST_URL}   → redis-server ${e.LOCAL_REDIS_URL}`,
-      `    PlanetScale HTTP    ${stack.planetscale.url.replace(/\/\/[^@]*@/, "//")}   → MariaDB ${e.LOCAL_MYSQL_URL}`,
+      `    PlanetScale HTTP    ${(e.DATABASE_URL ?? "").replace(/\/\/[^@]*@/, "//")}   → MariaDB ${e.LOCAL_MYSQL_URL}`,
       `    QStash              ${e.QSTASH_URL}`,
       ...stack.shards.map((s, i) => {
         const cap = s.rest.limits().commandsPerSecond;
@@ -96,6 +121,12 @@ export function printStack(stack: Stack): void {
       }),
       ...(stack.shards.length > 0
         ? [`                        (SECKILL_SHARD_URLS / SECKILL_SHARD_TOKENS: ${stack.shards.length} shards)`]
+        : []),
+      ...(stack.distance
+        ? [
+            `    distance            ${describeDistance(stack.distance.current)}: the URLs above are latency`,
+            `                        proxies in front of the stand-ins (REST ${stack.rest.url}, …); QStash's callbacks go direct`,
+          ]
         : []),
       `    settings            ${STACK_ENV_FILE}`,
       "",
@@ -115,9 +146,13 @@ export function untilSignal(): Promise<string> {
 if (import.meta.main) {
   const { values } = parseArgs({
     args: process.argv.slice(2),
-    options: { fresh: { type: "boolean", default: false }, ...SHARD_ARG_OPTIONS },
+    options: { fresh: { type: "boolean", default: false }, ...SHARD_ARG_OPTIONS, ...DISTANCE_ARG_OPTIONS },
   });
-  const { stack } = await startDevStack({ fresh: values.fresh ?? false, ...shardArgs(values) });
+  const { stack } = await startDevStack({
+    fresh: values.fresh ?? false,
+    ...shardArgs(values),
+    ...distanceArgs(values),
+  });
   printStack(stack);
   say("ready; Ctrl-C to stop");
   const sig = await untilSignal();

@@ -16,6 +16,8 @@
  * Requests seen (and forwarded) are counted, so a test can prove that an open breaker makes no
  * calls. Bench scenarios use it too (scripts/bench/scenarios/slow-redis.ts).
  */
+import { CLIENT_CLOSED, HttpRelay, holdUnlessAborted, requestBody } from "./http-relay.ts";
+
 export type ProxyMode =
   | { kind: "pass" }
   | { kind: "delay"; ms: number; match?: string | string[] }
@@ -33,80 +35,39 @@ export interface FaultProxy {
   stop(): Promise<void>;
 }
 
+class FaultRelay extends HttpRelay implements FaultProxy {
+  held = 0;
+  #mode: ProxyMode = { kind: "pass" };
+
+  set(next: ProxyMode): void {
+    this.#mode = next;
+  }
+
+  protected async handle(req: Request): Promise<Response> {
+    const m = this.#mode;
+    const body = await requestBody(req);
+    // Decoded only when a mode names what it matches (pass mode, bench and most tests, decode nothing).
+    let text: string | undefined;
+    const matches = (match: string | string[] | undefined) => {
+      if (match === undefined) return true;
+      const haystack = (text ??= body === undefined ? "" : new TextDecoder().decode(body));
+      return (typeof match === "string" ? [match] : match).some((x) => haystack.includes(x));
+    };
+    if (m.kind === "fail" && matches(m.match))
+      return new Response("502 Bad Gateway", { status: 502, headers: { "content-type": "text/plain" } });
+    const holdReply = m.kind === "replyDelay" && matches(m.match);
+    if (m.kind === "delay" && matches(m.match) && !(await holdUnlessAborted(m.ms, req.signal))) return CLIENT_CLOSED();
+    const res = await this.forward(req, body);
+    if (holdReply && m.kind === "replyDelay") {
+      this.held++;
+      // The target has answered (the command ran); the caller hears it only after `ms`, if at all.
+      await holdUnlessAborted(m.ms);
+    }
+    return res;
+  }
+}
+
 /** `target` is the stand-in's base URL; the returned `url` keeps its credentials and path. */
 export function startFaultProxy(target: string): FaultProxy {
-  const t = new URL(target);
-  let mode: ProxyMode = { kind: "pass" };
-  let seen = 0;
-  let forwarded = 0;
-  let held = 0;
-  const server = Bun.serve({
-    port: 0,
-    hostname: "127.0.0.1",
-    async fetch(req) {
-      seen++;
-      const m = mode;
-      const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
-      // Decoded only when a mode names what it matches (pass mode, bench and most tests, decode nothing).
-      let text: string | undefined;
-      const matches = (match: string | string[] | undefined) => {
-        if (match === undefined) return true;
-        const haystack = (text ??= body === undefined ? "" : new TextDecoder().decode(body));
-        return (typeof match === "string" ? [match] : match).some((x) => haystack.includes(x));
-      };
-      if (m.kind === "fail" && matches(m.match))
-        return new Response("502 Bad Gateway", { status: 502, headers: { "content-type": "text/plain" } });
-      const holdReply = m.kind === "replyDelay" && matches(m.match);
-      if (m.kind === "delay" && matches(m.match)) {
-        const aborted = await new Promise<boolean>((resolve) => {
-          const timer = setTimeout(() => resolve(false), m.ms);
-          req.signal.addEventListener("abort", () => {
-            clearTimeout(timer);
-            resolve(true);
-          });
-        });
-        if (aborted) return new Response(null, { status: 499 });
-      }
-      const url = new URL(req.url);
-      url.protocol = t.protocol;
-      url.host = t.host;
-      const headers = new Headers(req.headers);
-      headers.delete("host");
-      forwarded++;
-      const res = await fetch(url, { method: req.method, headers, body });
-      // Buffered: the stand-ins answer small bodies, and a re-streamed body would keep its encoding headers.
-      const out = await res.arrayBuffer();
-      const h = new Headers(res.headers);
-      h.delete("content-encoding");
-      h.delete("content-length");
-      h.delete("transfer-encoding");
-      if (holdReply && m.kind === "replyDelay") {
-        held++;
-        // The target has answered (the command ran); the caller hears it only after `ms`, if at all.
-        await new Promise((r) => setTimeout(r, m.ms));
-      }
-      return new Response(out, { status: res.status, headers: h });
-    },
-  });
-  const url = new URL(target);
-  url.host = `127.0.0.1:${server.port}`;
-  url.protocol = "http:";
-  return {
-    url: url.toString().replace(/\/$/, target.endsWith("/") ? "/" : ""),
-    get seen() {
-      return seen;
-    },
-    get forwarded() {
-      return forwarded;
-    },
-    get held() {
-      return held;
-    },
-    set(next) {
-      mode = next;
-    },
-    stop: async () => {
-      await server.stop(true);
-    },
-  };
+  return new FaultRelay(target);
 }

@@ -1,8 +1,9 @@
 /**
  * The local stack: real redis-server and MariaDB, fronted by our protocol-compatible stand-ins
  * for Upstash Redis REST, PlanetScale HTTP and QStash, so the app's production SDKs run unchanged.
- * Optionally N seckill shard databases beside the main Redis (shards.ts). Used by `npm run stack`,
- * `npm run dev`, the test preload and the benchmarks.
+ * Optionally N seckill shard databases beside the main Redis (shards.ts), and every dependency a
+ * chosen distance away (latency proxies in front of the stand-ins, latency-proxy.ts). Used by
+ * `npm run stack`, `npm run dev`, the test preload and the benchmarks.
  */
 import mysql from "mysql2/promise";
 import { join } from "node:path";
@@ -10,8 +11,9 @@ import { startMariadb, startRedis, type Engine, type MariaEngine } from "./engin
 import { startPlanetscaleHttp, type PlanetscaleHttpServer } from "./planetscale-http.ts";
 import { startLocalQstash, type LocalQstashServer } from "./qstash/index.ts";
 import { startUpstashRest, type UpstashRestServer } from "./upstash-rest.ts";
+import { checkDistance, type Distance, type LatencyProxy, startLatencyProxy } from "./latency-proxy.ts";
 import { randomSecret } from "./secrets.ts";
-import { MAX_LOCAL_SHARDS, startShards, validShardCount, type StackShard } from "./shards.ts";
+import { MAX_LOCAL_SHARDS, shardEnv, startShards, validShardCount, type StackShard } from "./shards.ts";
 
 export type { StackShard } from "./shards.ts";
 
@@ -64,7 +66,23 @@ export interface StackOptions {
   shardCommandsPerSecond?: number;
   /** Preferred ports of the shards' redis-servers and stand-ins, in shard order (missing → free ports). */
   shardPorts?: { redis?: readonly number[]; rest?: readonly number[] };
+  /**
+   * Every dependency this far from the app: with oneWayMs or jitterMs > 0, a latency proxy in front
+   * of each stand-in (main REST, PlanetScale HTTP, QStash, each shard's REST), and the app's settings
+   * (UPSTASH_REDIS_REST_URL, DATABASE_URL, QSTASH_URL, SECKILL_SHARD_URLS) name the proxies. The
+   * LOCAL_* settings (tools, benches) stay direct. Default: none (the app talks to the stand-ins).
+   */
+  distance?: Distance;
   log?: (msg: string) => void;
+}
+
+/** The latency proxies of a stack started with a `distance`, in front of the stand-ins. */
+export interface StackDistance {
+  proxies: { rest: LatencyProxy; planetscale: LatencyProxy; qstash: LatencyProxy; shards: LatencyProxy[] };
+  /** The distance in force (all proxies share it). */
+  readonly current: Required<Distance>;
+  /** Moves every dependency to `distance` at once (calls already held keep their draw). */
+  set(distance: Distance): void;
 }
 
 export interface Stack {
@@ -75,8 +93,13 @@ export interface Stack {
   rest: UpstashRestServer;
   planetscale: PlanetscaleHttpServer;
   qstash: LocalQstashServer;
-  /** The seckill shard databases, in SECKILL_SHARD_URLS order (empty unless `seckillShards`). */
+  /**
+   * The seckill shard databases, in SECKILL_SHARD_URLS order (empty unless `seckillShards`); a
+   * shard's `env.url` is its latency proxy when the stack has a distance.
+   */
   shards: StackShard[];
+  /** The latency proxies, when started with a distance > 0; stopped by `stop`. */
+  distance?: StackDistance;
   database: string;
   /** Stops everything it started, shards included. */
   stop(): Promise<void>;
@@ -88,6 +111,43 @@ export async function createDatabase(m: MariaEngine, database: string): Promise<
     await conn.query(`CREATE DATABASE IF NOT EXISTS \`${database}\` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci`);
   } finally {
     await conn.end();
+  }
+}
+
+/** One latency proxy per stand-in URL, all at `d`; stops those started if one fails. */
+function startDistance(
+  d: Distance,
+  urls: { rest: string; planetscale: string; qstash: string; shards: string[] },
+): StackDistance & { stop(): Promise<void> } {
+  const all: LatencyProxy[] = [];
+  const proxy = (url: string) => {
+    const p = startLatencyProxy(url, d);
+    all.push(p);
+    return p;
+  };
+  try {
+    const proxies = {
+      rest: proxy(urls.rest),
+      planetscale: proxy(urls.planetscale),
+      qstash: proxy(urls.qstash),
+      shards: urls.shards.map(proxy),
+    };
+    return {
+      proxies,
+      get current() {
+        return proxies.rest.distance;
+      },
+      set(next) {
+        checkDistance(next);
+        for (const p of all) p.set(next);
+      },
+      stop: async () => {
+        await Promise.all(all.map((p) => p.stop()));
+      },
+    };
+  } catch (err) {
+    for (const p of all) void p.stop();
+    throw err;
   }
 }
 
@@ -105,6 +165,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const shardCount = opts.seckillShards ?? 0;
   if (!validShardCount(shardCount))
     throw new Error(`seckillShards must be an integer from 0 to ${MAX_LOCAL_SHARDS}, got ${shardCount}`);
+  const distance = opts.distance && checkDistance(opts.distance);
+  const far = distance !== undefined && (distance.oneWayMs > 0 || distance.jitterMs > 0);
   try {
     log(
       shardCount > 0
@@ -155,11 +217,29 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     ]);
     started.push(rest, planetscale, qstash);
 
+    // Only the app's calls cross the distance: QStash's deliveries to the app (callbacks to
+    // PUBLIC_URL) leave the stand-in directly and are not delayed.
+    const proxies =
+      distance && far
+        ? startDistance(distance, {
+            rest: rest.url,
+            planetscale: planetscale.url,
+            qstash: qstash.url,
+            shards: shards.shards.map((s) => s.env.url),
+          })
+        : undefined;
+    if (proxies) {
+      started.push(proxies);
+      log(`dependencies at a distance: ${describeDistance(proxies.current)}, through latency proxies`);
+    }
+    const stackShards = shards.shards.map((s, i) =>
+      proxies ? { ...s, env: { ...s.env, url: (proxies.proxies.shards[i] as LatencyProxy).url } } : s,
+    );
     const env: Record<string, string> = {
-      UPSTASH_REDIS_REST_URL: rest.url,
+      UPSTASH_REDIS_REST_URL: proxies?.proxies.rest.url ?? rest.url,
       UPSTASH_REDIS_REST_TOKEN: redisToken,
-      DATABASE_URL: planetscale.url,
-      QSTASH_URL: qstash.url,
+      DATABASE_URL: proxies?.proxies.planetscale.url ?? planetscale.url,
+      QSTASH_URL: proxies?.proxies.qstash.url ?? qstash.url,
       QSTASH_TOKEN: qkeys.token,
       QSTASH_CURRENT_SIGNING_KEY: qkeys.currentSigningKey,
       QSTASH_NEXT_SIGNING_KEY: qkeys.nextSigningKey,
@@ -170,11 +250,27 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       // Raw engine addresses, for tools (redis-cli, mariadb) and benchmarks, not read by the app.
       LOCAL_REDIS_URL: `redis://${redis.host}:${redis.port}`,
       LOCAL_MYSQL_URL: `mysql://${maria.user}@${maria.host}:${maria.port}/${database}`,
-      ...shards.env,
+      ...shardEnv(stackShards),
     };
-    return { env, redis, mysql: maria, rest, planetscale, qstash, shards: shards.shards, database, stop: stopAll };
+    return {
+      env,
+      redis,
+      mysql: maria,
+      rest,
+      planetscale,
+      qstash,
+      shards: stackShards,
+      distance: proxies,
+      database,
+      stop: stopAll,
+    };
   } catch (err) {
     await stopAll();
     throw err;
   }
+}
+
+/** "40 ms round trip (20 ms each way + 0–5 ms jitter)", for logs and printStack. */
+export function describeDistance(d: Required<Distance>): string {
+  return `${2 * d.oneWayMs} ms round trip (${d.oneWayMs} ms each way${d.jitterMs > 0 ? ` + 0–${d.jitterMs} ms jitter` : ""})`;
 }

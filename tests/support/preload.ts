@@ -3,7 +3,9 @@
  * MariaDB on free ports with throw-away data, behind the stand-ins — migrated once. Test files
  * get it through `getStack()` (tests/support/stack.ts); they never touch the developer's .local data.
  * Seckill shard databases are not part of it: a test that needs them asks getShardStack(n)
- * (tests/support/shards.ts), and the afterAll below stops whatever was started.
+ * (tests/support/shards.ts), and the afterAll below stops whatever was started. It is near (no
+ * latency proxies): a test that wants its dependencies far starts its own stack with a `distance`
+ * (startPrivateStack in tests/support/runtimes.ts, or startStack).
  */
 import { afterAll } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";

@@ -23,6 +23,7 @@ import { buyerUsers } from "../../scripts/sale.ts";
 import { runMigrations } from "../../scripts/migrate.ts";
 import { freePort, killOnExit } from "../../scripts/stack/engines.ts";
 import { startStack, type Stack } from "../../scripts/stack/index.ts";
+import type { Distance } from "../../scripts/stack/latency-proxy.ts";
 import { buildWorker, dieWithParent, repoRoot, scheduledUrl, type WorkerBundle } from "../../scripts/stack/workerd.ts";
 import { createDeps, type Deps } from "../../src/deps.ts";
 import { parseEnv } from "../../src/env.ts";
@@ -75,9 +76,11 @@ export function stackAppEnv(stack: Stack, extra: Record<string, string> = {}): R
 /**
  * A stack of its own (same settings as the test preload's), for a file whose cron passes must not
  * sweep, drain or reconcile what other test files left in the shared one (the sweep publishes a
- * drain for every shop with overdue entries, to the PUBLIC_URL of whoever runs it).
+ * drain for every shop with overdue entries, to the PUBLIC_URL of whoever runs it). `distance`: every
+ * dependency that far from the app (startStack's latency proxies; `stack.distance.set` moves it at
+ * runtime); migrations run near, then the distance is put in force.
  */
-export async function startPrivateStack(dir: string): Promise<Stack> {
+export async function startPrivateStack(dir: string, opts: { distance?: Distance } = {}): Promise<Stack> {
   const rand = () => crypto.randomUUID().replace(/-/g, "");
   const stack = await within(
     60_000,
@@ -90,10 +93,13 @@ export async function startPrivateStack(dir: string): Promise<Stack> {
       adminToken: `matrix-admin-token-${rand()}-${rand()}-${rand()}`,
       qstashKeys: { token: `matrix_${rand()}`, currentSigningKey: `sig_${rand()}`, nextSigningKey: `sig_${rand()}` },
       publicUrl: `http://127.0.0.1:${await freePort()}`,
+      distance: opts.distance,
     }),
   );
   try {
+    stack.distance?.set({ oneWayMs: 0 });
     await within(60_000, "migrations", runMigrations(stack.env.DATABASE_URL as string));
+    if (opts.distance) stack.distance?.set(opts.distance);
   } catch (err) {
     await stack.stop();
     throw err;
