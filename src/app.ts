@@ -27,6 +27,8 @@ import type { AppEnv } from "./types.ts";
 import { streamLimit } from "./http/body.ts";
 import { createFastLane } from "./http/fast-lane.ts";
 import { LISTING_PATHS, listingLimit } from "./http/listing-limit.ts";
+import { requestIdOf } from "./http/edge.ts";
+import { shedResponse } from "./http/shed.ts";
 
 /**
  * Methods whose bodies the global limit guards. GET/HEAD requests cannot carry one in the Fetch API
@@ -91,5 +93,22 @@ export function createApp(deps: Deps): Hono<AppEnv> {
     const routed = app.fetch;
     app.fetch = (req, env, ctx) => lane(req, env, ctx) ?? routed(req, env, ctx);
   }
+  // Outermost: an isolate past its capacity refuses the surplus before routing, bodies or I/O
+  // (http/shed.ts); an admitted request counts as in flight until its response is ready.
+  const shed = deps.isolate.shed;
+  const admitted = app.fetch;
+  app.fetch = (req, env, ctx) => {
+    if (shed.admit() !== undefined) return shedResponse(requestIdOf(req.headers));
+    let res: Response | Promise<Response>;
+    try {
+      res = admitted(req, env, ctx);
+    } catch (err) {
+      shed.done();
+      throw err;
+    }
+    if (res instanceof Promise) return res.finally(() => shed.done());
+    shed.done();
+    return res;
+  };
   return app;
 }

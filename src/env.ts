@@ -123,6 +123,18 @@ export const EnvSchema = z.object({
    */
   BREAKER_HALF_OPEN_AFTER_MS: z.coerce.number().int().min(100).max(600_000).default(5_000),
   BREAKER_HALF_OPEN_CALLS: z.coerce.number().int().min(1).max(100).default(3),
+  /**
+   * Load shedding (src/http/shed.ts): an isolate refuses new requests with 503 + Retry-After 1,
+   * before routing, bodies or I/O, while it has this many requests in flight (0 = no bound). 512:
+   * well above a sale's 200-connection crowd on one isolate, below where queueing inside the
+   * isolate would push every answer past its deadlines.
+   */
+  SHED_MAX_IN_FLIGHT: z.coerce.number().int().min(0).max(1_000_000).default(512),
+  /**
+   * ... or while its event loop lags by more than this, ms, smoothed (Bun, Deno; 0 = off). 500 ms:
+   * every admitted request would already wait that long for the CPU before its first line ran.
+   */
+  SHED_MAX_LAG_MS: z.coerce.number().int().min(0).max(60_000).default(500),
   /** Bun entry only: listening port. */
   PORT: z.coerce.number().int().min(0).max(65535).default(8787),
   /**

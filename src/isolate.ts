@@ -24,6 +24,7 @@ import type { MoveStats } from "./services/seckill/moves.ts";
 import type { RefillGate } from "./services/seckill/reserve.ts";
 import { LRUCache } from "lru-cache";
 import { OrderGroups } from "./services/seckill/pipeline.ts";
+import { LoadShedder } from "./http/shed.ts";
 import { createWriteLimiters, type WriteLimiters } from "./services/upload-limits.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
@@ -135,6 +136,11 @@ export interface Isolate {
    * shown by /health.
    */
   resilience: Resilience;
+  /**
+   * Load at the door (http/shed.ts): requests in flight and their peak, the smoothed event-loop
+   * lag (one probe timer at a time), requests refused by reason: a few numbers.
+   */
+  shed: LoadShedder;
 }
 
 /** The clients an isolate's memory is bound to (the same ones Deps carries). */
@@ -177,5 +183,10 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     seckillAdmission: new SeckillAdmission(config),
     writeLimiters: createWriteLimiters(config, ports.redis),
     resilience: ports.resilience,
+    shed: new LoadShedder({
+      maxInFlight: config.SHED_MAX_IN_FLIGHT,
+      maxLagMs: config.SHED_MAX_LAG_MS,
+      measureLag: ports.runtime.name !== "workerd",
+    }),
   };
 }

@@ -56,6 +56,10 @@ export async function createTestApp(
     LISTING_IP_LIMIT: "0",
     PUBLIC_BODIES_PER_ADDRESS: "0",
     SECKILL_ADMISSION_PER_SECOND: "0",
+    // Load shedding is off for tests not about it (tests/http/shed.test.ts): the stand-ins share
+    // this event loop, so a busy test would read as an overloaded isolate.
+    SHED_MAX_IN_FLIGHT: "0",
+    SHED_MAX_LAG_MS: "0",
     ...TEST_DEADLINES,
     ...env,
   });
