@@ -20,7 +20,7 @@ import { repoRoot } from "../../scripts/stack/workerd.ts";
 import { createDeps, type Deps } from "../../src/deps.ts";
 import { parseEnv } from "../../src/env.ts";
 import { createLogger } from "../../src/log.ts";
-import { ManagedChild, pidAlive } from "./child.ts";
+import { ManagedChild } from "./child.ts";
 import { tail } from "./runtimes.ts";
 import { TEST_DEADLINES } from "./stack.ts";
 
@@ -149,9 +149,4 @@ export async function startWranglerDev(opts: WranglerDevOptions): Promise<Wrangl
       await child.stop(30_000);
     },
   };
-}
-
-/** Whether every pid is gone (a check that the worker stopped what it started). */
-export function allGone(pids: readonly number[]): boolean {
-  return pids.every((p) => !pidAlive(p));
 }
