@@ -1,12 +1,13 @@
 /**
  * `npm run sale -- [--stock 500] [--buyers 5000] [--concurrency 200] [--buckets 1] [--start-in 0]
  *                  [--base-url http://127.0.0.1:8787] [--shop ID] [--repeat 0.1] [--addresses N]
- *                  [--drain-timeout 120] [--json] [--allow-remote]`
+ *                  [--drain-timeout 120] [--json] [--allow-remote] [--stack-env .local/stack.env]`
  *
- * A flash sale against a running app (the dev stack by default; settings from .local/stack.env,
- * or the environment): creates a seckill voucher through the operator route, signs in the buyers,
- * sends them at `POST /api/voucher-order/seckill/{id}` with bounded concurrency, waits for the
- * writer to drain, and prints what happened — sold, refusals by reason, latency, orders in MySQL,
+ * A flash sale against a running app (the dev stack by default; settings from .local/stack.env —
+ * or the file `--stack-env` names, such as DIR/stack.env of `npm run worker -- --dir DIR` — or the
+ * environment): creates a seckill voucher through the operator route, signs in the buyers, sends
+ * them at `POST /api/voucher-order/seckill/{id}` with bounded concurrency, waits for the writer to
+ * drain, and prints what happened — sold, refusals by reason, latency, orders in MySQL,
  * what is left in the outbox — and the console URL where the sale can be watched.
  *
  * Buyers are signed in by writing their sessions with the app's own code (`createSession`, the
@@ -485,9 +486,10 @@ if (import.meta.main) {
       "drain-timeout": { type: "string", default: "120" },
       "allow-remote": { type: "boolean", default: false },
       json: { type: "boolean", default: false },
+      "stack-env": { type: "string" },
     },
   });
-  const env = { ...loadStackEnv(), ...process.env };
+  const env = { ...loadStackEnv(values["stack-env"]), ...process.env };
   const missing = ["ADMIN_TOKEN", "SESSION_SECRET", "UPSTASH_REDIS_REST_URL", "UPSTASH_REDIS_REST_TOKEN"].filter(
     (k) => !env[k],
   );

@@ -19,6 +19,8 @@ export interface PrepareOptions {
   users: number;
   /** Printed when a database already has shops (how to start over). */
   notSeedingHint: string;
+  /** Where the demo users' session tokens go (default .local/tokens.txt). */
+  tokensFile?: string;
 }
 
 export async function prepareDemoData(stack: Stack, opts: PrepareOptions, say: (m: string) => void): Promise<void> {
@@ -41,6 +43,7 @@ async function prepare(stack: Stack, opts: PrepareOptions, say: (m: string) => v
     return;
   }
   say("empty database: seeding demo data");
+  const tokensFile = opts.tokensFile ?? join(ROOT, ".local", "tokens.txt");
   const redis = new Redis({
     url: stack.env.UPSTASH_REDIS_REST_URL as string,
     token: stack.env.UPSTASH_REDIS_REST_TOKEN as string,
@@ -53,9 +56,9 @@ async function prepare(stack: Stack, opts: PrepareOptions, say: (m: string) => v
     tokenTtlSeconds: 86400,
     sessionSecret: stack.env.SESSION_SECRET,
     randomSeed: 42,
-    tokensFile: join(ROOT, ".local", "tokens.txt"),
+    tokensFile,
     // Where the app (run with this env, in ROOT) reads uploads: /imgs serves the demo pictures.
     blobs: seedBlobStore({ ...process.env, ...stack.env }),
   });
-  say(`seeded ${JSON.stringify(res)} (session tokens of the demo users: .local/tokens.txt)`);
+  say(`seeded ${JSON.stringify(res)} (session tokens of the demo users: ${tokensFile})`);
 }

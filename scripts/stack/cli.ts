@@ -32,6 +32,15 @@ export interface DevStackOptions {
   shardCommandsPerSecond?: number;
   /** Every dependency this far away (latency proxies; default: none). */
   distance?: Distance;
+  /**
+   * The stack's own folder instead of .local (a test beside a developer's stack): data in `<dir>/data`,
+   * settings in `<dir>/stack.env`, the persisted secrets in `<dir>/` (default .local).
+   */
+  localDir?: string;
+  /** Every port from the kernel instead of the memorable DEV_PORTS (default false). */
+  freePorts?: boolean;
+  /** The app's port (PORT and PUBLIC_URL of the settings); default DEV_PORTS.app or a free one. */
+  appPort?: number;
 }
 
 /** parseArgs options of the shard flags, shared by `npm run stack` and `npm run dev`. */
@@ -77,35 +86,42 @@ export function shardArgs(values: {
   };
 }
 
-/** Starts the persistent developer stack and writes .local/stack.env. */
-export async function startDevStack(opts: DevStackOptions): Promise<{ stack: Stack; appPort: number }> {
+/** Starts the persistent developer stack and writes .local/stack.env (or `<localDir>/stack.env`). */
+export async function startDevStack(
+  opts: DevStackOptions,
+): Promise<{ stack: Stack; appPort: number; stackEnvFile: string }> {
+  const localDir = opts.localDir ?? LOCAL_DIR;
+  const dataDir = opts.localDir ? join(opts.localDir, "data") : DATA_DIR;
+  const stackEnvFile = opts.localDir ? join(opts.localDir, "stack.env") : STACK_ENV_FILE;
   if (opts.fresh) {
-    say("--fresh: removing .local/data");
-    rmSync(DATA_DIR, { recursive: true, force: true });
+    say(`--fresh: removing ${dataDir}`);
+    rmSync(dataDir, { recursive: true, force: true });
   }
-  const ports = await pickPorts(say);
+  const preferred = !opts.freePorts;
+  const ports = await pickPorts(say, preferred);
+  if (opts.appPort !== undefined) ports.app = opts.appPort;
   const seckillShards = opts.seckillShards ?? 0;
   if (seckillShards === 0 && (opts.shardCommandsPerSecond ?? 0) > 0)
     say("--shard-commands-per-second has no effect without --seckill-shards N");
   const stack = await startStack({
     seckillShards,
     shardCommandsPerSecond: opts.shardCommandsPerSecond,
-    shardPorts: seckillShards > 0 ? await pickShardPorts(seckillShards, say) : undefined,
-    dir: DATA_DIR,
+    shardPorts: seckillShards > 0 ? await pickShardPorts(seckillShards, say, preferred) : undefined,
+    dir: dataDir,
     persist: true,
     ports,
-    adminToken: localAdminToken(),
-    paymentWebhookSecret: localPaymentWebhookSecret(),
-    sessionSecret: localSessionSecret(),
+    adminToken: localAdminToken(localDir),
+    paymentWebhookSecret: localPaymentWebhookSecret(localDir),
+    sessionSecret: localSessionSecret(localDir),
     distance: opts.distance,
     publicUrl: `http://127.0.0.1:${ports.app}`,
     log: say,
   });
-  writeStackEnv({ ...stack.env, PORT: String(ports.app) });
-  return { stack, appPort: ports.app };
+  writeStackEnv({ ...stack.env, PORT: String(ports.app) }, stackEnvFile);
+  return { stack, appPort: ports.app, stackEnvFile };
 }
 
-export function printStack(stack: Stack): void {
+export function printStack(stack: Stack, stackEnvFile = STACK_ENV_FILE): void {
   const e = stack.env;
   console.error(
     [
@@ -128,7 +144,7 @@ export function printStack(stack: Stack): void {
             `                        proxies in front of the stand-ins (REST ${stack.rest.url}, …); QStash's callbacks go direct`,
           ]
         : []),
-      `    settings            ${STACK_ENV_FILE}`,
+      `    settings            ${stackEnvFile}`,
       "",
     ].join("\n"),
   );

@@ -19,13 +19,18 @@ async function isFree(port: number): Promise<boolean> {
 /** Shard i's (1-based) preferred ports: redis-server 6390+i, its Upstash-REST stand-in 8090+i. */
 export const SHARD_PORT_BASE = { redis: 6390, rest: 8090 } as const;
 
-export async function pickPorts(log: (m: string) => void): Promise<Record<keyof typeof DEV_PORTS, number>> {
+/** The developer's ports (DEV_PORTS, or a free one where taken); `preferred: false`: all free ports (tests). */
+export async function pickPorts(
+  log: (m: string) => void,
+  preferred = true,
+): Promise<Record<keyof typeof DEV_PORTS, number>> {
   const out = {} as Record<keyof typeof DEV_PORTS, number>;
-  for (const [name, preferred] of Object.entries(DEV_PORTS) as [keyof typeof DEV_PORTS, number][]) {
-    if (await isFree(preferred)) out[name] = preferred;
+  for (const [name, port] of Object.entries(DEV_PORTS) as [keyof typeof DEV_PORTS, number][]) {
+    if (!preferred) out[name] = await freePort();
+    else if (await isFree(port)) out[name] = port;
     else {
       out[name] = await freePort();
-      log(`port ${preferred} (${name}) is busy; using ${out[name]}`);
+      log(`port ${port} (${name}) is busy; using ${out[name]}`);
     }
   }
   return out;
@@ -35,16 +40,18 @@ export async function pickPorts(log: (m: string) => void): Promise<Record<keyof 
 export async function pickShardPorts(
   n: number,
   log: (m: string) => void,
+  preferred = true,
 ): Promise<{ redis: number[]; rest: number[] }> {
   const out = { redis: [] as number[], rest: [] as number[] };
   for (let i = 1; i <= n; i++) {
     for (const kind of ["redis", "rest"] as const) {
-      const preferred = SHARD_PORT_BASE[kind] + i;
-      if (await isFree(preferred)) out[kind].push(preferred);
+      const port = SHARD_PORT_BASE[kind] + i;
+      if (!preferred) out[kind].push(await freePort());
+      else if (await isFree(port)) out[kind].push(port);
       else {
-        const port = await freePort();
-        out[kind].push(port);
-        log(`port ${preferred} (shard ${i} ${kind}) is busy; using ${port}`);
+        const free = await freePort();
+        out[kind].push(free);
+        log(`port ${port} (shard ${i} ${kind}) is busy; using ${free}`);
       }
     }
   }

@@ -148,11 +148,12 @@ export function dieWithParent(command: string, args: string[]): { command: strin
 }
 
 /**
- * Makes miniflare start workerd through a wrapper that ties it to this process (dieWithParent):
- * a launcher that is SIGKILLed must not leave workerd serving its port. Skipped when
+ * Makes miniflare start workerd through a wrapper that ties it to its parent (dieWithParent): a
+ * launcher that is SIGKILLed must not leave workerd serving its port. Sets MINIFLARE_WORKERD_PATH in
+ * this process's env (miniflare here, or a `wrangler dev` spawned with this env). Skipped when
  * MINIFLARE_WORKERD_PATH is set already, or without setpriv.
  */
-function workerdDiesWithUs(stateDir: string | undefined): void {
+export function workerdDiesWithUs(stateDir: string | undefined): void {
   if (process.env.MINIFLARE_WORKERD_PATH) return;
   const bin = (createRequire(join(repoRoot, "node_modules/miniflare/package.json"))("workerd") as { default: string })
     .default;
