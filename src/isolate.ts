@@ -27,7 +27,7 @@ import { OrderGroups } from "./services/seckill/pipeline.ts";
 import { createWriteLimiters, type WriteLimiters } from "./services/upload-limits.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
-import type { PublicHealth } from "./services/health.ts";
+import { createPublicHealthMemo, type PublicHealthMemo } from "./services/health.ts";
 
 export interface Isolate {
   /**
@@ -55,8 +55,11 @@ export interface Isolate {
   missMeter: AddressWindow;
   /** Requests with a body to public routes per client address in the current window (http/address-window.ts): LRU of 20,000. */
   publicBodies: AddressWindow;
-  /** The last anonymous /health answer and when it was probed (routes/health.ts): one small object. */
-  publicHealth: { report: PublicHealth | undefined; at: number };
+  /**
+   * The last anonymous /health answer, when it was probed, and the one probe in flight
+   * (services/health.ts memoPublicHealth): one small object.
+   */
+  publicHealth: PublicHealthMemo;
   /** Live console streams open per console session (nonce → count), at most CONSOLE_STREAMS_PER_SESSION each. */
   consoleStreams: Map<string, number>;
   /**
@@ -154,7 +157,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     loginLimiters: createLoginLimiters(config, ports.redis),
     operatorAttempts: new OperatorAttempts(config, ports.redis),
     consoleStreams: new Map<string, number>(),
-    publicHealth: { report: undefined, at: 0 },
+    publicHealth: createPublicHealthMemo(),
     missMeter: new AddressWindow(config.MISS_PER_ADDRESS, config.MISS_WINDOW_MS),
     publicBodies: new AddressWindow(config.PUBLIC_BODIES_PER_ADDRESS, config.PUBLIC_BODIES_WINDOW_MS),
     fastLane: { prepared: 0, me: 0, seckill: 0 },
