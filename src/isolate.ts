@@ -12,6 +12,7 @@ import type { Config } from "./env.ts";
 import { ListingLimiter } from "./http/listing-limit.ts";
 import { OperatorAttempts } from "./http/operator-attempts.ts";
 import { AddressWindow } from "./http/address-window.ts";
+import { Slots } from "./http/slots.ts";
 import { IsolateIds } from "./redis/ids.ts";
 import type { Resilience } from "./resilience.ts";
 import type { Runtime } from "./runtime.ts";
@@ -131,6 +132,11 @@ export interface Isolate {
    */
   writeLimiters: WriteLimiters;
   /**
+   * Image uploads being read and stored by this isolate (routes/upload.ts, http/slots.ts): at most
+   * UPLOAD_CONCURRENCY; the next is refused (503) before its body is read. Two counters.
+   */
+  uploadSlots: Slots;
+  /**
    * Per-dependency timeout + circuit breaker (src/resilience.ts): redis, mysql, qstash, sms,
    * payments. Each remembers its breaker state (closed/open/halfOpen/isolated), the consecutive
    * failure count (≤ BREAKER_THRESHOLD), the last opening time and failure message, and five
@@ -178,6 +184,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     listingLimit: config.LISTING_IP_LIMIT > 0 ? new ListingLimiter(config) : undefined,
     seckillAdmission: new SeckillAdmission(config),
     writeLimiters: createWriteLimiters(config, ports.redis),
+    uploadSlots: new Slots(config.UPLOAD_CONCURRENCY),
     resilience: ports.resilience,
   };
 }
