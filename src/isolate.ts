@@ -25,7 +25,7 @@ import type { MoveStats } from "./services/seckill/moves.ts";
 import type { RefillGate } from "./services/seckill/reserve.ts";
 import { LRUCache } from "lru-cache";
 import { OrderGroups } from "./services/seckill/pipeline.ts";
-import { createWriteLimiters, type WriteLimiters } from "./services/upload-limits.ts";
+import { createWriteLimiters, UPLOAD_SLOT_MAX_HOLD_MS, type WriteLimiters } from "./services/upload-limits.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
 import { createPublicHealthMemo, type PublicHealthMemo } from "./services/health.ts";
@@ -133,7 +133,8 @@ export interface Isolate {
   writeLimiters: WriteLimiters;
   /**
    * Image uploads being read and stored by this isolate (routes/upload.ts, http/slots.ts): at most
-   * UPLOAD_CONCURRENCY; the next is refused (503) before its body is read. Two counters.
+   * UPLOAD_CONCURRENCY start times (a slot held over UPLOAD_SLOT_MAX_HOLD_MS is taken back as
+   * abandoned); the next upload is refused (503) before its body is read. Two counters.
    */
   uploadSlots: Slots;
   /**
@@ -184,7 +185,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     listingLimit: config.LISTING_IP_LIMIT > 0 ? new ListingLimiter(config) : undefined,
     seckillAdmission: new SeckillAdmission(config),
     writeLimiters: createWriteLimiters(config, ports.redis),
-    uploadSlots: new Slots(config.UPLOAD_CONCURRENCY),
+    uploadSlots: new Slots(config.UPLOAD_CONCURRENCY, UPLOAD_SLOT_MAX_HOLD_MS),
     resilience: ports.resilience,
   };
 }

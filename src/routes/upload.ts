@@ -27,7 +27,8 @@ export const MAX_UPLOAD_PARTS = 8;
 async function admit(c: Context<UserEnv>, read: () => Promise<void>): Promise<void> {
   const deps = c.get("deps");
   const slots = deps.isolate.uploadSlots;
-  if (!slots.tryTake())
+  const slot = slots.tryTake(deps.clock.now());
+  if (slot === undefined)
     throw new AppError("UNAVAILABLE", "too many uploads in progress; try again shortly", { retryAfterSeconds: 1 });
   try {
     const declared = c.req.raw.headers.get("content-length");
@@ -37,7 +38,7 @@ async function admit(c: Context<UserEnv>, read: () => Promise<void>): Promise<vo
       throw new AppError(refused.reason, refused.message, { retryAfterSeconds: refused.retryAfterMs / 1000 });
     await read();
   } finally {
-    slots.release();
+    slots.release(slot);
   }
 }
 

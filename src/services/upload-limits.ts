@@ -42,6 +42,12 @@ export class BoundedMap<K, V> extends Map<K, V> {
   }
 }
 
+/**
+ * Longest an upload holds its slot of UPLOAD_CONCURRENCY before the slot counts as abandoned and
+ * is taken back (http/slots.ts), ms: far beyond reading UPLOAD_MAX_BYTES and storing it.
+ */
+export const UPLOAD_SLOT_MAX_HOLD_MS = 60_000;
+
 /** Blocked users one limiter's ephemeral cache remembers. */
 const BLOCK_CACHE_MAX = 10_000;
 
