@@ -262,8 +262,9 @@ export const EnvSchema = z.object({
   /**
    * Upload token bucket per user (POST /api/upload/blog): at most UPLOAD_BUCKET_SIZE uploads in a
    * burst, refilled by UPLOAD_BUCKET_REFILL tokens every UPLOAD_BUCKET_INTERVAL_MS (0 size = off).
-   * Default: 5 at once, then one per 10 s. Counts only images that passed validation (a malformed
-   * request is refused before it costs a token or a Redis call).
+   * Default: 5 at once, then one per 10 s. Taken before the body is read (routes/upload.ts): a
+   * request refused from its headers alone (type, boundary, declared length) costs no token; one
+   * whose body is read costs its token whether or not the body holds a valid image.
    */
   UPLOAD_BUCKET_SIZE: z.coerce.number().int().min(0).default(5),
   UPLOAD_BUCKET_REFILL: z.coerce.number().int().min(1).default(1),
@@ -394,6 +395,13 @@ export const EnvSchema = z.object({
     .positive()
     .max(100 * 1_048_576)
     .default(5 * 1_048_576),
+  /**
+   * Image uploads one isolate reads and stores at once (routes/upload.ts); one more is refused with
+   * 503 + Retry-After 1 before its body is read or any Redis call. Each holds up to UPLOAD_MAX_BYTES
+   * in memory (about three copies while parsed and stored) and a share of the event loop, so the
+   * default 8 bounds uploads to ~120 MiB and keeps them from starving every other request.
+   */
+  UPLOAD_CONCURRENCY: z.coerce.number().int().min(1).max(1_000).default(8),
   /** Where uploaded images live: `local` = a folder (dev), `s3` = any S3-compatible store (R2, S3, MinIO). */
   BLOB_STORE: z.enum(["local", "s3"]).default("local"),
   /** BLOB_STORE=local: the folder, relative to the working directory unless absolute. */

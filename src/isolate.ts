@@ -12,6 +12,7 @@ import type { Config } from "./env.ts";
 import { ListingLimiter } from "./http/listing-limit.ts";
 import { OperatorAttempts } from "./http/operator-attempts.ts";
 import { AddressWindow } from "./http/address-window.ts";
+import { Slots } from "./http/slots.ts";
 import { IsolateIds } from "./redis/ids.ts";
 import type { Resilience } from "./resilience.ts";
 import type { Runtime } from "./runtime.ts";
@@ -25,10 +26,10 @@ import type { RefillGate } from "./services/seckill/reserve.ts";
 import { LRUCache } from "lru-cache";
 import { OrderGroups } from "./services/seckill/pipeline.ts";
 import { LoadShedder } from "./http/shed.ts";
-import { createWriteLimiters, type WriteLimiters } from "./services/upload-limits.ts";
+import { createWriteLimiters, UPLOAD_SLOT_MAX_HOLD_MS, type WriteLimiters } from "./services/upload-limits.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
-import type { PublicHealth } from "./services/health.ts";
+import { createPublicHealthMemo, type PublicHealthMemo } from "./services/health.ts";
 
 export interface Isolate {
   /**
@@ -56,8 +57,11 @@ export interface Isolate {
   missMeter: AddressWindow;
   /** Requests with a body to public routes per client address in the current window (http/address-window.ts): LRU of 20,000. */
   publicBodies: AddressWindow;
-  /** The last anonymous /health answer and when it was probed (routes/health.ts): one small object. */
-  publicHealth: { report: PublicHealth | undefined; at: number };
+  /**
+   * The last anonymous /health answer, when it was probed, and the one probe in flight
+   * (services/health.ts memoPublicHealth): one small object.
+   */
+  publicHealth: PublicHealthMemo;
   /** Live console streams open per console session (nonce → count), at most CONSOLE_STREAMS_PER_SESSION each. */
   consoleStreams: Map<string, number>;
   /**
@@ -129,6 +133,12 @@ export interface Isolate {
    */
   writeLimiters: WriteLimiters;
   /**
+   * Image uploads being read and stored by this isolate (routes/upload.ts, http/slots.ts): at most
+   * UPLOAD_CONCURRENCY start times (a slot held over UPLOAD_SLOT_MAX_HOLD_MS is taken back as
+   * abandoned); the next upload is refused (503) before its body is read. Two counters.
+   */
+  uploadSlots: Slots;
+  /**
    * Per-dependency deadline + circuit breaker (src/resilience.ts): redis, mysql, qstash, sms,
    * payments. Each remembers its breaker state, the last 128 answer times (the adaptive deadline's
    * p99), the calls and failures of its window (10 buckets), the last opening time and failure
@@ -161,7 +171,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     loginLimiters: createLoginLimiters(config, ports.redis),
     operatorAttempts: new OperatorAttempts(config, ports.redis),
     consoleStreams: new Map<string, number>(),
-    publicHealth: { report: undefined, at: 0 },
+    publicHealth: createPublicHealthMemo(),
     missMeter: new AddressWindow(config.MISS_PER_ADDRESS, config.MISS_WINDOW_MS),
     publicBodies: new AddressWindow(config.PUBLIC_BODIES_PER_ADDRESS, config.PUBLIC_BODIES_WINDOW_MS),
     fastLane: { prepared: 0, me: 0, seckill: 0 },
@@ -182,6 +192,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     listingLimit: config.LISTING_IP_LIMIT > 0 ? new ListingLimiter(config) : undefined,
     seckillAdmission: new SeckillAdmission(config),
     writeLimiters: createWriteLimiters(config, ports.redis),
+    uploadSlots: new Slots(config.UPLOAD_CONCURRENCY, UPLOAD_SLOT_MAX_HOLD_MS),
     resilience: ports.resilience,
     shed: new LoadShedder({
       maxInFlight: config.SHED_MAX_IN_FLIGHT,

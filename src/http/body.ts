@@ -368,10 +368,20 @@ const MULTIPART = /^multipart\/form-data\s*;.*?\bboundary=(?:"([^"]{1,70})"|([^\
  * through `maxBytes` (413 past it: Content-Length first, else while it streams in), refused when
  * it is missing or has no boundary (400) or has more than `maxParts` parts (413, counted as it
  * streams), and its bytes are left in Hono's body cache for `parseBody` and the idempotency fingerprint.
+ * `admit`, when given, runs once the headers have passed and before a byte is read: it may refuse
+ * (throw) or call `read` — which reads the body and runs the rest of the route — and e.g. hold a
+ * slot around it (the upload's rate, quota and in-flight bound, routes/upload.ts).
  */
-export function multipartBody(maxBytes: ByteLimit, maxParts: number, tooLargeMessage: (c: Context<AppEnv>) => string) {
+export function multipartBody<E extends AppEnv = AppEnv>(
+  maxBytes: ByteLimit,
+  maxParts: number,
+  tooLargeMessage: (c: Context<AppEnv>) => string,
+  admit?: (c: Context<E>, read: () => Promise<void>) => Promise<void>,
+) {
   return documented(
-    createMiddleware<AppEnv>(async (c, next) => {
+    createMiddleware<E>(async (routeCtx, next) => {
+      // The route's own env (E, e.g. with its user) is for `admit`; the checks here need only AppEnv's.
+      const c = routeCtx as unknown as Context<AppEnv>;
       const raw = c.req.raw;
       const type = mediaTypeOf(raw.headers);
       if (raw.body && type !== "multipart/form-data") await refuseUnlessEmpty(c, raw.body, type, "multipart/form-data");
@@ -381,23 +391,27 @@ export function multipartBody(maxBytes: ByteLimit, maxParts: number, tooLargeMes
       const max = bytesOf(maxBytes, c);
       const declared = raw.headers.get("content-length");
       if (declared !== null && !(Number(declared) <= max)) throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
-      let bytes: Uint8Array;
-      try {
-        // n delimiters close n − 1 parts (the last one is the closing `--boundary--`): counted as the
-        // body streams in, so a body with too many parts is refused without reading the rest of it.
-        bytes = await readCapped(raw.body, max, {
-          needle: new TextEncoder().encode(`--${boundary}`),
-          max: maxParts + 1,
-          tooMany: () => new AppError("PAYLOAD_TOO_LARGE", `at most ${maxParts} parts in a multipart body`),
-        });
-      } catch (err) {
-        if (err instanceof AppError && err.code === "PAYLOAD_TOO_LARGE" && err.message.startsWith("body larger"))
-          throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
-        throw err;
-      }
-      const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
-      (c.req.bodyCache as { arrayBuffer?: Promise<ArrayBuffer> }).arrayBuffer = Promise.resolve(buffer);
-      return await next();
+      const body = raw.body;
+      const read = async () => {
+        let bytes: Uint8Array;
+        try {
+          // n delimiters close n − 1 parts (the last one is the closing `--boundary--`): counted as the
+          // body streams in, so a body with too many parts is refused without reading the rest of it.
+          bytes = await readCapped(body, max, {
+            needle: new TextEncoder().encode(`--${boundary}`),
+            max: maxParts + 1,
+            tooMany: () => new AppError("PAYLOAD_TOO_LARGE", `at most ${maxParts} parts in a multipart body`),
+          });
+        } catch (err) {
+          if (err instanceof AppError && err.code === "PAYLOAD_TOO_LARGE" && err.message.startsWith("body larger"))
+            throw new AppError("PAYLOAD_TOO_LARGE", tooLargeMessage(c));
+          throw err;
+        }
+        const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
+        (c.req.bodyCache as { arrayBuffer?: Promise<ArrayBuffer> }).arrayBuffer = Promise.resolve(buffer);
+        await next();
+      };
+      return admit ? await admit(routeCtx, read) : await read();
     }),
     { "multipart/form-data": { maxBytes, maxParts } },
   );

@@ -1,4 +1,4 @@
-import { Hono } from "hono";
+import { type Context, Hono } from "hono";
 import { z } from "zod";
 import { AppError, fail, ok } from "../errors.ts";
 import { requireUser, type UserEnv } from "../http/auth.ts";
@@ -6,6 +6,7 @@ import { multipartBody } from "../http/body.ts";
 import { idempotentUser } from "../http/idempotency.ts";
 import { doc, type RouteDoc, v } from "../openapi/describe.ts";
 import { deleteBlogImage, keyOfName, readBlogImage, saveBlogImage } from "../services/upload.ts";
+import { admitUpload } from "../services/upload-limits.ts";
 import type { AppEnv } from "../types.ts";
 
 /** The upload path; app.ts exempts it from the global MAX_BODY_BYTES limit (this route has its own). */
@@ -14,13 +15,39 @@ export const UPLOAD_PATH = "/api/upload/blog";
 /** Multipart framing allowed on top of UPLOAD_MAX_BYTES (boundaries, part headers), bytes. */
 const MULTIPART_OVERHEAD = 16 * 1024;
 
-/** Caps the raw body at UPLOAD_MAX_BYTES + framing before anything parses it. */
 /** One file plus a few fields: anything with more parts is refused before the parser runs. */
 export const MAX_UPLOAD_PARTS = 8;
-const uploadBodyLimit = multipartBody(
+
+/**
+ * Before a byte of the body is read (its headers have passed): a slot of the isolate's
+ * UPLOAD_CONCURRENCY (503 + Retry-After 1 without one, before any Redis call), then the user's
+ * rate and quota (429 with Retry-After; services/upload-limits.ts admitUpload). Only then is the
+ * body read, streamed through UPLOAD_MAX_BYTES + framing; the slot is held until the answer.
+ */
+async function admit(c: Context<UserEnv>, read: () => Promise<void>): Promise<void> {
+  const deps = c.get("deps");
+  const slots = deps.isolate.uploadSlots;
+  const slot = slots.tryTake(deps.clock.now());
+  if (slot === undefined)
+    throw new AppError("UNAVAILABLE", "too many uploads in progress; try again shortly", { retryAfterSeconds: 1 });
+  try {
+    const declared = c.req.raw.headers.get("content-length");
+    const atLeast = declared === null ? 1 : Math.max(1, Number(declared) - MULTIPART_OVERHEAD);
+    const refused = await admitUpload(deps, c.get("user").id, atLeast);
+    if (refused)
+      throw new AppError(refused.reason, refused.message, { retryAfterSeconds: refused.retryAfterMs / 1000 });
+    await read();
+  } finally {
+    slots.release(slot);
+  }
+}
+
+/** Caps the raw body at UPLOAD_MAX_BYTES + framing before anything parses it, once admitted. */
+const uploadBody = multipartBody<UserEnv>(
   { config: "UPLOAD_MAX_BYTES", plus: MULTIPART_OVERHEAD },
   MAX_UPLOAD_PARTS,
   (c) => `file larger than ${c.get("deps").config.UPLOAD_MAX_BYTES} bytes`,
+  admit,
 );
 
 const DeleteQuery = z.object({ name: z.string().min(1).max(300) });
@@ -30,10 +57,10 @@ const UPLOAD: RouteDoc = {
   summary:
     "Upload a note image (multipart field `file`: JPEG, PNG, WebP or GIF); `data` is its name, served at /imgs + name",
   description:
-    "At most UPLOAD_MAX_BYTES (413 above; this route is exempt from MAX_BODY_BYTES). Per user: a token bucket (UPLOAD_BUCKET_*; 429 RATE_LIMITED) and a daily byte quota (UPLOAD_QUOTA_BYTES_PER_DAY; 429 QUOTA_EXCEEDED, Retry-After to the next service day); deleting an upload does not refund the quota.",
+    "At most UPLOAD_MAX_BYTES (413 above; this route is exempt from MAX_BODY_BYTES). Per user: a token bucket (UPLOAD_BUCKET_*; 429 RATE_LIMITED) and a daily byte quota (UPLOAD_QUOTA_BYTES_PER_DAY; 429 QUOTA_EXCEEDED, Retry-After to the next service day), both checked before the body is read (a token is spent once the body is read, valid image or not); deleting an upload does not refund the quota. At most UPLOAD_CONCURRENCY uploads per isolate at once (503 UNAVAILABLE with Retry-After beyond).",
   access: "user",
   data: z.string().describe("e.g. /blogs/3/9/<uuid>.png"),
-  errors: ["INVALID_INPUT", "PAYLOAD_TOO_LARGE", "RATE_LIMITED", "QUOTA_EXCEEDED"],
+  errors: ["INVALID_INPUT", "PAYLOAD_TOO_LARGE", "RATE_LIMITED", "QUOTA_EXCEEDED", "UNAVAILABLE"],
   requestBody: {
     required: true,
     content: {
@@ -68,7 +95,7 @@ export const upload = new Hono<UserEnv>()
   .use(requireUser)
   .post(
     "/blog",
-    uploadBodyLimit,
+    uploadBody,
     idempotentUser((config) => config.UPLOAD_MAX_BYTES + MULTIPART_OVERHEAD),
     doc(UPLOAD, async (c) => {
       const form = await c.req.parseBody().catch((err: unknown) => {

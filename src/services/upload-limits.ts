@@ -1,5 +1,5 @@
 /**
- * Limits on bursty writes (issue 11): per-user token buckets for image uploads and notes
+ * Limits on bursty writes: per-user token buckets for image uploads and notes
  * (@upstash/ratelimit), and a per-user upload quota in bytes per service day.
  *
  * Found by a tester: one account uploaded 12 × 5 MiB images in half a second with no limit (at that
@@ -41,6 +41,12 @@ export class BoundedMap<K, V> extends Map<K, V> {
     return super.set(key, value);
   }
 }
+
+/**
+ * Longest an upload holds its slot of UPLOAD_CONCURRENCY before the slot counts as abandoned and
+ * is taken back (http/slots.ts), ms: far beyond reading UPLOAD_MAX_BYTES and storing it.
+ */
+export const UPLOAD_SLOT_MAX_HOLD_MS = 60_000;
 
 /** Blocked users one limiter's ephemeral cache remembers. */
 const BLOCK_CACHE_MAX = 10_000;
@@ -136,13 +142,7 @@ export async function reserveUploadQuota(deps: Deps, userId: number, bytes: numb
     [key],
     [String(bytes), String(cap), String(2 * 86400)],
   );
-  if (ok !== 1) {
-    return {
-      reason: "QUOTA_EXCEEDED",
-      message: `daily upload quota of ${cap} bytes reached (${used} used today; this file is ${bytes})`,
-      retryAfterMs: msToNextServiceDay(now, deps.config.SERVICE_TIME_ZONE),
-    };
-  }
+  if (ok !== 1) return quotaRefusal(deps, now, Number(used), `this file is ${bytes}`);
   let refunded = false;
   return {
     refund: async () => {
@@ -151,4 +151,44 @@ export async function reserveUploadQuota(deps: Deps, userId: number, bytes: numb
       await deps.redis.decrby(key, bytes);
     },
   };
+}
+
+function quotaRefusal(deps: Deps, now: number, used: number, what: string): Refusal {
+  return {
+    reason: "QUOTA_EXCEEDED",
+    message: `daily upload quota of ${deps.config.UPLOAD_QUOTA_BYTES_PER_DAY} bytes reached (${used} used today; ${what})`,
+    retryAfterMs: msToNextServiceDay(now, deps.config.SERVICE_TIME_ZONE),
+  };
+}
+
+/**
+ * An upload's admission, before a byte of its body is read (routes/upload.ts): takes a token of
+ * the user's upload bucket and, in the same round trip, checks that today's quota still has room
+ * for `atLeast` bytes — a lower bound of the file's size (the declared body length less the
+ * multipart framing allowance; 1 when no length is declared), so it refuses only what the exact
+ * reservation after reading (reserveUploadQuota) would refuse too. When both refuse, the quota's
+ * refusal is the one answered (it lasts until the next service day).
+ *
+ * The token is not given back when the upload then fails (an invalid or oversized body, the quota
+ * reached, a store error): it meters the uploads we agree to read, and reading up to
+ * UPLOAD_MAX_BYTES costs us the same whether the bytes turn out to be an image or not; a refund
+ * would make invalid bodies free — the very load the bucket bounds — and cost a Redis command on
+ * every failure. A retry carrying an Idempotency-Key takes a token too (its replay is decided
+ * once the body is read). Requests refused from their headers alone never get here.
+ */
+export async function admitUpload(deps: Deps, userId: number, atLeast: number): Promise<Refusal | undefined> {
+  const [limited, full] = await Promise.all([takeWriteToken(deps, "upload", userId), quotaFull(deps, userId, atLeast)]);
+  return full ?? limited;
+}
+
+/** The quota's refusal when fewer than `bytes` remain today (a read only: nothing is reserved). */
+async function quotaFull(deps: Deps, userId: number, bytes: number): Promise<Refusal | undefined> {
+  const cap = deps.config.UPLOAD_QUOTA_BYTES_PER_DAY;
+  if (cap === 0) return undefined;
+  const now = deps.clock.now();
+  const used = Number(
+    (await deps.redis.get<number | string>(keys.uploadQuota(userId, serviceDay(now, deps.config.SERVICE_TIME_ZONE)))) ??
+      0,
+  );
+  return used + bytes <= cap ? undefined : quotaRefusal(deps, now, used, `this upload is at least ${bytes}`);
 }

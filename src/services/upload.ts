@@ -10,7 +10,7 @@
  */
 import type { BlobObject } from "../blob/index.ts";
 import type { Deps } from "../deps.ts";
-import { type Refusal, reserveUploadQuota, takeWriteToken } from "./upload-limits.ts";
+import { type Refusal, reserveUploadQuota } from "./upload-limits.ts";
 
 /** Accepted image types by magic bytes → extension. */
 const TYPES = {
@@ -58,16 +58,17 @@ export type UploadOutcome =
   | { ok: false; reason: "EMPTY" | "TOO_LARGE" | "UNSUPPORTED_TYPE" }
   | ({ ok: false } & Refusal);
 
-/** Stores an image for `userId`; returns its public name (`/blogs/…`, served at `/imgs/blogs/…`). */
+/**
+ * Stores an image for `userId` (admitted by upload-limits.ts admitUpload: rate and quota checked
+ * before its body was read); returns its public name (`/blogs/…`, served at `/imgs/blogs/…`).
+ */
 export async function saveBlogImage(deps: Deps, userId: number, bytes: Uint8Array): Promise<UploadOutcome> {
   if (bytes.byteLength === 0) return { ok: false, reason: "EMPTY" };
   if (bytes.byteLength > deps.config.UPLOAD_MAX_BYTES) return { ok: false, reason: "TOO_LARGE" };
   const type = sniffImage(bytes);
   if (!type) return { ok: false, reason: "UNSUPPORTED_TYPE" };
-  // Limits (services/upload-limits.ts), once the bytes are known to be an image we would store:
-  // the user's upload bucket, then the day's byte quota, reserved before anything is written.
-  const limited = await takeWriteToken(deps, "upload", userId);
-  if (limited) return { ok: false, ...limited };
+  // The user's upload token was taken before the body was read (routes/upload.ts admitUpload);
+  // now the day's exact byte quota, reserved before anything is written.
   const hold = await reserveUploadQuota(deps, userId, bytes.byteLength);
   if ("reason" in hold) return { ok: false, ...hold };
   // Whatever fails from here gives the bytes back (if the refund itself fails, they stay counted

@@ -34,7 +34,8 @@ async function appWithStore(
 ): Promise<{ t: TestApp; dir: string }> {
   const dir = join(root, crypto.randomUUID(), "uploads");
   mkdirSync(dir, { recursive: true });
-  return { t: await createTestApp({ UPLOAD_DIR: dir, ...env }, { wrap }), dir };
+  // Room for every concurrent upload of a test (the in-flight bound is tested on its own below).
+  return { t: await createTestApp({ UPLOAD_DIR: dir, UPLOAD_CONCURRENCY: "64", ...env }, { wrap }), dir };
 }
 
 async function uploadFile(t: TestApp, user: TestUser, bytes: Uint8Array) {
@@ -148,15 +149,117 @@ describe("upload limits", () => {
     expect(filesUnder(dir).length).toBe(2);
   }, 60_000);
 
-  test("malformed uploads cost no token: a burst of them leaves the bucket full", async () => {
-    const { t } = await appWithStore({ UPLOAD_BUCKET_SIZE: "2" });
+  test("a body that was read costs its token, valid image or not; a request refused from its headers alone costs none", async () => {
+    const { t } = await appWithStore({ UPLOAD_BUCKET_SIZE: "2", UPLOAD_MAX_BYTES: "4096" });
     const user = await newUser(t);
-    for (let i = 0; i < 5; i++)
-      expect((await uploadFile(t, user, new TextEncoder().encode("<html></html>"))).status).toBe(400);
-    expect((await uploadFile(t, user, png(64))).status).toBe(200);
+    const post = (body: BodyInit, headers: Record<string, string>) =>
+      call(t.app, "POST", "/api/upload/blog", { token: user.token, body, headers });
+    // Refused from the headers: not multipart (415), no boundary (400), a declared length over the cap (413).
+    expect((await post("x", { "content-type": "text/plain" })).status).toBe(415);
+    expect((await post("x", { "content-type": "multipart/form-data" })).status).toBe(400);
+    expect(
+      (await post("x", { "content-type": "multipart/form-data; boundary=b", "content-length": "999999" })).status,
+    ).toBe(413);
+    // Read, then refused for what it holds: one token.
+    expect((await uploadFile(t, user, new TextEncoder().encode("<html></html>"))).status).toBe(400);
     expect((await uploadFile(t, user, png(64))).status).toBe(200);
     expect((await uploadFile(t, user, png(64))).status).toBe(429);
   });
+});
+
+/**
+ * A multipart upload whose body streams: the part's head and the file's first bytes at once, the
+ * rest only when the test calls `finish` — until then a read past the first chunk waits (`pulled`
+ * counts such reads: 0 means nobody read beyond what was offered up front).
+ */
+function streamedUpload(t: TestApp, user: TestUser) {
+  const boundary = `b${crypto.randomUUID().replaceAll("-", "")}`;
+  const enc = new TextEncoder();
+  const head = enc.encode(
+    `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\nContent-Type: image/png\r\n\r\n`,
+  );
+  const file = png(64 * 1024);
+  let controller!: ReadableStreamDefaultController<Uint8Array>;
+  const state = { pulled: 0 };
+  const body = new ReadableStream<Uint8Array>({
+    start(c) {
+      controller = c;
+      const first = new Uint8Array(head.byteLength + 1024);
+      first.set(head);
+      first.set(file.subarray(0, 1024), head.byteLength);
+      c.enqueue(first);
+    },
+    pull() {
+      state.pulled++;
+      return new Promise<void>(() => {});
+    },
+  });
+  const response = call<string>(t.app, "POST", "/api/upload/blog", {
+    token: user.token,
+    body,
+    headers: { "content-type": `multipart/form-data; boundary=${boundary}` },
+  });
+  return {
+    state,
+    response,
+    finish() {
+      controller.enqueue(file.subarray(1024));
+      controller.enqueue(enc.encode(`\r\n--${boundary}--\r\n`));
+      controller.close();
+    },
+  };
+}
+
+/** The response, or "read" if the body was read past its first chunk before any answer came. */
+async function answerUnread(upload: ReturnType<typeof streamedUpload>) {
+  let answered = false;
+  const read = eventually(
+    "the body was read past its first chunk",
+    async () => answered || upload.state.pulled > 0,
+    10_000,
+    5,
+  ).then(() => "read" as const);
+  const res = await Promise.race([upload.response, read]);
+  answered = true;
+  return res;
+}
+
+describe("uploads refused before the body is read", () => {
+  test("over the rate: 429 RATE_LIMITED with Retry-After, the body never read (the stream never ends)", async () => {
+    const { t } = await appWithStore({ UPLOAD_BUCKET_SIZE: "1", UPLOAD_BUCKET_INTERVAL_MS: "60000" });
+    const user = await newUser(t);
+    expect((await uploadFile(t, user, png(64))).status).toBe(200);
+    const res = await answerUnread(streamedUpload(t, user));
+    if (res === "read") throw new Error("the over-rate upload's body was read");
+    expect(res.status).toBe(429);
+    expect(res.body).toMatchObject({ success: false, code: "RATE_LIMITED" });
+    expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+  }, 30_000);
+
+  test("over the day's quota: 429 QUOTA_EXCEEDED, the body never read", async () => {
+    const { t } = await appWithStore({ UPLOAD_BUCKET_SIZE: "100", UPLOAD_QUOTA_BYTES_PER_DAY: "4096" });
+    const user = await newUser(t);
+    expect((await uploadFile(t, user, png(4096))).status).toBe(200);
+    const res = await answerUnread(streamedUpload(t, user));
+    if (res === "read") throw new Error("the over-quota upload's body was read");
+    expect([res.status, res.body.code]).toEqual([429, "QUOTA_EXCEEDED"]);
+    expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+  }, 30_000);
+
+  test("beyond UPLOAD_CONCURRENCY uploads in flight: 503 with Retry-After, the body never read; a freed slot admits again", async () => {
+    const { t } = await appWithStore({ UPLOAD_BUCKET_SIZE: "100", UPLOAD_CONCURRENCY: "2" });
+    const [a, b] = [await newUser(t), await newUser(t)];
+    const held = [streamedUpload(t, a), streamedUpload(t, a)];
+    await eventually("both uploads admitted and reading", async () => held.every((u) => u.state.pulled > 0));
+    const res = await answerUnread(streamedUpload(t, b));
+    if (res === "read") throw new Error("the upload beyond the bound was read");
+    expect(res.status).toBe(503);
+    expect(res.body).toMatchObject({ success: false, code: "UNAVAILABLE" });
+    expect(res.headers.get("retry-after")).toBe("1");
+    for (const u of held) u.finish();
+    for (const u of held) expect((await u.response).status).toBe(200);
+    expect((await uploadFile(t, b, png(64))).status).toBe(200);
+  }, 30_000);
 });
 
 describe("note bucket", () => {

@@ -91,7 +91,8 @@ describe("image uploads", () => {
   });
 
   test("anything else is refused with a 400 envelope (415 for a body that is not multipart) and nothing is stored", async () => {
-    const { t, dir } = await appWithStore();
+    // Each refused body that was read costs its upload token (tests/routes/upload-limits.test.ts): a bucket for them all.
+    const { t, dir } = await appWithStore({ UPLOAD_BUCKET_SIZE: "100" });
     const user = await newUser(t);
     const html = new TextEncoder().encode("<html><script>alert(1)</script></html>");
     const svg = new TextEncoder().encode('<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>');

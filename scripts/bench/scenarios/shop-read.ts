@@ -427,6 +427,129 @@ const flood = defineScenario({
   },
 });
 
+// --------------------------------------------------------------------------- one account's uploads
+
+const UPLOAD_LUA = join(import.meta.dir, "../wrk/upload-images.lua");
+/** Upload connections beside the read: one account posting ordinary images, 50 in flight. */
+const UPLOAD_CONNECTIONS = 50;
+/** The image each upload carries, bytes: the default UPLOAD_MAX_BYTES (5 MiB). */
+const UPLOAD_IMAGE_BYTES = 5 * 1_048_576;
+
+/** `statuses: 200=N,429=N,…` (wrk/upload-images.lua) → { 200: N, … }. */
+function statusCounts(out: string): Record<string, number> {
+  const line = /^statuses: (.*)$/m.exec(out)?.[1] ?? "";
+  const counts: Record<string, number> = {};
+  for (const pair of line.split(",").filter(Boolean)) {
+    const [status = "", n = "0"] = pair.split("=");
+    counts[status] = Number(n);
+  }
+  return counts;
+}
+
+/**
+ * shop-l1-uploads: the L1 read quiet, then while 50 connections post ordinary 5 MiB PNG uploads
+ * (valid multipart, one signed-in account) to POST /api/upload/blog with the app's defaults
+ * (bucket 5 then 1 per 10 s, 50 MiB a day, UPLOAD_CONCURRENCY 8): nearly every upload is refused
+ * (429 by the bucket or the quota, 503 beyond the in-flight bound), before its body is read.
+ * After each round the operator's /health says whether any breaker opened (target: none).
+ */
+const uploads = defineScenario({
+  name: "shop-l1-uploads",
+  group: GROUP,
+  description:
+    `GET /api/shop/{id} from L1 (as shop-l1) while ${UPLOAD_CONNECTIONS} other wrk connections post ordinary ${UPLOAD_IMAGE_BYTES / 1_048_576} MiB PNG uploads (valid multipart) to POST /api/upload/blog as one signed-in account, app defaults; ` +
+    'rps/p50/p99 = the read under uploads; "quiet p50 ms" = the same round\'s quiet window; "p50 ÷ quiet", "p50 − quiet ms"; "upload req/s" and "upload p50 ms" = the upload side\'s answers; "uploads 200/429/503" = its answers by status over the round; "breaker openings" = openings since the server started, "breakers not closed" = after the round (operator /health; target 0 and 0)',
+  async setup(ctx) {
+    const stack: AppStack = await appStack(ctx);
+    // The uploads that pass are stored in the bench's temporary folder, not the developer's .local.
+    const env = { ...stack.env, UPLOAD_DIR: join(ctx.tmpDir, "uploads") };
+    const server = await spawnBunServer({
+      script: APP_SERVER,
+      env: { MODE: "l1", BENCH_STACK_ENV: JSON.stringify(env) },
+    });
+    const base = `${server.url}/api/shop/`;
+    let token: string;
+    try {
+      await checkShops(base, stack.ids);
+      const { Redis } = await import("@upstash/redis");
+      const { createSession, SessionKeys } = await import("../../../src/services/session.ts");
+      const redis = new Redis({
+        url: stack.env.UPSTASH_REDIS_REST_URL as string,
+        token: stack.env.UPSTASH_REDIS_REST_TOKEN as string,
+        enableTelemetry: false,
+      });
+      token = await createSession(
+        redis,
+        { id: 8_800_000 + Math.floor(Math.random() * 100_000), nickName: "uploader", icon: "" },
+        3600,
+        new SessionKeys(stack.env.SESSION_SECRET as string),
+      );
+    } catch (e) {
+      await server.stop();
+      throw e;
+    }
+    const operator = { authorization: `Bearer ${stack.env.ADMIN_TOKEN}` };
+    let round = 0;
+    return {
+      kind: "run",
+      async run(opts) {
+        assertLoopback(server.url);
+        let out = "";
+        const { quiet, loaded, h } = await quietThenAttacked(ctx, base, opts.durationMs, async (seconds) => {
+          out = await execWrk(
+            [
+              `-t${ctx.threads}`,
+              `-c${UPLOAD_CONNECTIONS}`,
+              `-d${seconds + 1}s`,
+              "--latency",
+              "--timeout",
+              "10s",
+              "-s",
+              UPLOAD_LUA,
+              `${server.url}/api/upload/blog`,
+              "--",
+              token,
+              String(UPLOAD_IMAGE_BYTES),
+            ],
+            seconds + 1,
+          );
+          return out;
+        });
+        const health = (await (
+          await fetch(`${server.url}/health`, { headers: operator, signal: AbortSignal.timeout(5000) })
+        ).json()) as { data: { breakers: Record<string, { opened: number; state: string }> } };
+        const breakers = Object.values(health.data.breakers);
+        const openings = breakers.reduce((n, b) => n + b.opened, 0);
+        const notClosed = breakers.filter((b) => b.state !== "closed").length;
+        const statuses = statusCounts(out);
+        if (!opts.warmup) {
+          ctx.log(
+            `  shop-l1-uploads #${++round}: quiet ${formatInt(quiet.rps)} req/s p50 ${quiet.p50Ms.toFixed(2)} ms; beside uploads ${formatInt(loaded.rps)} req/s p50 ${loaded.p50Ms.toFixed(2)} ms ` +
+              `p99 ${loaded.p99Ms.toFixed(2)} ms; uploads ${formatInt(h.requests)} answers in ${h.durationS.toFixed(1)} s (${JSON.stringify(statuses)}), ` +
+              `p50 ${h.p50Ms.toFixed(1)} ms; breakers opened ${openings}, not closed ${notClosed}`,
+          );
+        }
+        return {
+          ...loaded,
+          extras: {
+            "quiet p50 ms": quiet.p50Ms,
+            "p50 ÷ quiet": loaded.p50Ms / quiet.p50Ms,
+            "p50 − quiet ms": loaded.p50Ms - quiet.p50Ms,
+            "upload req/s": h.rps,
+            "upload p50 ms": h.p50Ms,
+            "uploads 200": statuses["200"] ?? 0,
+            "uploads 429": statuses["429"] ?? 0,
+            "uploads 503": statuses["503"] ?? 0,
+            "breaker openings": openings,
+            "breakers not closed": notClosed,
+          },
+        };
+      },
+      teardown: server.stop,
+    };
+  },
+});
+
 // ------------------------------------------------------------------------------ unknown ids
 
 const UNKNOWN_IDS_LUA = join(import.meta.dir, "../wrk/unknown-ids.lua");
@@ -484,4 +607,4 @@ const miss = defineScenario({
   },
 });
 
-export default [hello, appScenario("l1"), appScenario("l2"), appScenario("mysql"), hostile, flood, miss];
+export default [hello, appScenario("l1"), appScenario("l2"), appScenario("mysql"), hostile, flood, uploads, miss];
