@@ -6,15 +6,17 @@
  * Deadline: a rolling p99 of this dependency's recent answer times × DEADLINE_FACTOR, between
  * DEADLINE_FLOOR_MS and the dependency's ceiling (`*_TIMEOUT_MS`; the ceiling until 8 answers are
  * known). A far dependency is slow, not down: its deadline grows with its distance. When the
- * deadline passes while the dependency is visibly working for us (another call of this guard got
- * its answer meanwhile) or our own event loop was starved (the timer ran late; Bun, Deno), the wait
- * is extended once to the ceiling: the caller was queued, not the dependency hung. A miss with no
+ * deadline passes while the caller may be queued (another call of this guard got its answer
+ * meanwhile, or others are in flight with it) or our own event loop was starved (the timer ran
+ * late; Bun, Deno), the wait is extended once to the ceiling; it fails there only if nothing was
+ * answered during the extension (then it counts against the dependency). A miss with no
  * answer anywhere joins the samples, so a dependency that moved farther is followed after one miss.
  *
  * Breaker: opens when, over the last BREAKER_WINDOW_MS, at least BREAKER_MIN_CALLS calls ended and
  * at least BREAKER_FAILURE_RATIO of them failed. A failure is a network error, a 5xx-ish answer
  * that is not the dependency's own, or a deadline missed with no answer to any call of this guard
- * since the wait began. A deadline missed while others got answers (queued, starved) never counts:
+ * since the wait began (or was extended). A deadline missed while others got answers or were in
+ * flight with it (queued), or while our loop was starved, never counts:
  * that signal works on workerd too, where the clock does not move during CPU work. An open breaker
  * refuses calls for BREAKER_HALF_OPEN_AFTER_MS; then up to BREAKER_HALF_OPEN_CALLS probes run at
  * once, others are refused at once; that many successes close it, one failure re-opens it.
@@ -291,7 +293,15 @@ export class Guard {
       const expire = (dueMs: number, final: boolean) => () => {
         const waited = performance.now() - started;
         const late = waited - dueMs;
-        const why = this.answers > seen ? "queued" : late > Math.max(STARVED_MIN_MS, dueMs / 2) ? "starved" : undefined;
+        // Queued: answers came meanwhile, or (at the first deadline) other calls are in flight with
+        // this one — a crowd's answers arrive in waves, and one wave may be longer than a deadline
+        // learned before the crowd came. Starved: our own timer ran late.
+        const why =
+          this.answers > seen || (!final && this.inFlight > 1)
+            ? "queued"
+            : late > Math.max(STARVED_MIN_MS, dueMs / 2)
+              ? "starved"
+              : undefined;
         if (!final && why !== undefined && this.opts.timeoutMs > first) {
           excused = why;
           seen = this.answers;
