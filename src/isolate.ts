@@ -9,6 +9,7 @@ import { createCaches, type Caches } from "./caches.ts";
 import { SaleCounters } from "./services/sale-counters.ts";
 import type { Clock, RedisPort } from "./deps.ts";
 import type { Config } from "./env.ts";
+import { ConcurrencyGate } from "./http/concurrency.ts";
 import { ListingLimiter } from "./http/listing-limit.ts";
 import { OperatorAttempts } from "./http/operator-attempts.ts";
 import { AddressWindow } from "./http/address-window.ts";
@@ -128,6 +129,11 @@ export interface Isolate {
    */
   writeLimiters: WriteLimiters;
   /**
+   * Payment and refund webhooks being settled now (http/concurrency.ts): a count bounded by
+   * WEBHOOK_CONCURRENCY (each holds a MySQL session for its transaction) and a refusal counter.
+   */
+  webhooks: ConcurrencyGate;
+  /**
    * Per-dependency timeout + circuit breaker (src/resilience.ts): redis, mysql, qstash, sms,
    * payments. Each remembers its breaker state (closed/open/halfOpen/isolated), the consecutive
    * failure count (≤ BREAKER_THRESHOLD), the last opening time and failure message, and five
@@ -175,6 +181,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     listingLimit: config.LISTING_IP_LIMIT > 0 ? new ListingLimiter(config) : undefined,
     seckillAdmission: new SeckillAdmission(config),
     writeLimiters: createWriteLimiters(config, ports.redis),
+    webhooks: new ConcurrencyGate(config.WEBHOOK_CONCURRENCY),
     resilience: ports.resilience,
   };
 }

@@ -65,6 +65,17 @@ export class StarvedDeadline extends Error {
   }
 }
 
+/**
+ * The caller's own AbortSignal ended the call (a transaction's deadline, src/db/transaction.ts):
+ * the caller gave up, the dependency did not fail, so the breaker counts it as neither.
+ */
+export class CallerAbortedError extends Error {
+  constructor(cause: unknown) {
+    super("the caller abandoned the call", { cause });
+    this.name = "CallerAbortedError";
+  }
+}
+
 /** Why a call to a dependency did not get an answer. */
 export type UnavailableReason = "open" | "timeout" | "failed";
 
@@ -157,7 +168,10 @@ export class Guard {
     const isFailure = this.opts.isFailure ?? (() => true);
     // TaskCancelledError is the timeout's own: always a failure.
     const handled = lib.handleWhen(
-      (err) => !(err instanceof StarvedDeadline) && (err instanceof lib.TaskCancelledError || isFailure(err)),
+      (err) =>
+        !(err instanceof StarvedDeadline) &&
+        !(err instanceof CallerAbortedError) &&
+        (err instanceof lib.TaskCancelledError || isFailure(err)),
     );
     const breaker = lib.circuitBreaker(handled, {
       halfOpenAfter: this.opts.halfOpenAfterMs,
@@ -274,6 +288,7 @@ export class Guard {
         this.counters.rejected++;
         throw this.unavailable();
       }
+      if (err instanceof CallerAbortedError) throw err;
       if (err instanceof StarvedDeadline) {
         // Not a dependency failure: the breaker's policy does not handle it (isFailure below).
         this.counters.timeouts++;
@@ -305,12 +320,20 @@ export class Guard {
       let status = 0;
       try {
         return await this.run(async (signal) => {
-          // The global fetch is looked up per call (a test or bench may wrap it after createDeps).
-          const res = await (base ?? fetch)(input, {
-            ...init,
-            signal: init?.signal ? AbortSignal.any([init.signal, signal]) : signal,
-          });
-          const body = await res.arrayBuffer();
+          let res: Response;
+          let body: ArrayBuffer;
+          try {
+            // The global fetch is looked up per call (a test or bench may wrap it after createDeps).
+            res = await (base ?? fetch)(input, {
+              ...init,
+              signal: init?.signal ? AbortSignal.any([init.signal, signal]) : signal,
+            });
+            body = await res.arrayBuffer();
+          } catch (err) {
+            // Given up by the caller's own signal (not our deadline): not the dependency failing.
+            if (init?.signal?.aborted && !signal.aborted) throw new CallerAbortedError(err);
+            throw err;
+          }
           status = res.status;
           const copy = new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
           if (res.status >= 500) throw new HttpStatusError(res.status, copy);

@@ -65,7 +65,7 @@ export interface PlanetscaleHttpOptions {
   transactionTimeoutMs?: number;
   /** A result with more rows is an error, as on PlanetScale. Default 100000. */
   maxRows?: number;
-  /** Upper bound of MariaDB connections (pooled + bound to sessions). Default 64. */
+  /** Upper bound of MariaDB connections (pooled + bound to sessions). Default DEFAULT_CONNECTION_LIMIT. */
   connectionLimit?: number;
 }
 
@@ -205,6 +205,9 @@ const SET_FLAG = 2048;
 const BINARY_CHARSET = 63;
 
 const MAX_TOMBSTONES = 10_000;
+
+/** MariaDB connections a stand-in uses at most (pooled + bound), unless told otherwise. */
+export const DEFAULT_CONNECTION_LIMIT = 64;
 
 /** The answer to a request whose client went away (nobody reads it; vtrpc CANCELED). */
 const CLIENT_GONE: WireError = { code: "CANCELED", message: "the client went away; the statement was not completed" };
@@ -473,7 +476,7 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
     user: opts.mysql.user,
     password: opts.mysql.password,
     database: opts.database,
-    connectionLimit: opts.connectionLimit ?? 64,
+    connectionLimit: opts.connectionLimit ?? DEFAULT_CONNECTION_LIMIT,
     maxIdle: 16,
     idleTimeout: 60_000,
     // Values stay raw bytes (typeCast false); OK-packet numbers above 2^53 come as strings.

@@ -25,6 +25,7 @@ export interface TestApp {
 export const TEST_DEADLINES = {
   REDIS_TIMEOUT_MS: "10000",
   MYSQL_TIMEOUT_MS: "20000",
+  MYSQL_TRANSACTION_TIMEOUT_MS: "20000",
   QSTASH_TIMEOUT_MS: "20000",
 } as const;
 
