@@ -4,7 +4,6 @@
  * Ports are the production SDKs themselves, typed as the slice the app uses, so tests and the
  * local stack drive exactly the code that ships (against protocol-compatible stand-ins).
  */
-import { Client as DbClient } from "@planetscale/database";
 import { Client as QstashClient, Receiver } from "@upstash/qstash";
 import { Redis } from "@upstash/redis";
 import type { Config } from "./env.ts";
@@ -12,13 +11,17 @@ import { createLogger, type Logger } from "./log.ts";
 import { createSms, type SmsPort } from "./sms/index.ts";
 import { type BlobStore, createBlobStore } from "./blob/index.ts";
 import { createPaymentProvider, type PaymentProvider } from "./payments/provider.ts";
+import { createDbPort, type DbPort } from "./db/transaction.ts";
 import { createIsolate, type Isolate } from "./isolate.ts";
 import { createResilience, createShardGuard, guardMethods, guardRedis } from "./resilience.ts";
 import { type Runtime, runtimes } from "./runtime.ts";
 
 export type RedisPort = Redis;
-/** `execute` runs on a fresh session per call; `transaction` pins one session (one MySQL connection). */
-export type DbPort = Pick<DbClient, "execute" | "transaction">;
+/**
+ * `execute` runs on a fresh session per call; `transaction` pins one session (one MySQL
+ * connection) under a whole-transaction deadline and rolls back at once (src/db/transaction.ts).
+ */
+export type { DbPort } from "./db/transaction.ts";
 export type QueuePort = Pick<QstashClient, "publish" | "publishJSON" | "batchJSON">;
 /** The QStash dead-letter queue (operators: services/dlq.ts): list, delete, re-drive. */
 export type DlqPort = Pick<QstashClient["dlq"], "listMessages" | "delete" | "retry">;
@@ -107,7 +110,13 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
         createShardGuard(config, () => clock.now()),
       ),
     );
-  const db = new DbClient({ url: config.DATABASE_URL, fetch: resilience.mysql.fetch(overrides.fetch) });
+  const db = createDbPort({
+    url: config.DATABASE_URL,
+    guard: resilience.mysql,
+    fetch: overrides.fetch,
+    transactionTimeoutMs: config.MYSQL_TRANSACTION_TIMEOUT_MS,
+    log,
+  });
   // No SDK retries: they would multiply QSTASH_TIMEOUT_MS, and the outbox sweep re-publishes.
   const qstash = new QstashClient({
     baseUrl: config.QSTASH_URL,

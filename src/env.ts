@@ -95,6 +95,13 @@ export const EnvSchema = z.object({
    */
   REDIS_TIMEOUT_MS: z.coerce.number().int().min(10).max(60_000).default(2_000),
   MYSQL_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
+  /**
+   * A whole MySQL transaction (BEGIN, its statements, COMMIT), ms (src/db/transaction.ts). When it
+   * passes, the statement in flight is abandoned and ROLLBACK sent at once, so no transaction
+   * holds its session and row locks past it. 5 s: a settlement's five statements take ~5 round
+   * trips (≈ 1.3 s at RTT 250 ms); bounded by PlanetScale's own per-transaction timeout (20 s).
+   */
+  MYSQL_TRANSACTION_TIMEOUT_MS: z.coerce.number().int().min(50).max(20_000).default(5_000),
   QSTASH_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
   SMS_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
   PAYMENTS_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
@@ -327,6 +334,13 @@ export const EnvSchema = z.object({
     .min(16, "PAYMENT_WEBHOOK_SECRET must be at least 16 characters"),
   /** Webhooks older than this are rejected (replay protection), seconds. */
   PAYMENT_WEBHOOK_TOLERANCE_SECONDS: z.coerce.number().int().min(1).default(300),
+  /**
+   * Payment and refund webhooks settled at once per isolate; beyond it a delivery is answered 503
+   * + Retry-After before its body is read (the provider retries). Each settlement holds a MySQL
+   * session for a transaction, so this stays well below the database's connection pool (64 on the
+   * local stand-in; PlanetScale's per-branch limits are higher, shared by every isolate): 8.
+   */
+  WEBHOOK_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(8),
   /**
    * Failed refunds are retried by the `refund-retry` job after min(max, base · 2^(attempts−1))
    * seconds (jittered down to half); a refund the provider accepted but never reported on is asked

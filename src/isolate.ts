@@ -26,6 +26,7 @@ import type { RefillGate } from "./services/seckill/reserve.ts";
 import { LRUCache } from "lru-cache";
 import { OrderGroups } from "./services/seckill/pipeline.ts";
 import { LoadShedder } from "./http/shed.ts";
+import { ConcurrencyGate } from "./http/concurrency.ts";
 import { createWriteLimiters, UPLOAD_SLOT_MAX_HOLD_MS, type WriteLimiters } from "./services/upload-limits.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
@@ -139,6 +140,11 @@ export interface Isolate {
    */
   uploadSlots: Slots;
   /**
+   * Payment and refund webhooks being settled now (http/concurrency.ts): a count bounded by
+   * WEBHOOK_CONCURRENCY (each holds a MySQL session for its transaction) and a refusal counter.
+   */
+  webhooks: ConcurrencyGate;
+  /**
    * Per-dependency deadline + circuit breaker (src/resilience.ts): redis, mysql, qstash, sms,
    * payments. Each remembers its breaker state, the last 128 answer times (the adaptive deadline's
    * p99), the calls and failures of its window (10 buckets), the last opening time and failure
@@ -193,6 +199,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     seckillAdmission: new SeckillAdmission(config),
     writeLimiters: createWriteLimiters(config, ports.redis),
     uploadSlots: new Slots(config.UPLOAD_CONCURRENCY, UPLOAD_SLOT_MAX_HOLD_MS),
+    webhooks: new ConcurrencyGate(config.WEBHOOK_CONCURRENCY),
     resilience: ports.resilience,
     shed: new LoadShedder({
       maxInFlight: config.SHED_MAX_IN_FLIGHT,

@@ -59,6 +59,17 @@ const LATENCY_REFRESH_EVERY = 16;
 /** Buckets of the breaker's window. */
 const WINDOW_BUCKETS = 10;
 
+/**
+ * The caller's own AbortSignal ended the call (a transaction's deadline, src/db/transaction.ts):
+ * the caller gave up, the dependency did not fail, so the breaker counts it as neither.
+ */
+export class CallerAbortedError extends Error {
+  constructor(cause: unknown) {
+    super("the caller abandoned the call", { cause });
+    this.name = "CallerAbortedError";
+  }
+}
+
 /** Why a call to a dependency did not get an answer. */
 export type UnavailableReason = "open" | "timeout" | "failed";
 
@@ -425,6 +436,7 @@ export class Guard {
         }
         throw new DependencyUnavailableError(this.name, "timeout", this.retryAfterMs(), err);
       }
+      if (err instanceof CallerAbortedError) throw err;
       if (this.opts.isFailure?.(err) ?? true) {
         this.failed(scrubbedMessage(err), probe);
         throw new DependencyUnavailableError(this.name, "failed", this.retryAfterMs(), err);
@@ -448,12 +460,20 @@ export class Guard {
       let status = 0;
       try {
         return await this.run(async (signal) => {
-          // The global fetch is looked up per call (a test or bench may wrap it after createDeps).
-          const res = await (base ?? fetch)(input, {
-            ...init,
-            signal: init?.signal ? AbortSignal.any([init.signal, signal]) : signal,
-          });
-          const body = await res.arrayBuffer();
+          let res: Response;
+          let body: ArrayBuffer;
+          try {
+            // The global fetch is looked up per call (a test or bench may wrap it after createDeps).
+            res = await (base ?? fetch)(input, {
+              ...init,
+              signal: init?.signal ? AbortSignal.any([init.signal, signal]) : signal,
+            });
+            body = await res.arrayBuffer();
+          } catch (err) {
+            // Given up by the caller's own signal (not our deadline): not the dependency failing.
+            if (init?.signal?.aborted && !signal.aborted) throw new CallerAbortedError(err);
+            throw err;
+          }
           status = res.status;
           const copy = new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
           if (res.status >= 500) throw new HttpStatusError(res.status, copy);

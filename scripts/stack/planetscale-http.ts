@@ -24,6 +24,14 @@
  * - **Expired transactions fail loudly.** When a session is closed by the idle timeout (or its
  *   connection dies) while a transaction is open, its id is remembered; the next statement with
  *   it gets an ABORTED error instead of silently running in autocommit mode (ROLLBACK is accepted).
+ * - **Nothing outlives its client or its timeout (fidelity choice).** As Vitess does when a
+ *   request's context is cancelled, a client that aborts its HTTP request ends that request's
+ *   work: a running statement is stopped (KILL QUERY on its MariaDB thread, sent on a separate
+ *   admin connection outside the pool), a session it belongs to is rolled back and its connection
+ *   closed, and a request still waiting for a pooled connection gives it back unused. A
+ *   transaction open longer than `transactionTimeoutMs` (PlanetScale's per-transaction timeout,
+ *   20 s) is ended the same way, busy or idle. A connection a KILL was aimed at is never pooled
+ *   again (the KILL could land after its statement ended).
  * - **Raw bytes.** mysql2 runs with `typeCast: false` + `rowsAsArray`, so every value arrives as
  *   the exact text-protocol bytes (no JS Date, no float/BigInt rounding) and is re-encoded as
  *   `{lengths, values: base64}` without decoding.
@@ -35,7 +43,7 @@
  *   with an `error` object (as PlanetScale does), bad requests 400, bad credentials 401.
  */
 import { randomBytes, randomUUID } from "node:crypto";
-import { createPool, type Pool, type PoolOptions } from "mysql2";
+import { createConnection, createPool, type Pool, type PoolOptions } from "mysql2";
 
 export interface PlanetscaleHttpOptions {
   mysql: { host: string; port: number; user: string; password: string };
@@ -50,9 +58,14 @@ export interface PlanetscaleHttpOptions {
   hostname?: string;
   /** A bound session with no request for this long is rolled back and closed. Default 30000. */
   idleTimeoutMs?: number;
+  /**
+   * A transaction open this long (from BEGIN, whether busy or idle) is rolled back and its session
+   * closed, its running statement killed. Default 20000 (PlanetScale's per-transaction timeout).
+   */
+  transactionTimeoutMs?: number;
   /** A result with more rows is an error, as on PlanetScale. Default 100000. */
   maxRows?: number;
-  /** Upper bound of MariaDB connections (pooled + bound to sessions). Default 64. */
+  /** Upper bound of MariaDB connections (pooled + bound to sessions). Default DEFAULT_CONNECTION_LIMIT. */
   connectionLimit?: number;
 }
 
@@ -60,8 +73,12 @@ export interface PlanetscaleHttpServer {
   /** `http://username:password@127.0.0.1:port`, credentials percent-encoded: pass to `connect({ url })`. */
   url: string;
   port: number;
-  /** `requests`: HTTP requests served so far; `sessions`: sessions currently holding a connection. */
-  stats(): { requests: number; sessions: number };
+  /**
+   * `requests`: HTTP requests served so far; `sessions`: sessions currently holding a connection;
+   * `killed`: statements stopped and sessions ended because their client went away or their
+   * transaction timed out.
+   */
+  stats(): { requests: number; sessions: number; killed: number };
   /** Stops listening, closes every bound session (rolling back) and the pool. Idempotent. */
   stop(): Promise<void>;
 }
@@ -101,6 +118,8 @@ interface RawError {
 type RawRow = Array<Buffer | null>;
 
 interface RawConn {
+  /** The MariaDB thread (connection) id: the target of KILL QUERY. */
+  threadId: number;
   query(
     opts: { sql: string; rowsAsArray: boolean; typeCast: boolean },
     cb: (err: RawError | null, res: unknown, fields?: RawField[]) => void,
@@ -167,6 +186,10 @@ interface Bound {
   tail: Promise<void>;
   pending: number;
   timer: ReturnType<typeof setTimeout> | undefined;
+  /** The transaction timeout, armed while a transaction is open. */
+  txTimer: ReturnType<typeof setTimeout> | undefined;
+  /** A statement of this session is running on the connection now. */
+  running: boolean;
   lastInsertId: string | undefined;
 }
 
@@ -182,6 +205,12 @@ const SET_FLAG = 2048;
 const BINARY_CHARSET = 63;
 
 const MAX_TOMBSTONES = 10_000;
+
+/** MariaDB connections a stand-in uses at most (pooled + bound), unless told otherwise. */
+export const DEFAULT_CONNECTION_LIMIT = 64;
+
+/** The answer to a request whose client went away (nobody reads it; vtrpc CANCELED). */
+const CLIENT_GONE: WireError = { code: "CANCELED", message: "the client went away; the statement was not completed" };
 
 /** MySQL column type code + flags → Vitess type name (protocols.md 2.4). `undefined` = NULL_TYPE. */
 export function vitessTypeName(
@@ -435,6 +464,7 @@ function httpError(status: number, code: string, message: string): Response {
 
 export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promise<PlanetscaleHttpServer> {
   const idleTimeoutMs = opts.idleTimeoutMs ?? 30_000;
+  const transactionTimeoutMs = opts.transactionTimeoutMs ?? 20_000;
   const maxRows = opts.maxRows ?? 100_000;
   const hostname = opts.hostname ?? "127.0.0.1";
   // Opaque to the driver; one random value per server instance is enough.
@@ -446,7 +476,7 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
     user: opts.mysql.user,
     password: opts.mysql.password,
     database: opts.database,
-    connectionLimit: opts.connectionLimit ?? 64,
+    connectionLimit: opts.connectionLimit ?? DEFAULT_CONNECTION_LIMIT,
     maxIdle: 16,
     idleTimeout: 60_000,
     // Values stay raw bytes (typeCast false); OK-packet numbers above 2^53 come as strings.
@@ -464,7 +494,10 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
   const tombstones = new Map<string, string>();
   const guarded = new WeakSet<RawConn>();
   let requests = 0;
+  let killed = 0;
   let stopping = false;
+  /** The connection KILL QUERY is sent on: outside the pool, so a full pool cannot delay it. */
+  let admin: RawConn | undefined;
 
   function acquire(): Promise<{ conn: RawConn } | { error: RawError }> {
     return new Promise((resolve) => {
@@ -541,6 +574,58 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
     });
   }
 
+  /** Stops the statement running on `conn` (its connection must then never be pooled again). */
+  function killQuery(conn: RawConn): void {
+    killed++;
+    if (!admin) {
+      const c = createConnection({
+        host: opts.mysql.host,
+        port: opts.mysql.port,
+        user: opts.mysql.user,
+        password: opts.mysql.password,
+      });
+      admin = c as unknown as RawConn;
+      c.on("error", () => {
+        if (admin === (c as unknown as RawConn)) admin = undefined;
+      });
+    }
+    const target = admin;
+    void runQuery(target, `KILL QUERY ${Number(conn.threadId)}`).then((out) => {
+      if (out.kind === "error" && out.error.fatal && admin === target) {
+        admin = undefined;
+        target.destroy();
+      }
+    });
+  }
+
+  /**
+   * Ends a session now (its client went away, or its transaction timed out): the running statement
+   * is killed, the transaction rolled back and the connection closed; later requests with its id
+   * get the tombstone's ABORTED error.
+   */
+  function abortSession(b: Bound, reason: string): void {
+    if (b.released) return;
+    unbind(b);
+    if (b.inTransaction) rememberLost(b.id, reason);
+    if (b.running) killQuery(b.conn);
+    else killed++;
+    rollbackAndClose(b.conn);
+  }
+
+  function setInTransaction(b: Bound, open: boolean): void {
+    b.inTransaction = open;
+    if (!open && b.txTimer !== undefined) {
+      clearTimeout(b.txTimer);
+      b.txTimer = undefined;
+    } else if (open && b.txTimer === undefined) {
+      b.txTimer = setTimeout(() => {
+        b.txTimer = undefined;
+        abortSession(b, `transaction rolled back: open for more than ${transactionTimeoutMs} ms (transaction timeout)`);
+      }, transactionTimeoutMs);
+      (b.txTimer as { unref?: () => void }).unref?.();
+    }
+  }
+
   function armTimer(b: Bound): void {
     if (b.timer !== undefined) clearTimeout(b.timer);
     b.timer = setTimeout(() => expire(b), idleTimeoutMs);
@@ -559,6 +644,8 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
     b.released = true;
     if (b.timer !== undefined) clearTimeout(b.timer);
     b.timer = undefined;
+    if (b.txTimer !== undefined) clearTimeout(b.txTimer);
+    b.txTimer = undefined;
     bound.delete(b.id);
   }
 
@@ -566,16 +653,19 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
     const b: Bound = {
       id: randomUUID(),
       conn,
-      // Without status (a SELECT), only a sticky statement gets here: assume nothing open.
-      inTransaction: status !== undefined && (status & SERVER_STATUS_IN_TRANS) !== 0,
+      inTransaction: false,
       autocommit: status === undefined || (status & SERVER_STATUS_AUTOCOMMIT) !== 0,
       sticky,
       released: false,
       tail: Promise.resolve(),
       pending: 0,
       timer: undefined,
+      txTimer: undefined,
+      running: false,
       lastInsertId: insertId,
     };
+    // Without status (a SELECT), only a sticky statement gets here: assume nothing open.
+    setInTransaction(b, status !== undefined && (status & SERVER_STATUS_IN_TRANS) !== 0);
     bound.set(b.id, b);
     armTimer(b);
     return b;
@@ -602,12 +692,31 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
     return { result };
   }
 
-  /** Runs on a pooled connection; binds it to a new session when it must not go back. */
-  async function runPooled(id: string, sql: string, cls: Classified): Promise<ExecOutcome> {
+  /**
+   * Runs on a pooled connection; binds it to a new session when it must not go back. A client
+   * that went away (`signal`) before the connection came gets nothing run; one that goes away
+   * during the statement has it killed, and its connection is closed, never bound or pooled.
+   */
+  async function runPooled(id: string, sql: string, cls: Classified, signal: AbortSignal): Promise<ExecOutcome> {
     const got = await acquire();
     if ("error" in got) return { session: sessionJson(id), error: wireError(got.error) };
     const conn = got.conn;
+    if (signal.aborted) {
+      conn.release();
+      return { session: sessionJson(id), error: CLIENT_GONE };
+    }
+    let tainted = false;
+    const onAbort = () => {
+      tainted = true;
+      killQuery(conn);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
     const out = await runQuery(conn, sql);
+    signal.removeEventListener("abort", onAbort);
+    if (tainted) {
+      rollbackAndClose(conn);
+      return { session: sessionJson(id), error: CLIENT_GONE };
+    }
     if (out.kind === "error") {
       if (out.error.fatal) conn.destroy();
       else conn.release();
@@ -620,7 +729,7 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
     if (opened || cls.sticky) {
       const insertId = out.kind === "ok" ? u64(out.ok.insertId) : undefined;
       const b = bind(conn, status, cls.sticky, insertId !== "0" ? insertId : undefined);
-      if (cls.begin) b.inTransaction = true;
+      if (cls.begin) setInTransaction(b, true);
       return { session: sessionJson(b.id, b), ...toWire(out) };
     }
     conn.release();
@@ -628,10 +737,21 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
   }
 
   /** Runs on a bound session's connection; called strictly one at a time per session. */
-  async function runBound(b: Bound, sql: string, cls: Classified): Promise<ExecOutcome> {
+  async function runBound(b: Bound, sql: string, cls: Classified, signal: AbortSignal): Promise<ExecOutcome> {
     // Released by an earlier queued request (COMMIT) or expired: route by id again, in order.
-    if (b.released) return await dispatch(b.id, sql, cls);
+    if (b.released) return await dispatch(b.id, sql, cls, signal);
+    b.running = true;
     const out = await runQuery(b.conn, sql);
+    b.running = false;
+    // Ended meanwhile (its client went away, or the transaction timeout): the connection is no
+    // longer this session's, and the statement's effect is rolled back with it.
+    if (b.released) {
+      const reason = tombstones.get(b.id) ?? "session closed while the statement ran";
+      return {
+        session: sessionJson(b.id),
+        error: { code: "ABORTED", message: `${reason} (errno 1213) (sqlstate 40001)` },
+      };
+    }
     if (out.kind === "error") {
       if (out.error.fatal) {
         unbind(b);
@@ -645,7 +765,7 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
     if (out.kind === "ok") {
       const status = out.ok.serverStatus;
       if (status !== undefined) {
-        b.inTransaction = (status & SERVER_STATUS_IN_TRANS) !== 0;
+        setInTransaction(b, (status & SERVER_STATUS_IN_TRANS) !== 0);
         b.autocommit = (status & SERVER_STATUS_AUTOCOMMIT) !== 0;
       }
       const insertId = u64(out.ok.insertId);
@@ -659,8 +779,15 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
     return { session: sessionJson(b.id, b), ...toWire(out) };
   }
 
-  /** Appends work to the session's FIFO; the idle timer only runs while nothing is queued. */
-  function enqueue(b: Bound, task: () => Promise<ExecOutcome>): Promise<ExecOutcome> {
+  /**
+   * Appends work to the session's FIFO; the idle timer only runs while nothing is queued. A client
+   * that goes away before its answer (queued or running) ends the session (abortSession).
+   */
+  function enqueue(b: Bound, task: () => Promise<ExecOutcome>, signal: AbortSignal): Promise<ExecOutcome> {
+    const onAbort = () =>
+      abortSession(b, "transaction rolled back: the client went away before its statement's answer");
+    if (signal.aborted) onAbort();
+    else signal.addEventListener("abort", onAbort, { once: true });
     b.pending++;
     if (b.timer !== undefined) {
       clearTimeout(b.timer);
@@ -672,17 +799,23 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
       () => {},
     );
     return run.finally(() => {
+      signal.removeEventListener("abort", onAbort);
       b.pending--;
       if (b.pending === 0 && !b.released) armTimer(b);
     });
   }
 
-  async function dispatch(id: string | undefined, sql: string, cls: Classified): Promise<ExecOutcome> {
+  async function dispatch(
+    id: string | undefined,
+    sql: string,
+    cls: Classified,
+    signal: AbortSignal,
+  ): Promise<ExecOutcome> {
     if (id !== undefined) {
       const b = bound.get(id);
       if (b) {
         if (cls.ignored) return { session: sessionJson(b.id, b), result: {} };
-        return await enqueue(b, () => runBound(b, sql, cls));
+        return await enqueue(b, () => runBound(b, sql, cls, signal), signal);
       }
       const lost = tombstones.get(id);
       if (lost !== undefined) {
@@ -698,7 +831,7 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
     }
     const sid = id ?? randomUUID();
     if (cls.ignored) return { session: sessionJson(sid), result: {} };
-    return await runPooled(sid, sql, cls);
+    return await runPooled(sid, sql, cls, signal);
   }
 
   async function handleExecute(req: Request): Promise<Response> {
@@ -716,7 +849,7 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
       return httpError(400, "invalid_argument", "`query` must be a non-empty string");
     }
     const started = performance.now();
-    const out = await dispatch(sessionIdOf(session), query, classify(query));
+    const out = await dispatch(sessionIdOf(session), query, classify(query), req.signal);
     return json({ ...out, timing: (performance.now() - started) / 1000 });
   }
 
@@ -776,7 +909,7 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
   return {
     url: `http://${encodeURIComponent(opts.username)}:${encodeURIComponent(opts.password)}@${urlHost}:${port}`,
     port,
-    stats: () => ({ requests, sessions: bound.size }),
+    stats: () => ({ requests, sessions: bound.size, killed }),
     stop() {
       stopped ??= (async () => {
         stopping = true;
@@ -785,6 +918,8 @@ export async function startPlanetscaleHttp(opts: PlanetscaleHttpOptions): Promis
           unbind(b);
           b.conn.destroy(); // closing the socket rolls back on the server
         }
+        admin?.destroy();
+        admin = undefined;
         await new Promise<void>((resolve) => {
           const t = setTimeout(resolve, 2000);
           pool.end(() => {

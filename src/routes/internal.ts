@@ -2,6 +2,7 @@ import { Hono } from "hono";
 import type { z } from "zod";
 import { AppError, ok } from "../errors.ts";
 import { BODY_LIMITS, signedBody } from "../http/body.ts";
+import { bounded } from "../http/concurrency.ts";
 import { verifyQstash, type SignedEnv } from "../http/qstash.ts";
 import { verifyWebhook } from "../payments/signature.ts";
 import { closeOrders } from "../services/seckill/close.ts";
@@ -118,15 +119,16 @@ const WEBHOOK = {
   tag: "callbacks",
   summary: "Payment provider webhook: settles a payment or a refund",
   description:
-    "Signed with PAYMENT_WEBHOOK_SECRET (`x-payment-signature: t=…,v1=…` over the raw body); older than PAYMENT_WEBHOOK_TOLERANCE_SECONDS is rejected.",
+    "Signed with PAYMENT_WEBHOOK_SECRET (`x-payment-signature: t=…,v1=…` over the raw body); older than PAYMENT_WEBHOOK_TOLERANCE_SECONDS is rejected. Beyond WEBHOOK_CONCURRENCY deliveries in progress per isolate, 503 with Retry-After before the body is read (the provider retries).",
   access: "webhook",
   body: WebhookBody,
-  errors: ["UNAUTHORIZED", "INVALID_INPUT"],
+  errors: ["UNAUTHORIZED", "INVALID_INPUT", "UNAVAILABLE"],
 } as const;
 
 export const internal = new Hono<AppEnv>()
   .post(
     routeOf(PAYMENT_WEBHOOK_PATH),
+    bounded("webhooks", (deps) => deps.isolate.webhooks),
     signedBody(BODY_LIMITS.webhook, "x-payment-signature"),
     doc(WEBHOOK, async (c) => {
       const deps = c.get("deps");

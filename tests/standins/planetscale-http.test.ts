@@ -21,6 +21,37 @@ let maria: MariaEngine;
 let ps: PlanetscaleHttpServer;
 /** A second stand-in with tiny limits, for idle-timeout and maxRows behaviour. */
 let tight: PlanetscaleHttpServer;
+/** A third with a short transaction timeout (and the default idle timeout). */
+let timed: PlanetscaleHttpServer;
+
+/** A plain MariaDB connection to the test database, beside the stand-in. */
+async function mysqlDirect() {
+  return await createConnection({
+    host: maria.host,
+    port: maria.port,
+    user: maria.user,
+    password: maria.password,
+    database: DB,
+  });
+}
+
+/** Statements running right now on MariaDB whose text starts with `head` (the server's process list). */
+async function runningNow(via: Awaited<ReturnType<typeof mysqlDirect>>, head: string): Promise<number> {
+  const [rows] = await via.query(
+    "SELECT COUNT(*) AS n FROM information_schema.processlist WHERE command = 'Query' AND LEFT(info, ?) = ?",
+    [head.length, head],
+  );
+  return Number((rows as Array<{ n: number }>)[0]?.n);
+}
+
+/** Polls `check` until it holds (throws after 10 s). */
+async function eventually(what: string, check: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
+    await Bun.sleep(20);
+  }
+}
 
 function conn(url = ps.url): Connection {
   return connect({ url, fetch });
@@ -87,9 +118,17 @@ beforeAll(async () => {
     idleTimeoutMs: 150,
     maxRows: 10,
   });
+  timed = await startPlanetscaleHttp({
+    mysql,
+    database: DB,
+    username: USER,
+    password: PASS,
+    transactionTimeoutMs: 400,
+  });
 }, 30_000);
 
 afterAll(async () => {
+  await timed?.stop();
   await tight?.stop();
   await ps?.stop();
   await maria?.stop();
@@ -303,6 +342,65 @@ describe("transactions and sessions", () => {
     // The Connection received a fresh session with the error and works again.
     const r = await c.execute("SELECT COUNT(*) AS n FROM items WHERE name LIKE 'idle-tx%'");
     expect(r.rows[0]).toEqual({ n: "0" });
+  });
+
+  test("a client that aborts a statement waiting on a row lock gets it killed and its session rolled back and released", async () => {
+    await conn().execute("INSERT INTO items (name, qty) VALUES ('abort-locked', 0), ('abort-mine', 0)");
+    const holder = await mysqlDirect();
+    try {
+      await holder.query("BEGIN");
+      await holder.query("SELECT qty FROM items WHERE name = 'abort-locked' FOR UPDATE");
+      // Other tests' sticky sessions may still be bound: count from here.
+      const before = ps.stats();
+      const gone = new AbortController();
+      const c = connect({ url: ps.url, fetch: (input, init) => fetch(input, { ...init, signal: gone.signal }) });
+      await c.execute("BEGIN");
+      await c.execute("UPDATE items SET qty = 1 WHERE name = 'abort-mine'");
+      const LOCKED = "UPDATE items SET qty = 1 WHERE name = 'abort-locked'";
+      const waiting = c.execute(LOCKED);
+      waiting.catch(() => {});
+      await eventually("the statement waits on the row lock", async () => (await runningNow(holder, LOCKED)) === 1);
+      gone.abort();
+      await expect(waiting).rejects.toThrow();
+      // Released at once: the statement stopped waiting (no lock wait left) and the session is gone,
+      // long before MariaDB's lock wait timeout (50 s) or the stand-in's idle timeout (30 s).
+      await eventually(
+        "the session is ended",
+        async () => ps.stats().sessions === before.sessions && (await runningNow(holder, LOCKED)) === 0,
+      );
+      expect(ps.stats().killed).toBeGreaterThan(before.killed);
+      await holder.query("COMMIT");
+      const after = await conn().execute("SELECT name, qty FROM items WHERE name LIKE 'abort-%' ORDER BY name");
+      expect(after.rows).toEqual([
+        { name: "abort-locked", qty: 0 },
+        { name: "abort-mine", qty: 0 },
+      ]);
+    } finally {
+      await holder.end();
+    }
+  });
+
+  test("a transaction open longer than the transaction timeout is rolled back, even while its statement runs", async () => {
+    await conn().execute("INSERT INTO items (name, qty) VALUES ('txto-locked', 0)");
+    const holder = await mysqlDirect();
+    try {
+      await holder.query("BEGIN");
+      await holder.query("SELECT qty FROM items WHERE name = 'txto-locked' FOR UPDATE");
+      const c = conn(timed.url);
+      await c.execute("BEGIN");
+      await c.execute("INSERT INTO items (name) VALUES ('txto-mine')");
+      // Blocks on the holder's lock until the transaction timeout ends the whole session.
+      const LOCKED = "UPDATE items SET qty = 1 WHERE name = 'txto-locked'";
+      const err = await dbError(c.execute(LOCKED));
+      expect(err.message).toContain("transaction timeout");
+      expect(timed.stats().sessions).toBe(0);
+      await eventually("the statement was stopped", async () => (await runningNow(holder, LOCKED)) === 0);
+      await holder.query("COMMIT");
+      const after = await conn().execute("SELECT COUNT(*) AS n FROM items WHERE name = 'txto-mine'");
+      expect(after.rows[0]).toEqual({ n: "0" });
+    } finally {
+      await holder.end();
+    }
   });
 
   test("results above maxRows are an error", async () => {
