@@ -10,7 +10,7 @@ import { type FaultProxy, startFaultProxy } from "../../scripts/stack/fault-prox
 import { parseEnv } from "../../src/env.ts";
 import { DependencyUnavailableError, Guard } from "../../src/resilience.ts";
 import { runtimes } from "../../src/runtime.ts";
-import { createTestApp, eventually, getStack, type TestApp } from "../support/stack.ts";
+import { createTestApp, eventually, getStack } from "../support/stack.ts";
 
 /** The deadline and breaker settings an operator gets without setting any (src/env.ts defaults). */
 async function productionResilience(): Promise<Record<string, string>> {
