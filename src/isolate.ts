@@ -26,7 +26,6 @@ import type { RefillGate } from "./services/seckill/reserve.ts";
 import { LRUCache } from "lru-cache";
 import { OrderGroups } from "./services/seckill/pipeline.ts";
 import { LoadShedder } from "./http/shed.ts";
-import { ConcurrencyGate } from "./http/concurrency.ts";
 import { createWriteLimiters, UPLOAD_SLOT_MAX_HOLD_MS, type WriteLimiters } from "./services/upload-limits.ts";
 import { SessionCache } from "./services/session-cache.ts";
 import { UvBatcher } from "./services/uv.ts";
@@ -140,10 +139,11 @@ export interface Isolate {
    */
   uploadSlots: Slots;
   /**
-   * Payment and refund webhooks being settled now (http/concurrency.ts): a count bounded by
-   * WEBHOOK_CONCURRENCY (each holds a MySQL session for its transaction) and a refusal counter.
+   * Payment and refund webhooks being settled now (http/slots.ts): at most WEBHOOK_CONCURRENCY
+   * start times (each holds a MySQL session for its transaction; one held past twice the
+   * transaction deadline is taken back as abandoned), two counters.
    */
-  webhooks: ConcurrencyGate;
+  webhooks: Slots;
   /**
    * Per-dependency deadline + circuit breaker (src/resilience.ts): redis, mysql, qstash, sms,
    * payments. Each remembers its breaker state, the last 128 answer times (the adaptive deadline's
@@ -199,7 +199,7 @@ export function createIsolate(config: Config, ports: IsolatePorts): Isolate {
     seckillAdmission: new SeckillAdmission(config),
     writeLimiters: createWriteLimiters(config, ports.redis),
     uploadSlots: new Slots(config.UPLOAD_CONCURRENCY, UPLOAD_SLOT_MAX_HOLD_MS),
-    webhooks: new ConcurrencyGate(config.WEBHOOK_CONCURRENCY),
+    webhooks: new Slots(config.WEBHOOK_CONCURRENCY, 2 * config.MYSQL_TRANSACTION_TIMEOUT_MS),
     resilience: ports.resilience,
     shed: new LoadShedder({
       maxInFlight: config.SHED_MAX_IN_FLIGHT,

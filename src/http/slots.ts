@@ -6,6 +6,11 @@
  * as abandoned and is taken back (on workerd a cancelled request's `finally` may never run), so a
  * leak costs capacity for at most that long and churn cannot exhaust the slots.
  */
+import { createMiddleware } from "hono/factory";
+import type { Deps } from "../deps.ts";
+import { AppError } from "../errors.ts";
+import type { AppEnv } from "../types.ts";
+
 export class Slots {
   /** Holders now → when each took its slot (ms); at most `max` entries. */
   private readonly holders = new Map<number, number>();
@@ -45,4 +50,23 @@ export class Slots {
   release(ticket: number): void {
     this.holders.delete(ticket);
   }
+}
+
+/**
+ * Route middleware: admits the request through the isolate's slots `pick(deps)` for as long as it
+ * runs, or answers 503 UNAVAILABLE + Retry-After 1 (the sender retries) before its body is read.
+ */
+export function bounded(what: string, pick: (deps: Deps) => Slots) {
+  return createMiddleware<AppEnv>(async (c, next) => {
+    const deps = c.get("deps");
+    const slots = pick(deps);
+    const ticket = slots.tryTake(deps.clock.now());
+    if (ticket === undefined)
+      throw new AppError("UNAVAILABLE", `too many ${what} in progress; try again shortly`, { retryAfterSeconds: 1 });
+    try {
+      await next();
+    } finally {
+      slots.release(ticket);
+    }
+  });
 }

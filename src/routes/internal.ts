@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import type { z } from "zod";
 import { AppError, ok } from "../errors.ts";
 import { BODY_LIMITS, signedBody } from "../http/body.ts";
-import { bounded } from "../http/concurrency.ts";
+import { bounded } from "../http/slots.ts";
 import { verifyQstash, type SignedEnv } from "../http/qstash.ts";
 import { verifyWebhook } from "../payments/signature.ts";
 import { closeOrders } from "../services/seckill/close.ts";
