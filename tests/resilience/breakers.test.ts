@@ -222,10 +222,10 @@ describe("slow and failing dependencies", () => {
     }
     const b = (await breakers()).redis;
     expect(b?.state).toBe("open");
-    // Failed until the ratio was met, refused once open: every call is counted as one or the other.
-    const failed = (b?.failures ?? 0) - (before?.failures ?? 0);
-    expect(failed).toBeGreaterThanOrEqual(1);
-    expect(failed + (b?.rejected ?? 0) - (before?.rejected ?? 0)).toBeGreaterThanOrEqual(THRESHOLD);
+    // The calls that reached the gateway failed until the ratio was met; once open, sign-in is
+    // switched off without calling Redis at all (http/degrade.ts).
+    expect((b?.failures ?? 0) - (before?.failures ?? 0)).toBeGreaterThanOrEqual(1);
+    expect(b?.lastFailure).toBeTruthy();
     // An L1 entry past its freshness is served at once (no wait on Redis) and refreshed from
     // MySQL in the background: a change made in MySQL behind the cache shows up.
     const renamed = `renamed-${crypto.randomUUID().slice(0, 8)}`;
