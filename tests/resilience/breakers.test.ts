@@ -67,12 +67,12 @@ async function l1Reads(): Promise<{ p50: number; viaLane: number }> {
 
 const breakers = async () =>
   (
-    await call<Record<string, { state: string; failures: number; rejected: number; lastOpenedAt: number | null }>>(
-      t.app,
-      "GET",
-      "/admin/resilience",
-      { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` },
-    )
+    await call<
+      Record<
+        string,
+        { state: string; failures: number; rejected: number; lastOpenedAt: number | null; lastFailure: string | null }
+      >
+    >(t.app, "GET", "/admin/resilience", { token: `Bearer ${t.deps.config.ADMIN_TOKEN}` })
   ).body.data ?? {};
 
 beforeAll(async () => {
