@@ -1,19 +1,14 @@
 /**
- * Chaos: Redis stopped mid-sale, with the DEFAULT deadlines and breakers (src/env.ts; only the
- * per-address limits are off: every request comes from this one address), at RTT 0 and RTT 200 ms.
- * The app runs as `bun src/entry/bun.ts` (its event loop is not the test's) on a private stack
- * (startPrivateStack: latency proxies in front of every stand-in, moved per distance).
- *
- * Per distance: a sale, a shop read warmed into L1, a steady stream of buyers (paced arrivals, at
- * most IN_FLIGHT at once, each retrying after Retry-After on 503/429). Once STOP_AFTER_ACKS orders
- * are acknowledged, the stack's redis-server is stopped for real (`SHUTDOWN SAVE`: everything it
- * acknowledged is on disk) and then started again on the same port and dir (it loads the dump).
- * Must hold: the app's Redis breaker (GET /admin/resilience) leaves "closed" within 5 s of the stop;
- * while Redis is down the warm shop read answers 200 with the same shop and every seckill attempt is
- * 503 UNAVAILABLE with Retry-After (never a 200, never a 500); after the restart the breaker closes,
- * every unit sells, each acknowledged order is in MySQL exactly once and stock is conserved.
- * The local QStash keeps its queue in the same redis-server, so it is down with it (drains published
- * during the outage fail; the cron sweep of `settle` publishes them again afterwards).
+ * Chaos: Redis stopped mid-sale with the DEFAULT deadlines and breakers (only the per-address limits
+ * off: one client address), at RTT 0 and 200 ms; the app is `bun src/entry/bun.ts` on a private stack.
+ * A steady stream of buyers (paced, ≤ IN_FLIGHT at once, retrying after Retry-After); after
+ * STOP_AFTER_ACKS acks the redis-server gets `SHUTDOWN SAVE` (all it acknowledged is on disk) and,
+ * once a half-open probe has failed, starts again on the same port and dir (it loads the dump).
+ * Must hold: the Redis breaker (GET /admin/resilience) leaves "closed" within 5 s of the stop; while
+ * down the warm shop read is 200 with the same shop (stale L1) and every seckill attempt a 503
+ * UNAVAILABLE with Retry-After (never 200, never 500); after the restart the breaker closes, every
+ * unit sells, each ack is in MySQL exactly once, stock is conserved. The local QStash keeps its queue
+ * in the same redis-server, so it is down too (the cron passes of `settle` re-publish the drains).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
@@ -47,8 +42,24 @@ import {
 } from "../support/sale-checks.ts";
 import { TEST_DEADLINES } from "../support/stack.ts";
 
-/** One-way distances of the two runs (RTT 0 and RTT 200 ms). */
-const ONE_WAY_MS = [0, 100] as const;
+/**
+ * The runs: a real stop (`down`) at RTT 0 and RTT 200 ms. A hung Redis (`hung`: SIGSTOP, then
+ * SIGCONT; every call waits for its deadline) runs only with REDIS_HUNG=1: with the default settings
+ * its breaker did not open in 30 s (RTT 0: ~1 guarded call ended per second — commands auto-pipelined,
+ * each held to the 2 s ceiling, buyers backing off — so the 5 s window never held BREAKER_MIN_CALLS,
+ * and a miss at a deadline equal to the ceiling was excused as "queued" whenever others were in flight).
+ */
+type Fault = "down" | "hung";
+const RUNS: { fault: Fault; oneWayMs: number }[] = [
+  { fault: "down", oneWayMs: 0 },
+  { fault: "down", oneWayMs: 100 },
+  ...(process.env.REDIS_HUNG === "1"
+    ? [
+        { fault: "hung" as const, oneWayMs: 0 },
+        { fault: "hung" as const, oneWayMs: 100 },
+      ]
+    : []),
+];
 const UNITS = 120;
 const BUYERS = 300;
 /** Buyers used only to probe the seckill route while Redis is down. */
@@ -80,6 +91,8 @@ let stack: Stack | undefined;
 let restartedRedis: Engine | undefined;
 let buyers: Buyer[] = [];
 let failed = false;
+/** A redis-server held by SIGSTOP, until its SIGCONT (afterAll resumes it if a run failed first). */
+let pausedPid: number | undefined;
 
 /** The app's settings: the stack's, the matrix ones, but the production deadlines (not TEST_DEADLINES). */
 function appEnv(s: Stack): Record<string, string> {
@@ -103,6 +116,15 @@ async function stopRedis(port: number): Promise<void> {
     10_000,
     10,
   );
+}
+
+/** The redis-server's pid (for SIGSTOP/SIGCONT). */
+async function redisPid(port: number): Promise<number> {
+  const cli = Bun.spawn(["redis-cli", "-h", "127.0.0.1", "-p", String(port), "INFO", "server"], { stdout: "pipe" });
+  const out = await within(10_000, "redis-cli INFO server", new Response(cli.stdout).text());
+  const pid = Number(/process_id:(\d+)/.exec(out)?.[1]);
+  if (!Number.isInteger(pid) || pid <= 0) throw new Error(`no process_id in INFO server: ${out.slice(0, 200)}`);
+  return pid;
 }
 
 /** Starts redis-server again on the same port and dir (it loads the dump written by SHUTDOWN SAVE). */
@@ -204,10 +226,11 @@ beforeAll(async () => {
     ),
     { log: createLogger("silent") },
   );
-  buyers = await within(60_000, "seeding buyers", seedBuyers(seeder, ONE_WAY_MS.length * (BUYERS + PROBE_BUYERS)));
+  buyers = await within(60_000, "seeding buyers", seedBuyers(seeder, RUNS.length * (BUYERS + PROBE_BUYERS)));
 }, 150_000);
 
 afterAll(async () => {
+  if (pausedPid !== undefined) process.kill(pausedPid, "SIGCONT");
   await restartedRedis?.stop();
   await stack?.stop();
   if (failed || process.env.MATRIX_KEEP_DIR) console.error(`redis-down chaos: logs kept in ${dir}`);
@@ -220,9 +243,9 @@ interface Run {
   attempts: Timed[];
 }
 
-describe.each(ONE_WAY_MS.map((oneWayMs, run) => ({ oneWayMs, run })))(
-  "Redis stopped mid-sale at RTT $oneWayMs×2 ms (default deadlines and breakers)",
-  ({ oneWayMs, run }) => {
+describe.each(RUNS.map((r, run) => ({ ...r, rtt: 2 * r.oneWayMs, run })))(
+  "Redis $fault mid-sale at RTT $rtt ms (default deadlines and breakers)",
+  ({ fault, oneWayMs, run }) => {
     let server: RuntimeServer | undefined;
     let result: Run | undefined;
     const settleTrace: string[] = [];
@@ -242,19 +265,22 @@ describe.each(ONE_WAY_MS.map((oneWayMs, run) => ({ oneWayMs, run })))(
       }
     };
     const requireRun = (): Run => {
-      if (!result) throw new Error(`the sale at RTT ${2 * oneWayMs} ms did not complete (see the first test)`);
+      if (!result) throw new Error(`the ${fault} sale at RTT ${2 * oneWayMs} ms did not complete (see the first test)`);
       return result;
     };
 
     beforeAll(async () => {
       const s = stack as Stack;
       s.distance?.set({ oneWayMs });
-      const runDir = join(dir, `rtt${2 * oneWayMs}`);
+      const runDir = join(dir, `${fault}-rtt${2 * oneWayMs}`);
       mkdirSync(runDir, { recursive: true });
       server = await startRuntime("bun", { dir: runDir, env: appEnv(s) });
     }, 90_000);
 
     afterAll(async () => {
+      // A run that failed while Redis was held by SIGSTOP: resume it for the next run.
+      if (pausedPid !== undefined) process.kill(pausedPid, "SIGCONT");
+      pausedPid = undefined;
       await server?.stop();
     }, 20_000);
 
@@ -272,7 +298,7 @@ describe.each(ONE_WAY_MS.map((oneWayMs, run) => ({ oneWayMs, run })))(
         const { shopId, voucherId } = await within(
           30_000,
           "creating the sale",
-          createSaleOverHttp(s.url, deps, { units: UNITS, label: `redis-down-${2 * oneWayMs}`, timeoutMs: 20_000 }),
+          createSaleOverHttp(s.url, deps, { units: UNITS, label: `redis-${fault}-${2 * oneWayMs}`, timeoutMs: 20_000 }),
         );
         // The shop read once: now in this isolate's L1.
         const warm = await request<{ id: number; name: string }>(s.url, "GET", `/api/shop/${shopId}`);
@@ -326,22 +352,40 @@ describe.each(ONE_WAY_MS.map((oneWayMs, run) => ({ oneWayMs, run })))(
         const probeAnswers: Timed[] = [];
         let snapshotOpen: GuardSnapshot | undefined;
         let reopened: GuardSnapshot | undefined;
+        /** The guard's calls and failures as the test saw them change between the stop and the opening. */
+        const timeline: { t: number; calls: number; failures: number; inFlight: number }[] = [];
 
         const chaos = async () => {
           await pollUntil(`${STOP_AFTER_ACKS} orders acknowledged`, async () => acks >= STOP_AFTER_ACKS, 30_000, 2);
           acksBeforeStop = acks;
           stopping = true;
           stopAt = Date.now();
-          const stopped = stopRedis(redisPort);
+          const pid = fault === "hung" ? await redisPid(redisPort) : 0;
+          if (fault === "hung") {
+            pausedPid = pid;
+            process.kill(pid, "SIGSTOP");
+          }
+          const stopped = fault === "down" ? stopRedis(redisPort) : Promise.resolve();
+          let lastSeen: GuardSnapshot | undefined;
           const opened = await pollUntil(
             "the Redis breaker to leave closed",
             async () => {
               const b = (await breakers(s)).redis as GuardSnapshot;
+              lastSeen = b;
+              const t = Date.now() - stopAt;
+              const last = timeline.at(-1);
+              if (!last || last.failures !== b.failures || last.calls !== b.calls)
+                timeline.push({ t, calls: b.calls, failures: b.failures, inFlight: b.inFlight });
               return b.state !== "closed" ? b : undefined;
             },
             OPEN_WAIT_MS,
             10,
-          );
+          ).catch((err: Error) => {
+            err.message +=
+              `\n  stop→(no opening) ms:calls/failures/inFlight: ${timeline.map((e) => `${e.t}:${e.calls}/${e.failures}/${e.inFlight}`).join(" ")}` +
+              `\n  guard last seen: ${JSON.stringify(lastSeen)}`;
+            throw err;
+          });
           openMs = Date.now() - stopAt;
           openedAtMs = opened.lastOpenedAt === null ? -1 : opened.lastOpenedAt - stopAt;
           snapshotOpen = opened;
@@ -377,7 +421,10 @@ describe.each(ONE_WAY_MS.map((oneWayMs, run) => ({ oneWayMs, run })))(
             state: ((await breakers(s)).redis as GuardSnapshot).state,
           });
           restartAt = Date.now();
-          await startRedisAgain(redisPort);
+          if (fault === "hung") {
+            process.kill(pid, "SIGCONT");
+            pausedPid = undefined;
+          } else await startRedisAgain(redisPort);
           restarted = true;
           await pollUntil(
             "the Redis breaker to close again",
@@ -403,11 +450,12 @@ describe.each(ONE_WAY_MS.map((oneWayMs, run) => ({ oneWayMs, run })))(
         };
         const final = (await breakers(s)).redis as GuardSnapshot;
         console.log(
-          `redis-down RTT ${2 * oneWayMs} ms: timeToOpen=${openMs} ms (lastOpenedAt-stop=${openedAtMs} ms, seen ${snapshotOpen?.state}) ` +
+          `redis-${fault} RTT ${2 * oneWayMs} ms: timeToOpen=${openMs} ms (lastOpenedAt-stop=${openedAtMs} ms, seen ${snapshotOpen?.state}) ` +
             `503sDuringOutage=${outage.filter((a) => a.status === 503).length + probeAnswers.filter((a) => a.status === 503).length} ` +
             `outageAnswers=${JSON.stringify(byStatus(outage))} probes=${JSON.stringify(byStatus(probeAnswers))} ` +
             `acksBeforeStop=${acksBeforeStop} acksDuringStop=${acksDuringOutage} acksAfterRestart=${acksAfterRestart} acks=${acks} ` +
             `down=${restartAt - stopAt} ms reopenedBy=${reopened ? reopened.opened : 0} openings closeAfterRestart=${closeMs} ms all=${JSON.stringify(byStatus(attempts))}\n` +
+            `  stop→open (ms:calls/failures/inFlight): ${timeline.map((e) => `${e.t}:${e.calls}/${e.failures}/${e.inFlight}`).join(" ")}\n` +
             `  guard at open: ${JSON.stringify(snapshotOpen)}\n  guard at end: ${JSON.stringify(final)}`,
         );
 
