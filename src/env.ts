@@ -114,7 +114,8 @@ export const EnvSchema = z.object({
   DEADLINE_FACTOR: z.coerce.number().min(1).max(100).default(4),
   /**
    * A breaker opens when, over the last BREAKER_WINDOW_MS, at least BREAKER_MIN_CALLS calls ended
-   * and at least BREAKER_FAILURE_RATIO of them failed (network errors, 5xx, deadlines missed with
+   * and at least BREAKER_FAILURE_RATIO of them failed, or a third of BREAKER_MIN_CALLS failed in a row
+   * with no answer between them (network errors, 5xx, deadlines missed with
    * no answer to any call meanwhile; a command or SQL error is an answer, and a deadline missed
    * while we were queued or starved never counts). 10 calls, half failing, in 5 s: a real outage
    * under steady traffic opens it within half the window; a lost packet or a slow burst never does.

@@ -13,7 +13,8 @@
  * answer anywhere joins the samples, so a dependency that moved farther is followed after one miss.
  *
  * Breaker: opens when, over the last BREAKER_WINDOW_MS, at least BREAKER_MIN_CALLS calls ended and
- * at least BREAKER_FAILURE_RATIO of them failed. A failure is a network error, a 5xx-ish answer
+ * at least BREAKER_FAILURE_RATIO of them failed, or when a third of BREAKER_MIN_CALLS failed in a
+ * row with no answer between them (a hang or an outage under thin traffic). A failure is a network error, a 5xx-ish answer
  * that is not the dependency's own, or a deadline missed with no answer to any call of this guard
  * since the wait began (or was extended). A deadline missed while others got answers or were in
  * flight with it (queued), or while our loop was starved, never counts:
@@ -262,11 +263,15 @@ export class Guard {
   private readonly factor: number;
   private readonly failureRatio: number;
   private readonly halfOpenCalls: number;
+  /** Failures in a row, with no answer between, that open the breaker (a third of minCalls). */
+  private readonly streakToOpen: number;
   private breakerState: State = "closed";
   private lastOpenedAt: number | null = null;
   private lastFailure: string | null = null;
   /** Answers (successes and the dependency's own errors) so far: progress seen by waiting callers. */
   private answers = 0;
+  /** Counted failures since the last answer. */
+  private failureStreak = 0;
   private inFlight = 0;
   private probesInFlight = 0;
   private probeSuccesses = 0;
@@ -280,6 +285,7 @@ export class Guard {
     this.factor = opts.factor ?? 4;
     this.failureRatio = opts.failureRatio ?? 0.5;
     this.halfOpenCalls = Math.max(1, opts.halfOpenCalls ?? 1);
+    this.streakToOpen = Math.max(1, Math.ceil(opts.minCalls / 3));
     this.outcomes = new OutcomeWindow(opts.windowMs ?? 5_000);
   }
 
@@ -307,13 +313,16 @@ export class Guard {
         // Queued: answers came meanwhile, or (at the first deadline) other calls are in flight with
         // this one — a crowd's answers arrive in waves, and one wave may be longer than a deadline
         // learned before the crowd came. Starved: our own timer ran late.
+        // Being in a crowd excuses a miss only while there is an extension to give: at the ceiling
+        // only an answer (or our own starvation) says the dependency is not hung.
+        const canExtend = !final && this.opts.timeoutMs > first;
         const why =
-          this.answers > seen || (!final && this.inFlight > 1)
+          this.answers > seen || (canExtend && this.inFlight > 1)
             ? "queued"
             : late > Math.max(STARVED_MIN_MS, dueMs / 2)
               ? "starved"
               : undefined;
-        if (!final && why !== undefined && this.opts.timeoutMs > first) {
+        if (canExtend && why !== undefined) {
           excused = why;
           seen = this.answers;
           this.counters.extended++;
@@ -377,6 +386,7 @@ export class Guard {
 
   private succeeded(ms: number, probe: boolean): void {
     this.answers++;
+    this.failureStreak = 0;
     this.latency.add(ms);
     this.outcomes.record(this.now(), false);
     if (probe && this.breakerState === "halfOpen" && ++this.probeSuccesses >= this.halfOpenCalls) {
@@ -388,6 +398,7 @@ export class Guard {
   private failed(message: string, probe: boolean): void {
     this.counters.failures++;
     this.lastFailure = message;
+    this.failureStreak++;
     if (this.breakerState === "halfOpen") {
       if (probe) this.open();
       return;
@@ -397,6 +408,10 @@ export class Guard {
     this.outcomes.record(now, true);
     const w = this.outcomes.totals(now);
     if (w.calls >= this.opts.minCalls && w.failures >= w.calls * this.failureRatio) this.open();
+    // Failures in a row with no answer between them: every counted miss waited with nothing
+    // answered (a crowd's misses are excused), so this is the dependency down or hung, however
+    // little traffic there is (a hang thins the calls out: each waits its deadline).
+    else if (this.failureStreak >= this.streakToOpen) this.open();
   }
 
   /**

@@ -95,7 +95,7 @@ describe("operator snapshots as JSON", () => {
     const healthy = await snapshot(t, "/admin/ops", S.OpsSnapshot);
     expect(healthy.unavailable).toEqual([]);
     expect(Object.keys(healthy.breakers).sort()).toEqual(["mysql", "payments", "qstash", "redis", "sms"]);
-    const b = await createTestApp({ BREAKER_MIN_CALLS: "2", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
+    const b = await createTestApp({ BREAKER_MIN_CALLS: "6", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
     const guard = b.deps.isolate.resilience.redis;
     for (let i = 0; i < 2; i++)
       await expect(guard.run(() => Promise.reject(new Error("connect ECONNREFUSED (injected)")))).rejects.toThrow(

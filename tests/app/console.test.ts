@@ -624,7 +624,7 @@ describe("operations", () => {
 
   test("a dependency's breaker opened by failures shows on the ops page: state, failures, last opening and failure, retry-after — the same numbers as GET /admin/resilience", async () => {
     // Its own isolate: the breaker stays open for the rest of this app's life.
-    const b = await createTestApp({ BREAKER_MIN_CALLS: "3", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
+    const b = await createTestApp({ BREAKER_MIN_CALLS: "9", BREAKER_HALF_OPEN_AFTER_MS: "60000" });
     const { cookie } = await signIn(b);
     const before = breakerRow(await (await b.app.request("/console/ops", { headers: { cookie } })).text(), "sms");
     expect(before).toMatchObject({ state: "closed", failures: "0", retryAfterSeconds: "0", lastOpenedAt: "" });

@@ -135,7 +135,7 @@ describe("payments", () => {
       const t = await createTestApp({
         PUBLIC_URL: `http://127.0.0.1:${hung.port}`,
         PAYMENTS_TIMEOUT_MS: "200",
-        BREAKER_MIN_CALLS: "2",
+        BREAKER_MIN_CALLS: "6",
         LOCAL_PAYMENT_DELAY_MS: "0",
       });
       const started = performance.now();
