@@ -23,30 +23,23 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Deps } from "../../src/deps.ts";
 import { homeShard } from "../../src/services/seckill/shards.ts";
-import { pollUntil, within } from "../support/child.ts";
+import { within } from "../support/child.ts";
 import {
-  hazardLines,
-  limiter,
+  guardedBy,
   type RuntimeServer,
   seedBuyers,
   selectedRuntimes,
   stackAppEnv,
   startRuntime,
-  guardedBy,
   workerBundle,
 } from "../support/runtimes.ts";
 import {
-  type Attempt,
-  buy,
   type Buyer,
   createSaleOverHttp,
-  expectEveryOrderOnce,
-  expectStockConserved,
-  mysqlOrderCount,
-  orderFindings,
-  outboxSize,
-  redisSide,
-  stockFindings,
+  runSwarm,
+  type SaleSwarm,
+  swarmCheckTests,
+  swarmFigures,
 } from "../support/sale-checks.ts";
 import { getShardStack } from "../support/shards.ts";
 import { getStack } from "../support/stack.ts";
@@ -84,17 +77,6 @@ afterAll(() => {
   else if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-interface SwarmResult {
-  shopId: number;
-  voucherId: number;
-  attempts: Attempt[];
-  redisAfterSale: { stock: number; buyers: number };
-  drained: boolean;
-  drainNote: string;
-  logMark: number;
-  saleMs: number;
-}
-
 /**
  * The same swarm on a voucher sharded over SHARDS databases with every buyer homed on one shard:
  * the home shard runs dry at once and the rest of the stock must come to it by moves
@@ -116,7 +98,7 @@ describe.each(MODES.flatMap((mode) => selectedRuntimes().map((name) => [name, mo
   "runtime matrix: the buyer swarm on %s (%s)",
   (name, mode) => {
     let server: RuntimeServer | undefined;
-    let result: SwarmResult | undefined;
+    let result: SaleSwarm | undefined;
     const sharded = mode !== "unsharded";
     const crowdOf = () => (sharded ? buyers.filter((b) => homeShard(b.userId, SHARDS) === 0) : buyers);
 
@@ -127,7 +109,7 @@ describe.each(MODES.flatMap((mode) => selectedRuntimes().map((name) => [name, mo
         failed = true;
       },
     );
-    const requireResult = (): SwarmResult => {
+    const requireResult = (): SaleSwarm => {
       if (!result) throw new Error(`the swarm on ${name} did not run (see the first test's failure)`);
       return result;
     };
@@ -157,140 +139,28 @@ describe.each(MODES.flatMap((mode) => selectedRuntimes().map((name) => [name, mo
         }
         const crowdBuyers = crowdOf();
         const logMark = s.logSize();
-        const run = limiter(CONNECTIONS);
-        const stopAll = new AbortController();
-        const attempts: Attempt[] = [];
-        const started = performance.now();
-        // Each buyer's attempts are queued next to each other, so they are in flight together.
-        const crowd = crowdBuyers.flatMap((buyer) =>
-          Array.from({ length: ATTEMPTS_PER_USER }, () =>
-            run(async () => {
-              attempts.push({
-                buyer,
-                outcome: await buy(s.url, voucherId, buyer, { timeoutMs: REQUEST_TIMEOUT_MS, signal: stopAll.signal }),
-              });
-            }),
-          ),
-        );
-        try {
-          await within(SWARM_TIMEOUT_MS, "the swarm", Promise.all(crowd));
-        } finally {
-          stopAll.abort(); // whatever is still in flight past the deadline is answered "lost"
-          await Promise.allSettled(crowd);
-        }
-        const saleMs = Math.round(performance.now() - started);
-        const redisAfterSale = await within(5_000, "reading Redis stock", redisSide(deps, shopId, voucherId));
-
-        // The writer drains through QStash into MySQL: every unit taken in Redis becomes a row.
-        let drained = true;
-        let drainNote = "";
-        await pollUntil(
-          "the writer to drain: outbox empty and one MySQL row per Redis buyer",
-          async () => {
-            const [outbox, rows, { buyers: taken }] = await Promise.all([
-              outboxSize(deps, shopId),
-              mysqlOrderCount(deps, voucherId),
-              redisSide(deps, shopId, voucherId),
-            ]);
-            drainNote = `outbox=${outbox} mysqlRows=${rows} redisBuyers=${taken}`;
-            return outbox === 0 && rows === taken;
-          },
-          DRAIN_TIMEOUT_MS,
-          100,
-        ).catch(() => {
-          drained = false;
+        const swarm = await runSwarm(s.url, deps, { shopId, voucherId }, crowdBuyers, {
+          attemptsPerUser: ATTEMPTS_PER_USER,
+          connections: CONNECTIONS,
+          requestTimeoutMs: REQUEST_TIMEOUT_MS,
+          swarmTimeoutMs: SWARM_TIMEOUT_MS,
+          drainTimeoutMs: DRAIN_TIMEOUT_MS,
         });
-        result = { shopId, voucherId, attempts, redisAfterSale, drained, drainNote, logMark, saleMs };
-
-        const count = (k: Attempt["outcome"]["kind"]) => attempts.filter((a) => a.outcome.kind === k).length;
-        const codes = new Map<string, number>();
-        for (const { outcome: o } of attempts) {
-          const key =
-            o.kind === "ack"
-              ? "ack"
-              : o.kind === "rejected"
-                ? `${o.status}:${o.code}`
-                : o.kind === "error"
-                  ? `${o.status}${o.code ? `:${o.code}` : ""}`
-                  : "lost";
-          codes.set(key, (codes.get(key) ?? 0) + 1);
-        }
-        console.log(
-          `matrix swarm ${name} (${mode}): attempts=${attempts.length} acks=${count("ack")} rejected=${count("rejected")} 5xx=${count("error")} lost=${count("lost")} ` +
-            `saleMs=${saleMs} redisAfterSale=${JSON.stringify(redisAfterSale)} drained=${drained} (${drainNote}) answers=${JSON.stringify(Object.fromEntries(codes))}`,
-        );
-        expect(attempts.length).toBe(crowdBuyers.length * ATTEMPTS_PER_USER);
+        result = { shopId, voucherId, logMark, ...swarm };
+        console.log(`matrix swarm ${name} (${mode}): ${swarmFigures(swarm)}`);
+        expect(swarm.attempts.length).toBe(crowdBuyers.length * ATTEMPTS_PER_USER);
         if (sharded) expect(crowdBuyers.length).toBeGreaterThan(UNITS);
       }),
       SWARM_TIMEOUT_MS + DRAIN_TIMEOUT_MS + 60_000,
     );
 
-    test(
-      `exactly ${UNITS} attempts answered with an order id (distinct ids, distinct buyers), no 5xx, none unanswered`,
-      guarded(async () => {
-        const { attempts } = requireResult();
-        const acks = attempts.flatMap((a) =>
-          a.outcome.kind === "ack" ? [{ orderId: a.outcome.orderId, userId: a.buyer.userId }] : [],
-        );
-        const fiveXX = attempts.filter((a) => a.outcome.kind === "error");
-        const lost = attempts.filter((a) => a.outcome.kind === "lost");
-        const firstErrors = [...fiveXX, ...lost].slice(0, 3).map((a) => JSON.stringify(a.outcome));
-        expect({
-          acknowledged: acks.length,
-          distinctOrderIds: new Set(acks.map((a) => a.orderId)).size,
-          distinctBuyers: new Set(acks.map((a) => a.userId)).size,
-          "5xx": fiveXX.length,
-          unanswered: lost.length,
-          firstErrors,
-        }).toEqual({
-          acknowledged: UNITS,
-          distinctOrderIds: UNITS,
-          distinctBuyers: UNITS,
-          "5xx": 0,
-          unanswered: 0,
-          firstErrors: [],
-        });
-      }),
-      10_000,
-    );
-
-    test(
-      "every acknowledged order is in MySQL exactly once with its buyer (drained via QStash); no buyer holds an order they were told they lack",
-      guarded(async () => {
-        const r = requireResult();
-        const deps = (server as RuntimeServer).driver();
-        const found = await orderFindings(deps, r.voucherId, r.attempts);
-        expect({ drained: r.drained, drainNote: r.drained ? "" : r.drainNote }).toEqual({
-          drained: true,
-          drainNote: "",
-        });
-        expectEveryOrderOnce(found, UNITS);
-      }),
-      30_000,
-    );
-
-    test(
-      "stock is conserved in MySQL and in Redis, and the Redis buyers are exactly the users with orders",
-      guarded(async () => {
-        const r = requireResult();
-        const st = await stockFindings((server as RuntimeServer).driver(), r.shopId, r.voucherId);
-        expect(r.redisAfterSale.stock + r.redisAfterSale.buyers).toBe(UNITS);
-        expectStockConserved(st, UNITS);
-      }),
-      30_000,
-    );
-
-    test(
-      'the runtime logged no "different request context", "hung" or "canceled" report during the sale',
-      guarded(async () => {
-        const r = requireResult();
-        const lines = hazardLines((server as RuntimeServer).logSince(r.logMark));
-        expect({ count: lines.length, first: lines.slice(0, 3).map((l) => l.slice(0, 300)) }).toEqual({
-          count: 0,
-          first: [],
-        });
-      }),
-      10_000,
-    );
+    swarmCheckTests({
+      units: UNITS,
+      server: "runtime",
+      guarded,
+      swarm: requireResult,
+      driver: () => (server as RuntimeServer).driver(),
+      logSince: (mark) => (server as RuntimeServer).logSince(mark),
+    });
   },
 );

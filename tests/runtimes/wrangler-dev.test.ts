@@ -18,20 +18,15 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { pollUntil, within } from "../support/child.ts";
-import { hazardLines, limiter, seedBuyers } from "../support/runtimes.ts";
+import { within } from "../support/child.ts";
+import { seedBuyers } from "../support/runtimes.ts";
 import {
-  type Attempt,
   type Buyer,
-  buy,
   createSaleOverHttp,
-  expectEveryOrderOnce,
-  expectStockConserved,
-  mysqlOrderCount,
-  orderFindings,
-  outboxSize,
-  redisSide,
-  stockFindings,
+  runSwarm,
+  type SaleSwarm,
+  swarmCheckTests,
+  swarmFigures,
 } from "../support/sale-checks.ts";
 import { type Distance, LOCAL, startWranglerDev, type WranglerDev } from "../support/wrangler-dev.ts";
 
@@ -49,23 +44,13 @@ const DISTANCES: Distance[] = [LOCAL, { label: "every dependency 100 ms away one
 /** Only the per-address limits are off (one client address); everything else is the default. */
 const ONE_ADDRESS_VARS = { SECKILL_IP_LIMIT: "0", LISTING_IP_LIMIT: "0", LOGIN_CODE_SENDS_PER_IP_HOUR: "100000" };
 
-interface SwarmResult {
-  shopId: number;
-  voucherId: number;
-  attempts: Attempt[];
-  redisAfterSale: { stock: number; buyers: number };
-  drained: boolean;
-  drainNote: string;
-  logMark: number;
-}
-
 describe.each(DISTANCES.map((d) => [d.label, d] as const))(
   "npm run worker (wrangler dev), default settings, %s: the buyer swarm",
   (label, distance) => {
     let dir = "";
     let worker: WranglerDev | undefined;
     let buyers: Buyer[] = [];
-    let result: SwarmResult | undefined;
+    let result: SaleSwarm | undefined;
     let failed = false;
 
     const guarded = (fn: () => Promise<void>) => async () => {
@@ -78,7 +63,7 @@ describe.each(DISTANCES.map((d) => [d.label, d] as const))(
         throw err;
       }
     };
-    const requireResult = (): SwarmResult => {
+    const requireResult = (): SaleSwarm => {
       if (!result) throw new Error(`the swarm (${label}) did not run (see the first test's failure)`);
       return result;
     };
@@ -111,136 +96,27 @@ describe.each(DISTANCES.map((d) => [d.label, d] as const))(
           createSaleOverHttp(w.url, deps, { units: UNITS, label: "swarm-wrangler-dev" }),
         );
         const logMark = w.logSize();
-        const run = limiter(CONNECTIONS);
-        const stopAll = new AbortController();
-        const attempts: Attempt[] = [];
-        const started = performance.now();
-        // Each buyer's attempts are queued next to each other, so they are in flight together.
-        const crowd = buyers.flatMap((buyer) =>
-          Array.from({ length: ATTEMPTS_PER_USER }, () =>
-            run(async () => {
-              attempts.push({
-                buyer,
-                outcome: await buy(w.url, voucherId, buyer, { timeoutMs: REQUEST_TIMEOUT_MS, signal: stopAll.signal }),
-              });
-            }),
-          ),
-        );
-        try {
-          await within(SWARM_TIMEOUT_MS, "the swarm", Promise.all(crowd));
-        } finally {
-          stopAll.abort(); // whatever is still in flight past the deadline is answered "lost"
-          await Promise.allSettled(crowd);
-        }
-        const saleMs = Math.round(performance.now() - started);
-        const redisAfterSale = await within(5_000, "reading Redis stock", redisSide(deps, shopId, voucherId));
-
-        let drained = true;
-        let drainNote = "";
-        await pollUntil(
-          "the writer to drain: outbox empty and one MySQL row per Redis buyer",
-          async () => {
-            const [outbox, rows, { buyers: taken }] = await Promise.all([
-              outboxSize(deps, shopId),
-              mysqlOrderCount(deps, voucherId),
-              redisSide(deps, shopId, voucherId),
-            ]);
-            drainNote = `outbox=${outbox} mysqlRows=${rows} redisBuyers=${taken}`;
-            return outbox === 0 && rows === taken;
-          },
-          DRAIN_TIMEOUT_MS,
-          100,
-        ).catch(() => {
-          drained = false;
+        const swarm = await runSwarm(w.url, deps, { shopId, voucherId }, buyers, {
+          attemptsPerUser: ATTEMPTS_PER_USER,
+          connections: CONNECTIONS,
+          requestTimeoutMs: REQUEST_TIMEOUT_MS,
+          swarmTimeoutMs: SWARM_TIMEOUT_MS,
+          drainTimeoutMs: DRAIN_TIMEOUT_MS,
         });
-        result = { shopId, voucherId, attempts, redisAfterSale, drained, drainNote, logMark };
-
-        const count = (k: Attempt["outcome"]["kind"]) => attempts.filter((a) => a.outcome.kind === k).length;
-        const codes = new Map<string, number>();
-        for (const { outcome: o } of attempts) {
-          const key =
-            o.kind === "ack"
-              ? "ack"
-              : o.kind === "rejected"
-                ? `${o.status}:${o.code}`
-                : o.kind === "error"
-                  ? `${o.status}${o.code ? `:${o.code}` : ""}`
-                  : "lost";
-          codes.set(key, (codes.get(key) ?? 0) + 1);
-        }
-        console.log(
-          `wrangler dev swarm (${label}): attempts=${attempts.length} acks=${count("ack")} rejected=${count("rejected")} 5xx=${count("error")} lost=${count("lost")} ` +
-            `saleMs=${saleMs} redisAfterSale=${JSON.stringify(redisAfterSale)} drained=${drained} (${drainNote}) answers=${JSON.stringify(Object.fromEntries(codes))}`,
-        );
-        expect(attempts.length).toBe(USERS * ATTEMPTS_PER_USER);
+        result = { shopId, voucherId, logMark, ...swarm };
+        console.log(`wrangler dev swarm (${label}): ${swarmFigures(swarm)}`);
+        expect(swarm.attempts.length).toBe(USERS * ATTEMPTS_PER_USER);
       }),
       SWARM_TIMEOUT_MS + DRAIN_TIMEOUT_MS + 30_000,
     );
 
-    test(
-      `exactly ${UNITS} attempts answered with an order id (distinct ids, distinct buyers), no 5xx, none unanswered`,
-      guarded(async () => {
-        const { attempts } = requireResult();
-        const acks = attempts.flatMap((a) =>
-          a.outcome.kind === "ack" ? [{ orderId: a.outcome.orderId, userId: a.buyer.userId }] : [],
-        );
-        const fiveXX = attempts.filter((a) => a.outcome.kind === "error");
-        const lost = attempts.filter((a) => a.outcome.kind === "lost");
-        expect({
-          acknowledged: acks.length,
-          distinctOrderIds: new Set(acks.map((a) => a.orderId)).size,
-          distinctBuyers: new Set(acks.map((a) => a.userId)).size,
-          "5xx": fiveXX.length,
-          unanswered: lost.length,
-          firstErrors: [...fiveXX, ...lost].slice(0, 3).map((a) => JSON.stringify(a.outcome)),
-        }).toEqual({
-          acknowledged: UNITS,
-          distinctOrderIds: UNITS,
-          distinctBuyers: UNITS,
-          "5xx": 0,
-          unanswered: 0,
-          firstErrors: [],
-        });
-      }),
-      10_000,
-    );
-
-    test(
-      "every acknowledged order is in MySQL exactly once with its buyer (drained via QStash); no buyer holds an order they were told they lack",
-      guarded(async () => {
-        const r = requireResult();
-        const found = await orderFindings((worker as WranglerDev).driver(), r.voucherId, r.attempts);
-        expect({ drained: r.drained, drainNote: r.drained ? "" : r.drainNote }).toEqual({
-          drained: true,
-          drainNote: "",
-        });
-        expectEveryOrderOnce(found, UNITS);
-      }),
-      30_000,
-    );
-
-    test(
-      "stock is conserved in MySQL and in Redis, and the Redis buyers are exactly the users with orders",
-      guarded(async () => {
-        const r = requireResult();
-        const st = await stockFindings((worker as WranglerDev).driver(), r.shopId, r.voucherId);
-        expect(r.redisAfterSale.stock + r.redisAfterSale.buyers).toBe(UNITS);
-        expectStockConserved(st, UNITS);
-      }),
-      30_000,
-    );
-
-    test(
-      'the Worker logged no "different request context", "hung" or "canceled" report during the sale',
-      guarded(async () => {
-        const r = requireResult();
-        const lines = hazardLines((worker as WranglerDev).logSince(r.logMark));
-        expect({ count: lines.length, first: lines.slice(0, 3).map((l) => l.slice(0, 300)) }).toEqual({
-          count: 0,
-          first: [],
-        });
-      }),
-      10_000,
-    );
+    swarmCheckTests({
+      units: UNITS,
+      server: "Worker",
+      guarded,
+      swarm: requireResult,
+      driver: () => (worker as WranglerDev).driver(),
+      logSince: (mark) => (worker as WranglerDev).logSince(mark),
+    });
   },
 );

@@ -17,6 +17,7 @@
  * Also here: the app settings every matrix server gets, a private stack, buyers (users +
  * sessions), the Workers bundle (built once per test file) and a small HTTP client.
  */
+import { expect } from "bun:test";
 import { appendFileSync, closeSync, existsSync, openSync, readFileSync, readSync, statSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { buyerUsers } from "../../scripts/sale.ts";
@@ -50,27 +51,45 @@ export function selectedRuntimes(): RuntimeName[] {
 }
 
 /**
- * What every matrix server runs with, on top of the stack's connection settings. All requests of a
- * test come from one address (127.0.0.1, or no cf-connecting-ip on workerd), so the per-address
- * limits are off: they would measure the load generator, not the runtime. The per-dependency
- * deadlines are widened as for every test app (tests/support/stack.ts TEST_DEADLINES): the stand-ins
- * share the test process with the load generator on two loaded cores. Everything else — the seckill
- * admission limit, the per-user limit, the breakers — is the production default.
+ * All requests of a test come from one address (127.0.0.1, or no cf-connecting-ip on workerd), so
+ * the per-address limits are off: they would measure the load generator, not the runtime. The cron
+ * is off (a test runs its passes itself) and the log at info (the hazard checks read it).
  */
-export const MATRIX_APP_ENV: Record<string, string> = {
+const ONE_ADDRESS_ENV: Record<string, string> = {
   LOG_LEVEL: "info",
   RUN_CRON: "false",
   SECKILL_IP_LIMIT: "0",
   LISTING_IP_LIMIT: "0",
   LOGIN_CODE_SENDS_PER_IP_HOUR: "100000",
-  ...TEST_DEADLINES,
 };
 
-/** The stack's settings for the app (the raw engine addresses are for tools only). */
-export function stackAppEnv(stack: Stack, extra: Record<string, string> = {}): Record<string, string> {
+/**
+ * What every matrix server runs with, on top of the stack's connection settings: ONE_ADDRESS_ENV,
+ * and the per-dependency deadlines widened as for every test app (tests/support/stack.ts
+ * TEST_DEADLINES): the stand-ins share the test process with the load generator on two loaded
+ * cores. Everything else — the seckill admission limit, the per-user limit, the breakers — is the
+ * production default.
+ */
+export const MATRIX_APP_ENV: Record<string, string> = { ...ONE_ADDRESS_ENV, ...TEST_DEADLINES };
+
+/** The stack's connection settings for the app (the raw engine addresses are for tools only). */
+function connectionEnv(stack: Stack): Record<string, string> {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(stack.env)) if (!k.startsWith("LOCAL_")) env[k] = v;
-  return { ...env, ...MATRIX_APP_ENV, ...extra };
+  return env;
+}
+
+/** The stack's settings for the app, with MATRIX_APP_ENV and `extra` on top. */
+export function stackAppEnv(stack: Stack, extra: Record<string, string> = {}): Record<string, string> {
+  return { ...connectionEnv(stack), ...MATRIX_APP_ENV, ...extra };
+}
+
+/**
+ * The stack's settings for the app with only the per-address limits off (ONE_ADDRESS_ENV) and
+ * `extra`: deadlines, breakers and load shedding are src/env.ts's defaults, as an operator gets them.
+ */
+export function productionAppEnv(stack: Stack, extra: Record<string, string> = {}): Record<string, string> {
+  return { ...connectionEnv(stack), ...ONE_ADDRESS_ENV, ...extra };
 }
 
 /**
@@ -482,6 +501,15 @@ export const WORKERD_HAZARDS = ["different request context", "hung", "canceled"]
 
 export function hazardLines(log: string, patterns: readonly string[] = WORKERD_HAZARDS): string[] {
   return log.split("\n").filter((l) => patterns.some((p) => l.toLowerCase().includes(p)));
+}
+
+/** No hazard line in `log` (the first three are shown when there are). */
+export function expectNoHazardLines(log: string): void {
+  const lines = hazardLines(log);
+  expect({ count: lines.length, first: lines.slice(0, 3).map((l) => l.slice(0, 300)) }).toEqual({
+    count: 0,
+    first: [],
+  });
 }
 
 /** Counts answers by status (0 = no answer), e.g. `{ "200": 2990, "503": 10 }`. */

@@ -12,12 +12,13 @@
  * database or in the seckill shards (`deps.seckillShards`), under the same names, never both; the
  * Redis reads below sum (or join) over all of them, so they hold for either kind of voucher.
  */
-import { expect } from "bun:test";
+import { expect, test } from "bun:test";
 import type { Deps } from "../../src/deps.ts";
 import { runCron } from "../../src/jobs/index.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { reconcile, type VoucherReport } from "../../src/services/seckill/reconcile.ts";
 import { pollUntil, within } from "./child.ts";
+import { expectNoHazardLines, limiter } from "./runtimes.ts";
 
 export interface Buyer {
   userId: number;
@@ -410,4 +411,199 @@ export async function stockFindings(
 export async function reconcileVoucher(deps: Deps, voucherId: number): Promise<VoucherReport | undefined> {
   const report = await within(20_000, "reconcile", reconcile(deps, Date.now()));
   return report.vouchers.find((v: VoucherReport) => v.voucherId === voucherId);
+}
+
+/** How a buyer swarm is run (runSwarm). Milliseconds throughout. */
+export interface SwarmOptions {
+  attemptsPerUser: number;
+  /** Requests in flight at most. */
+  connections: number;
+  requestTimeoutMs: number;
+  /** The whole crowd; whatever is still in flight then is answered "lost". */
+  swarmTimeoutMs: number;
+  /** How long the writer may take to drain after the sale. */
+  drainTimeoutMs: number;
+  drainPollMs?: number;
+}
+
+/** What a buyer swarm saw: every attempt's answer, the Redis side right after the sale, and the drain. */
+export interface SwarmRun {
+  attempts: Attempt[];
+  saleMs: number;
+  redisAfterSale: { stock: number; buyers: number };
+  drained: boolean;
+  /** The last outbox / MySQL / Redis figures seen while waiting for the drain. */
+  drainNote: string;
+}
+
+/**
+ * A buyer swarm on `baseUrl`'s seckill voucher: each buyer's attempts are queued next to each other
+ * (so they are in flight together), at most `connections` at once. Then waits for the writer to
+ * drain through QStash into MySQL (outbox empty, one MySQL row per Redis buyer); a drain that does
+ * not finish in time is reported (`drained: false`), not thrown, so the checks can say what is wrong.
+ */
+export async function runSwarm(
+  baseUrl: string,
+  deps: Pick<Deps, "db"> & RedisSide,
+  sale: { shopId: number; voucherId: number },
+  buyers: readonly Buyer[],
+  opts: SwarmOptions,
+): Promise<SwarmRun> {
+  const { shopId, voucherId } = sale;
+  const run = limiter(opts.connections);
+  const stopAll = new AbortController();
+  const attempts: Attempt[] = [];
+  const started = performance.now();
+  const crowd = buyers.flatMap((buyer) =>
+    Array.from({ length: opts.attemptsPerUser }, () =>
+      run(async () => {
+        const outcome = await buy(baseUrl, voucherId, buyer, {
+          timeoutMs: opts.requestTimeoutMs,
+          signal: stopAll.signal,
+        });
+        attempts.push({ buyer, outcome });
+      }),
+    ),
+  );
+  try {
+    await within(opts.swarmTimeoutMs, "the swarm", Promise.all(crowd));
+  } finally {
+    stopAll.abort(); // whatever is still in flight past the deadline is answered "lost"
+    await Promise.allSettled(crowd);
+  }
+  const saleMs = Math.round(performance.now() - started);
+  const redisAfterSale = await within(10_000, "reading Redis stock", redisSide(deps, shopId, voucherId));
+
+  let drained = true;
+  let drainNote = "";
+  await pollUntil(
+    "the writer to drain: outbox empty and one MySQL row per Redis buyer",
+    async () => {
+      const [outbox, rows, { buyers: taken }] = await Promise.all([
+        outboxSize(deps, shopId),
+        mysqlOrderCount(deps, voucherId),
+        redisSide(deps, shopId, voucherId),
+      ]);
+      drainNote = `outbox=${outbox} mysqlRows=${rows} redisBuyers=${taken}`;
+      return outbox === 0 && rows === taken;
+    },
+    opts.drainTimeoutMs,
+    opts.drainPollMs ?? 100,
+  ).catch(() => {
+    drained = false;
+  });
+  return { attempts, saleMs, redisAfterSale, drained, drainNote };
+}
+
+/** A swarm's figures for the test log: answers by kind and by status:code, sale time, the drain. */
+export function swarmFigures(r: SwarmRun): string {
+  const count = (k: Outcome["kind"]) => r.attempts.filter((a) => a.outcome.kind === k).length;
+  const codes = new Map<string, number>();
+  for (const { outcome: o } of r.attempts) {
+    const key =
+      o.kind === "ack"
+        ? "ack"
+        : o.kind === "rejected"
+          ? `${o.status}:${o.code}`
+          : o.kind === "error"
+            ? `${o.status}${o.code ? `:${o.code}` : ""}`
+            : "lost";
+    codes.set(key, (codes.get(key) ?? 0) + 1);
+  }
+  return (
+    `attempts=${r.attempts.length} acks=${count("ack")} rejected=${count("rejected")} 5xx=${count("error")} lost=${count("lost")} ` +
+    `saleMs=${r.saleMs} redisAfterSale=${JSON.stringify(r.redisAfterSale)} drained=${r.drained} (${r.drainNote}) answers=${JSON.stringify(Object.fromEntries(codes))}`
+  );
+}
+
+/** Exactly `units` attempts answered with an order id (distinct ids, distinct buyers), no 5xx, none unanswered. */
+export function expectUnitsAcknowledged(attempts: readonly Attempt[], units: number): void {
+  const acks = attempts.flatMap((a) =>
+    a.outcome.kind === "ack" ? [{ orderId: a.outcome.orderId, userId: a.buyer.userId }] : [],
+  );
+  const fiveXX = attempts.filter((a) => a.outcome.kind === "error");
+  const lost = attempts.filter((a) => a.outcome.kind === "lost");
+  expect({
+    acknowledged: acks.length,
+    distinctOrderIds: new Set(acks.map((a) => a.orderId)).size,
+    distinctBuyers: new Set(acks.map((a) => a.userId)).size,
+    "5xx": fiveXX.length,
+    unanswered: lost.length,
+    firstErrors: [...fiveXX, ...lost].slice(0, 3).map((a) => JSON.stringify(a.outcome)),
+  }).toEqual({
+    acknowledged: units,
+    distinctOrderIds: units,
+    distinctBuyers: units,
+    "5xx": 0,
+    unanswered: 0,
+    firstErrors: [],
+  });
+}
+
+/** The swarm's writer drained, and every acknowledged order is in MySQL once with its buyer (expectEveryOrderOnce). */
+export async function expectSwarmDrained(
+  deps: Pick<Deps, "db">,
+  voucherId: number,
+  r: SwarmRun,
+  units: number,
+): Promise<void> {
+  const found = await orderFindings(deps, voucherId, r.attempts);
+  expect({ drained: r.drained, drainNote: r.drained ? "" : r.drainNote }).toEqual({ drained: true, drainNote: "" });
+  expectEveryOrderOnce(found, units);
+}
+
+/** Stock conserved right after the swarm (Redis) and now (expectStockConserved). */
+export async function expectSwarmStockConserved(
+  deps: Pick<Deps, "db"> & RedisSide,
+  sale: { shopId: number; voucherId: number },
+  r: SwarmRun,
+  units: number,
+): Promise<void> {
+  const st = await stockFindings(deps, sale.shopId, sale.voucherId);
+  expect(r.redisAfterSale.stock + r.redisAfterSale.buyers).toBe(units);
+  expectStockConserved(st, units);
+}
+
+/** A swarm on one sale, as the checks below read it (`logMark`: the server log's size before the sale). */
+export interface SaleSwarm extends SwarmRun {
+  shopId: number;
+  voucherId: number;
+  logMark: number;
+}
+
+/**
+ * The checks every buyer-swarm file makes after its sale, as four tests: `units` acknowledged and
+ * nothing else broken (expectUnitsAcknowledged), the drain (expectSwarmDrained), stock
+ * (expectSwarmStockConserved), and no workerd hazard line in `server`'s log since the sale.
+ * `guarded` wraps each body (the file's log-tail reporter); `swarm` throws when the sale did not run.
+ */
+export function swarmCheckTests(opts: {
+  units: number;
+  server: string;
+  guarded: (fn: () => Promise<void>) => () => Promise<void>;
+  swarm: () => SaleSwarm;
+  driver: () => Deps;
+  logSince: (mark: number) => string;
+}): void {
+  const { units, guarded, swarm } = opts;
+  test(
+    `exactly ${units} attempts answered with an order id (distinct ids, distinct buyers), no 5xx, none unanswered`,
+    guarded(async () => expectUnitsAcknowledged(swarm().attempts, units)),
+    10_000,
+  );
+  test(
+    "every acknowledged order is in MySQL exactly once with its buyer (drained via QStash); no buyer holds an order they were told they lack",
+    guarded(async () => expectSwarmDrained(opts.driver(), swarm().voucherId, swarm(), units)),
+    60_000,
+  );
+  test(
+    "stock is conserved in MySQL and in Redis, and the Redis buyers are exactly the users with orders",
+    guarded(async () => expectSwarmStockConserved(opts.driver(), swarm(), swarm(), units)),
+    60_000,
+  );
+  test(
+    `the ${opts.server} logged no "different request context", "hung" or "canceled" report during the sale`,
+    guarded(async () => expectNoHazardLines(opts.logSince(swarm().logMark))),
+    10_000,
+  );
 }
