@@ -82,6 +82,8 @@ export interface SaleSummary {
   refusals: Record<RefusalReason, number>;
   /** What "other" was: error codes, `HTTP_<status>`, `NETWORK`. */
   otherReasons: Record<string, number>;
+  /** Attempts sent again after a non-envelope 503 from `wrangler dev`'s own proxy (see `attempt`). */
+  devProxyRetries: number;
   latencyMs: { p50: number; p99: number; max: number };
   /** Seconds from the first attempt to the last answer. */
   saleSeconds: number;
@@ -95,6 +97,9 @@ export interface SaleSummary {
   sourceAddresses: number;
   consoleUrl: string;
 }
+
+/** Tries of one attempt while `wrangler dev`'s proxy answers its own 503. */
+const DEV_PROXY_TRIES = 5;
 
 export class SaleError extends Error {
   constructor(message: string) {
@@ -335,6 +340,7 @@ export async function runSale(opts: SaleOptions): Promise<SaleSummary> {
     }
 
     const counts = new Map<string, number>();
+    let devProxyRetries = 0;
     const latencies: number[] = [];
     let sold = 0;
     const bar = opts.quiet
@@ -353,13 +359,21 @@ export async function runSale(opts: SaleOptions): Promise<SaleSummary> {
       const t0 = performance.now();
       let outcome: string;
       try {
-        const res = await send(
-          "POST",
-          `/api/voucher-order/seckill/${voucherId}`,
-          { authorization: tokens[i] ?? "" },
-          undefined,
-          addresses.length > 0 ? addresses[i % addresses.length] : undefined,
-        );
+        let res: Answer;
+        for (let tries = 1; ; tries++) {
+          res = await send(
+            "POST",
+            `/api/voucher-order/seckill/${voucherId}`,
+            { authorization: tokens[i] ?? "" },
+            undefined,
+            addresses.length > 0 ? addresses[i % addresses.length] : undefined,
+          );
+          // A 503 that is not the app's envelope is `wrangler dev`'s own proxy ("your worker restarted
+          // mid-request", seen on a CPU-starved machine): it does not know whether the Worker got the
+          // attempt, so the buyer sends it again and the Worker says (the order, or DUPLICATE_ORDER).
+          if (res.status !== 503 || res.body !== null || tries >= DEV_PROXY_TRIES) break;
+          devProxyRetries++;
+        }
         outcome = res.body?.success === true ? "SOLD" : (res.body?.code ?? `HTTP_${res.status}`);
       } catch {
         outcome = "NETWORK";
@@ -431,6 +445,7 @@ export async function runSale(opts: SaleOptions): Promise<SaleSummary> {
       sold: counts.get("SOLD") ?? 0,
       refusals,
       otherReasons,
+      devProxyRetries,
       latencyMs: {
         p50: round1(percentile(latencies, 0.5)),
         p99: round1(percentile(latencies, 0.99)),
@@ -463,6 +478,11 @@ export function formatSummary(s: SaleSummary): string {
     `  RATE_LIMITED       ${r.RATE_LIMITED}`,
     `  NOT_STARTED        ${r.NOT_STARTED}`,
     `  other              ${r.other}${other ? `  (${other})` : ""}`,
+    ...(s.devProxyRetries > 0
+      ? [
+          `  resent             ${s.devProxyRetries} (wrangler dev's proxy answered its own 503: not the Worker's answer)`,
+        ]
+      : []),
     `  latency            p50 ${s.latencyMs.p50} ms · p99 ${s.latencyMs.p99} ms · max ${s.latencyMs.max} ms`,
     `  orders in MySQL    ${s.ordersInMysql ?? "not read (no DATABASE_URL)"}${s.drained ? ` (drained ${s.drainSeconds} s after the last answer)` : ` (NOT drained after ${s.drainSeconds} s)`}`,
     `  left in outbox     ${s.outboxPending}`,

@@ -20,6 +20,8 @@ function build(env: Bindings) {
     // workerd: no request may await I/O another request started (src/runtime.ts).
     const deps = createDeps(parseEnv(env), { runtime: runtimes.workerd });
     built = { deps, app: createApp(deps) };
+    // One line per isolate: operators (and tests) can tell a fresh isolate from a warm one.
+    deps.log.info("isolate started", { runtime: "workerd" });
   }
   return built;
 }
