@@ -8,6 +8,8 @@
  *     the other dry buyers, or units stay at home while buyers are told SOLD_OUT (undersell);
  *   - a dry buyer whose SOLD_OUT reply arrives after a refill already brought units home (the
  *     reply held by a fault proxy in front of the home shard) retries for them;
+ *   - the retry reuses its attempt's order id, so the per-user window must count that attempt
+ *     once: with SECKILL_USER_LIMIT=1 the retry is not refused by its own first entry.
  *
  * Stock 3 over 4 shards is [1, 1, 1, 0]; every buyer here is homed on shard 0.
  */
@@ -124,4 +126,19 @@ describe("the retry after a refill", () => {
       await proxy.stop();
     }
   }, 30_000);
+
+  test("SECKILL_USER_LIMIT=1: the retry after a refill reuses its attempt's order id and is not refused by its own first entry", async () => {
+    const t = await shardedApp({ SECKILL_USER_LIMIT: "1", SECKILL_USER_WINDOW_MS: "60000" });
+    const { voucherId } = await createSeckill(t, { stock: 3 });
+    const cfg = await cfgOf(t, voucherId);
+    const [first, y] = homedAtZero(2) as [number, number];
+    expect(outcome(await reserve(t.deps, { voucherId, userId: first, ip: IP }))).toBe("ok");
+    // y's one attempt finds shard 0 empty, a refill brings units, and its retry takes one.
+    expect(outcome(await reserve(t.deps, { voucherId, userId: y, ip: IP }))).toBe("ok");
+    // Not blocked from memory either: a second attempt of y is the one-per-user answer, not a 429.
+    expect(outcome(await reserve(t.deps, { voucherId, userId: y, ip: IP }))).toBe("DUPLICATE_ORDER");
+    const state = await seckillState(t.deps, cfg);
+    expect(state.shards.map((s) => s.buyers)).toEqual([2, 0, 0, 0]);
+    await t.settle();
+  });
 });
