@@ -207,51 +207,68 @@ export async function reserve(
   // nothing and no refill or ticketed retry of this isolate is still in flight.
   let soldOutFinal = true;
   if (sharded && reply[0] === 4) {
-    const gate = refillGate(deps, `${cfg.voucherId}:${home.shard}`);
-    soldOutFinal = false;
-    const waitUntil = deps.clock.now() + REFILL_WAIT_MS;
-    let refills = 0;
-    while (refills < MAX_REFILLS) {
-      if (gate.tickets <= 0) {
-        if (gate.retrying > 0 || (gate.inflight > 0 && !deps.runtime.sharesIo)) {
-          // A ticketed retry may give its ticket back, or (workerd) another request's refill is
-          // bringing units home and its I/O is not this request's to await (src/runtime.ts): look
-          // again shortly on a timer of our own.
-          if (deps.clock.now() >= waitUntil) break;
-          await new Promise((r) => setTimeout(r, REFILL_POLL_MS));
-          continue;
-        }
-        const before = gate.epoch;
-        refills++;
-        await sharedRefill(deps, cfg, home.shard, gate);
+    const first = reply;
+    const afterDry = async (): Promise<{ answer: ReserveResult } | { reply: typeof first; final: boolean }> => {
+      let reply = first;
+      const gate = refillGate(deps, `${cfg.voucherId}:${home.shard}`);
+      const deadline = deps.clock.now() + REFILL_WAIT_MS;
+      let refills = 0;
+      while (refills < MAX_REFILLS) {
         if (gate.tickets <= 0) {
-          if (gate.epoch === before && gate.inflight === 0 && gate.retrying === 0) {
-            soldOutFinal = true;
-            break;
+          if (gate.retrying > 0 || (gate.inflight > 0 && !deps.runtime.sharesIo)) {
+            // A ticketed retry may give its ticket back, or (workerd) another request's refill is
+            // bringing units home and its I/O is not this request's to await (src/runtime.ts): look
+            // again shortly on a timer of our own.
+            if (deps.clock.now() >= deadline) break;
+            await new Promise((r) => setTimeout(r, REFILL_POLL_MS));
+            continue;
           }
-          continue; // the units went to earlier waiters: see what their retries leave
+          const before = gate.epoch;
+          refills++;
+          await sharedRefill(deps, cfg, home.shard, gate);
+          if (gate.tickets <= 0) {
+            if (gate.epoch === before && gate.inflight === 0 && gate.retrying === 0) return { reply, final: true };
+            continue; // the units went to earlier waiters: see what their retries leave
+          }
+        }
+        gate.tickets--;
+        gate.retrying++;
+        let used = false;
+        try {
+          // The retry is one more command on the home shard: it passes the shard's admission gate
+          // like any attempt.
+          const again = await admit();
+          if (again) return { answer: again };
+          const next = await attempt();
+          if (!Array.isArray(next)) {
+            used = next.ok;
+            return { answer: next };
+          }
+          reply = next;
+          used = reply[0] === 0 || reply[0] === 4;
+          if (reply[0] === 0) {
+            // Announced here, so that a buyer who went away meanwhile still has the order drained soon.
+            announce(deps, reservation);
+            remember(orderId);
+            return { answer: { ok: true, orderId } };
+          }
+          if (reply[0] !== 4) return { reply, final: false };
+        } finally {
+          gate.retrying--;
+          if (!used) gate.tickets++;
         }
       }
-      gate.tickets--;
-      gate.retrying++;
-      let used = false;
-      try {
-        // The retry is one more command on the home shard: it passes the shard's admission gate
-        // like any attempt.
-        const again = await admit();
-        if (again) return again;
-        reply = await attempt();
-        if (!Array.isArray(reply)) {
-          used = reply.ok;
-          return reply;
-        }
-        used = reply[0] === 0 || reply[0] === 4;
-        if (reply[0] !== 4) break;
-      } finally {
-        gate.retrying--;
-        if (!used) gate.tickets++;
-      }
-    }
+      return { reply, final: false };
+    };
+    // Where a request is cancelled when its client goes (workerd), a cancelled request's awaits
+    // never resume, so a refill or retry it had in flight would hold the gate's counters (and a
+    // ticket) for ever: the dry path runs in the request's waitUntil, which outlives the client.
+    const dry = afterDry();
+    if (!deps.runtime.sharesIo) deps.waitUntil(dry.then(noop, noop));
+    const settled = await dry;
+    if ("answer" in settled) return settled.answer;
+    reply = settled.reply;
+    soldOutFinal = settled.final;
   }
   const [code, a, b] = reply;
   switch (code) {
@@ -295,6 +312,8 @@ export async function reserve(
       throw new Error(`reserve-stock.lua returned unknown code ${code}`);
   }
 }
+
+const noop = () => {};
 
 /** Refills one attempt may wait for: each halves what the other shards hold, so ~log2(stock) rounds drain them. */
 const MAX_REFILLS = 32;
