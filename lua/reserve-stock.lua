@@ -29,7 +29,8 @@
   KEYS[9+r ..]    stock buckets: the buyer's home bucket first, then the others in probe order
 
   ARGV[1]   user id
-  ARGV[2]   order id (decimal string; unique, so also the attempt-log member)
+  ARGV[2]   order id (decimal string; unique per attempt, so also the attempt-log member: a retry of
+            the same attempt after a refill passes the same id and counts once)
   ARGV[3]   now, epoch ms
   ARGV[4]   per-user attempts allowed per window (0 = no limit)
   ARGV[5]   per-user window, ms
@@ -68,10 +69,13 @@ local dailyTtl = tonumber(ARGV[9])
 local callerRules = ARGV[10] or ""
 
 -- Sliding-window log: drop entries older than the window, then compare the count with the limit.
--- Returns ms until the oldest entry leaves the window when full, else 0.
+-- Returns ms until the oldest entry leaves the window when full, else 0. An order id already in
+-- the log is this attempt again (the retry after a refill reuses it): counted once, never refused
+-- by its own entry.
 local function windowFull(key, limit, window)
   if limit <= 0 then return 0 end
   redis.call("ZREMRANGEBYSCORE", key, "-inf", now - window)
+  if redis.call("ZSCORE", key, orderId) then return 0 end
   if redis.call("ZCARD", key) < limit then return 0 end
   local oldest = redis.call("ZRANGE", key, 0, 0, "WITHSCORES")
   return math.max(1, tonumber(oldest[2]) + window - now)
@@ -85,12 +89,13 @@ local wait = windowFull(userLogKey, userLimit, userWindow)
 if wait > 0 then return {6, wait, 1} end
 wait = windowFull(ipLogKey, ipLimit, ipWindow)
 if wait > 0 then return {6, wait, 2} end
+-- NX: a retried attempt keeps its first entry's time (its window does not restart).
 if userLimit > 0 then
-  redis.call("ZADD", userLogKey, now, orderId)
+  redis.call("ZADD", userLogKey, "NX", now, orderId)
   redis.call("PEXPIRE", userLogKey, userWindow)
 end
 if ipLimit > 0 then
-  redis.call("ZADD", ipLogKey, now, orderId)
+  redis.call("ZADD", ipLogKey, "NX", now, orderId)
   redis.call("PEXPIRE", ipLogKey, ipWindow)
 end
 

@@ -198,46 +198,77 @@ export async function reserve(
   if (!Array.isArray(reply)) return reply;
   // The home shard is dry: bring stock from the others (moves.ts) and try there again, until a
   // refill finds every other shard empty. Dry buyers of one isolate share each refill (where the
-  // runtime allows it) and only as many of them retry as it brought units ("tickets"): a crowd at
-  // sell-out costs one refill, not a retry per buyer per round. A buyer retries after a refill
-  // that brought nothing only if units arrived since its own SOLD_OUT (the gate's epoch moved).
-  // SOLD_OUT is remembered by the isolate only when it is final: no refill of this isolate is still
-  // bringing units home.
+  // runtime allows it) and only as many of them retry as refills brought units ("tickets"): a
+  // crowd at sell-out costs one refill, not a retry per buyer per round. A ticket stands for a unit
+  // at home: a dry buyer takes one whenever there is one (units may have arrived while its own
+  // attempt was in flight), and a retry that did not take a unit (the buyer already holds one, a
+  // limit, an error) gives it back — SOLD_OUT alone uses it up (someone else took that unit).
+  // SOLD_OUT is final, and remembered by the isolate, only when this buyer's refill brought
+  // nothing and no refill or ticketed retry of this isolate is still in flight.
   let soldOutFinal = true;
   if (sharded && reply[0] === 4) {
-    const gate = refillGate(deps, `${cfg.voucherId}:${home.shard}`);
-    let seen = gate.epoch;
-    soldOutFinal = false;
-    for (let round = 0; round < MAX_REFILLS; round++) {
-      if (gate.inflight > 0 && !deps.runtime.sharesIo) {
-        // workerd: another request's refill is bringing units home, and its I/O is not this
-        // request's to await (src/runtime.ts): look again shortly on a timer of our own.
-        await new Promise((r) => setTimeout(r, REFILL_POLL_MS));
-      } else {
-        await sharedRefill(deps, cfg, home.shard, gate);
-      }
-      if (gate.epoch === seen) {
-        // Nothing arrived at home since this buyer was told SOLD_OUT: final once no refill is left.
-        if (gate.inflight === 0) {
-          soldOutFinal = true;
-          break;
+    const first = reply;
+    const afterDry = async (): Promise<{ answer: ReserveResult } | { reply: typeof first; final: boolean }> => {
+      let reply = first;
+      const gate = refillGate(deps, `${cfg.voucherId}:${home.shard}`);
+      const deadline = deps.clock.now() + REFILL_WAIT_MS;
+      let refills = 0;
+      while (refills < MAX_REFILLS) {
+        if (gate.tickets <= 0) {
+          if (gate.retrying > 0 || (gate.inflight > 0 && !deps.runtime.sharesIo)) {
+            // A ticketed retry may give its ticket back, or (workerd) another request's refill is
+            // bringing units home and its I/O is not this request's to await (src/runtime.ts): look
+            // again shortly on a timer of our own.
+            if (deps.clock.now() >= deadline) break;
+            await new Promise((r) => setTimeout(r, REFILL_POLL_MS));
+            continue;
+          }
+          const before = gate.epoch;
+          refills++;
+          await sharedRefill(deps, cfg, home.shard, gate);
+          if (gate.tickets <= 0) {
+            if (gate.epoch === before && gate.inflight === 0 && gate.retrying === 0) return { reply, final: true };
+            continue; // the units went to earlier waiters: see what their retries leave
+          }
         }
-        continue;
+        gate.tickets--;
+        gate.retrying++;
+        let used = false;
+        try {
+          // The retry is one more command on the home shard: it passes the shard's admission gate
+          // like any attempt.
+          const again = await admit();
+          if (again) return { answer: again };
+          const next = await attempt();
+          if (!Array.isArray(next)) {
+            used = next.ok;
+            return { answer: next };
+          }
+          reply = next;
+          used = reply[0] === 0 || reply[0] === 4;
+          if (reply[0] === 0) {
+            // Announced here, so that a buyer who went away meanwhile still has the order drained soon.
+            announce(deps, reservation);
+            remember(orderId);
+            return { answer: { ok: true, orderId } };
+          }
+          if (reply[0] !== 4) return { reply, final: false };
+        } finally {
+          gate.retrying--;
+          if (!used) gate.tickets++;
+        }
       }
-      seen = gate.epoch;
-      if (gate.tickets <= 0) continue; // the units are the earlier waiters': wait for the next refill
-      gate.tickets--;
-      // The retry is one more command on the home shard: it passes the shard's admission gate
-      // like any attempt (a refused one gives its ticket back).
-      const again = await admit();
-      if (again) {
-        gate.tickets++;
-        return again;
-      }
-      reply = await attempt();
-      if (!Array.isArray(reply)) return reply;
-      if (reply[0] !== 4) break;
-    }
+      return { reply, final: false };
+    };
+    // Where a request is cancelled when its client goes (workerd), a cancelled request's awaits
+    // never resume, so a refill or retry it had in flight would hold the gate's counters (and a
+    // ticket) for ever: the dry path runs in the request's waitUntil, which outlives the client.
+    const dry = afterDry();
+    if (!deps.runtime.sharesIo) deps.waitUntil(dry.then(noop, noop));
+    const settled = await dry;
+    if ("answer" in settled) return settled.answer;
+    reply = settled.reply;
+    soldOutFinal = settled.final;
   }
   const [code, a, b] = reply;
   switch (code) {
@@ -282,17 +313,27 @@ export async function reserve(
   }
 }
 
+const noop = () => {};
+
 /** Refills one attempt may wait for: each halves what the other shards hold, so ~log2(stock) rounds drain them. */
 const MAX_REFILLS = 32;
-/** workerd: how often a dry buyer looks again while another request's refill runs, ms. */
+/** How often a dry buyer looks again while a ticketed retry or (workerd) another request's refill runs, ms. */
 const REFILL_POLL_MS = 5;
+/**
+ * How long one attempt may wait, in all, for other requests' retries and refills, ms: each is a
+ * Redis round trip or a few, bounded by REDIS_TIMEOUT_MS; past this the buyer is told SOLD_OUT
+ * (not remembered as final).
+ */
+const REFILL_WAIT_MS = 10_000;
 
 /** A home shard's refills in this isolate (isolate.seckillRefills). */
 export interface RefillGate {
   /** Units refills brought to the shard from this isolate, ever: a dry buyer compares it with what it saw. */
   epoch: number;
-  /** Units of the last refills no waiting buyer has tried for yet. */
+  /** Units refills brought that no retry has used yet (a retry that took none gives its ticket back). */
   tickets: number;
+  /** Retries holding a ticket, in flight: a dry buyer without a ticket waits for them before SOLD_OUT is final. */
+  retrying: number;
   running: Promise<number> | undefined;
   /** Refills of this isolate in flight (on workerd one per request that started one). */
   inflight: number;
@@ -301,7 +342,7 @@ export interface RefillGate {
 function refillGate(deps: Deps, key: string): RefillGate {
   let g = deps.isolate.seckillRefills.get(key);
   if (!g) {
-    g = { epoch: 0, tickets: 0, running: undefined, inflight: 0 };
+    g = { epoch: 0, tickets: 0, retrying: 0, running: undefined, inflight: 0 };
     deps.isolate.seckillRefills.set(key, g);
   }
   return g;
