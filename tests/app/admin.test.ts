@@ -26,7 +26,10 @@ beforeAll(async () => {
 async function cookieOf(app: TestApp): Promise<string> {
   const res = await app.app.request("/console/login", {
     method: "POST",
-    headers: { "content-type": "application/x-www-form-urlencoded", origin: "http://localhost" },
+    headers: {
+      "content-type": "application/x-www-form-urlencoded",
+      origin: new URL(app.deps.config.PUBLIC_URL).origin,
+    },
     body: `token=${encodeURIComponent(app.deps.config.ADMIN_TOKEN)}`,
   });
   return `${SESSION_COOKIE}=${/cityhub_console=([^;]+)/.exec(res.headers.get("set-cookie") ?? "")?.[1] ?? ""}`;
