@@ -41,7 +41,8 @@ export const EnvSchema = z.object({
   OPERATOR_AUTH_WINDOW_SECONDS: z.coerce.number().int().min(1).max(86_400).default(900),
   /**
    * Public base URL of this deployment, used as the destination of QStash callbacks
-   * (`${PUBLIC_URL}/internal/...`). Must be reachable by QStash.
+   * (`${PUBLIC_URL}/internal/...`). Must be reachable by QStash. Also the console's only accepted
+   * Origin for its forms: operators open the console at this address.
    */
   PUBLIC_URL: z.url({ protocol: /^https?$/ }).default("http://127.0.0.1:8787"),
   /** IANA zone for dates in responses, sign-in days and UV days (api.md: default Asia/Shanghai). */
