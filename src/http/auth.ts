@@ -106,10 +106,14 @@ export const optionalUser = createMiddleware<MaybeUserEnv>(async (c, next) => {
   attachReissued(c.res, fresh ?? undefined);
 });
 
-/** Does an Authorization header carry the operator secret (constant-time compare)? */
+/**
+ * Does an Authorization header carry the operator secret as `Bearer <secret>` (the scheme in any
+ * case, per RFC 9110; constant-time compare)? The bare secret is refused: the classic scheme-less
+ * header is for user tokens only.
+ */
 export function isOperator(authorization: string | undefined, adminToken: string): boolean {
-  const token = bearer(authorization);
-  return token !== undefined && token !== null && timingSafeEqual(token, adminToken);
+  const m = authorization === undefined ? null : /^Bearer +(\S+)\s*$/i.exec(authorization);
+  return m?.[1] !== undefined && timingSafeEqual(m[1], adminToken);
 }
 
 export const requireOperator = createMiddleware<AppEnv>(async (c, next) => {
