@@ -28,6 +28,7 @@ import { streamLimit } from "./http/body.ts";
 import { createFastLane } from "./http/fast-lane.ts";
 import { LISTING_PATHS, listingLimit } from "./http/listing-limit.ts";
 import { requestIdOf } from "./http/edge.ts";
+import { oversizedResponse } from "./http/request-size.ts";
 import { shedResponse } from "./http/shed.ts";
 
 /**
@@ -110,5 +111,8 @@ export function createApp(deps: Deps): Hono<AppEnv> {
     shed.done();
     return res;
   };
+  // Before everything: a URL or header block past the app's limits is a 431 envelope (http/request-size.ts).
+  const sized = app.fetch;
+  app.fetch = (req, env, ctx) => oversizedResponse(req) ?? sized(req, env, ctx);
   return app;
 }

@@ -41,7 +41,8 @@ export const EnvSchema = z.object({
   OPERATOR_AUTH_WINDOW_SECONDS: z.coerce.number().int().min(1).max(86_400).default(900),
   /**
    * Public base URL of this deployment, used as the destination of QStash callbacks
-   * (`${PUBLIC_URL}/internal/...`). Must be reachable by QStash.
+   * (`${PUBLIC_URL}/internal/...`). Must be reachable by QStash. Also the console's only accepted
+   * Origin for its forms: operators open the console at this address.
    */
   PUBLIC_URL: z.url({ protocol: /^https?$/ }).default("http://127.0.0.1:8787"),
   /** IANA zone for dates in responses, sign-in days and UV days (api.md: default Asia/Shanghai). */
@@ -245,7 +246,11 @@ export const EnvSchema = z.object({
   /** Seckill attempts per user per voucher per window (exact sliding window; 0 = off). */
   SECKILL_USER_LIMIT: z.coerce.number().int().min(0).default(5),
   SECKILL_USER_WINDOW_MS: z.coerce.number().int().min(100).default(10_000),
-  /** Seckill attempts per client address per voucher per window (0 = off). */
+  /**
+   * Seckill attempts per client address (IPv6: per LIMIT_IPV6_PREFIX) per voucher per window (0 =
+   * off). On a sharded voucher the shards split it (seckill/shards.ts addressLimitIn), so it holds in
+   * total: 0 or at least the number of SECKILL_SHARD_URLS.
+   */
   SECKILL_IP_LIMIT: z.coerce.number().int().min(0).default(200),
   SECKILL_IP_WINDOW_MS: z.coerce.number().int().min(100).default(10_000),
   /**
@@ -461,6 +466,14 @@ const RefinedSchema = EnvSchema.superRefine((c, ctx) => {
       code: "custom",
       path: ["SECKILL_SHARD_URLS"],
       message: `at most ${MAX_SECKILL_SHARDS} seckill shards`,
+    });
+  // Each shard checks its part of the per-address limit (seckill/shards.ts addressLimitIn): every
+  // part must be at least 1, since 0 would mean "no limit" there.
+  if (c.SECKILL_IP_LIMIT > 0 && c.SECKILL_IP_LIMIT < shardUrls.length)
+    ctx.addIssue({
+      code: "custom",
+      path: ["SECKILL_IP_LIMIT"],
+      message: `SECKILL_IP_LIMIT must be 0 (off) or at least the number of seckill shards (${shardUrls.length}): each shard checks its part of it`,
     });
   for (const u of shardUrls)
     if (!/^https?:\/\/[^\s,]+$/.test(u.trim()))

@@ -4,7 +4,7 @@
  * Envelope: `{ success, errorMsg?, data?, total?, code? }`, absent fields omitted. Business
  * outcomes are 200 + success:false (classic clients read `success`); 400 for malformed input,
  * 401 not logged in, 403 not allowed, 404 unknown route, 413 body too large, 415 a body of a type
- * the route does not take, 429 rate limited (with Retry-After),
+ * the route does not take, 429 rate limited (with Retry-After), 431 URL or headers too large,
  * 500 unexpected (with the request id, never a stack trace), 503 dependency down.
  */
 import type { Context } from "hono";
@@ -21,6 +21,7 @@ export type ErrorCode =
   | "METHOD_NOT_ALLOWED"
   | "PAYLOAD_TOO_LARGE"
   | "UNSUPPORTED_MEDIA_TYPE"
+  | "HEADERS_TOO_LARGE"
   | "RATE_LIMITED"
   | "QUOTA_EXCEEDED"
   | "BAD_CODE"
@@ -47,6 +48,8 @@ export const codeToStatus: Record<ErrorCode, ContentfulStatusCode> = {
   PAYLOAD_TOO_LARGE: 413,
   /** A non-empty body of a content type the route does not take (src/http/body.ts), refused before it is read. */
   UNSUPPORTED_MEDIA_TYPE: 415,
+  /** A URL or header block past the app's limits (src/http/request-size.ts), refused before routing. */
+  HEADERS_TOO_LARGE: 431,
   RATE_LIMITED: 429,
   /** A per-user quota (upload bytes per day) is used up; Retry-After says when it renews. */
   QUOTA_EXCEEDED: 429,
@@ -122,6 +125,8 @@ function statusToCode(status: number): ErrorCode {
       return "PAYLOAD_TOO_LARGE";
     case 415:
       return "UNSUPPORTED_MEDIA_TYPE";
+    case 431:
+      return "HEADERS_TOO_LARGE";
     case 429:
       return "RATE_LIMITED";
     case 503:

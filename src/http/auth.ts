@@ -15,7 +15,7 @@ import { createMiddleware } from "hono/factory";
 import type { Deps } from "../deps.ts";
 import { AppError } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import type { Reissued } from "../services/session-cache.ts";
+import { LegacyLookupRefused, type Reissued } from "../services/session-cache.ts";
 import type { SessionUser } from "../services/session.ts";
 import type { AppEnv } from "../types.ts";
 import { timingSafeEqual } from "../util/crypto.ts";
@@ -56,10 +56,24 @@ function attachReissued(res: Response, fresh: Reissued | undefined): void {
   res.headers.set("cache-control", "no-store");
 }
 
+/**
+ * The session of `token`, looked up with the caller's address (unknown legacy tokens are misses it
+ * pays for: services/session-cache.ts). An address past its miss budget is a 429 with Retry-After.
+ */
+async function authenticate(deps: Deps, token: string, addressOf: () => string): Promise<SessionUser | null> {
+  try {
+    return await deps.isolate.sessions.authenticate(deps, token, addressOf);
+  } catch (err) {
+    if (err instanceof LegacyLookupRefused)
+      throw new AppError("RATE_LIMITED", err.message, { retryAfterSeconds: err.retryAfterMs / 1000 });
+    throw err;
+  }
+}
+
 export const requireUser = createMiddleware<UserEnv>(async (c, next) => {
   const token = bearer(c.req.header("authorization"));
   const deps = c.get("deps");
-  const user = token ? await deps.isolate.sessions.authenticate(deps, token) : null;
+  const user = token ? await authenticate(deps, token, () => limitAddress(c, deps.config)) : null;
   if (!user || !token) throw new AppError("UNAUTHORIZED", "not logged in");
   const fresh = await reissueFor(c.get("log"), deps, token);
   if (fresh === null) throw new AppError("UNAUTHORIZED", "not logged in");
@@ -76,10 +90,12 @@ export const optionalUser = createMiddleware<MaybeUserEnv>(async (c, next) => {
   let fresh: Reissued | null | undefined;
   if (token) {
     try {
-      user = await deps.isolate.sessions.authenticate(deps, token);
+      user = await authenticate(deps, token, () => limitAddress(c, deps.config));
     } catch (err) {
-      // Personalisation is optional: a Redis hiccup degrades to anonymous, never to an error.
-      c.get("log").warn("optional session lookup failed", { err });
+      // Personalisation is optional: a Redis hiccup, or an address past its budget of unknown
+      // tokens (not worth a log line each), degrades to anonymous, never to an error.
+      if (!(err instanceof AppError && err.code === "RATE_LIMITED"))
+        c.get("log").warn("optional session lookup failed", { err });
     }
     if (user) fresh = await reissueFor(c.get("log"), deps, token);
     if (fresh === null) user = null;
@@ -90,10 +106,14 @@ export const optionalUser = createMiddleware<MaybeUserEnv>(async (c, next) => {
   attachReissued(c.res, fresh ?? undefined);
 });
 
-/** Does an Authorization header carry the operator secret (constant-time compare)? */
+/**
+ * Does an Authorization header carry the operator secret as `Bearer <secret>` (the scheme in any
+ * case, per RFC 9110; constant-time compare)? The bare secret is refused: the classic scheme-less
+ * header is for user tokens only.
+ */
 export function isOperator(authorization: string | undefined, adminToken: string): boolean {
-  const token = bearer(authorization);
-  return token !== undefined && token !== null && timingSafeEqual(token, adminToken);
+  const m = authorization === undefined ? null : /^Bearer +(\S+)\s*$/i.exec(authorization);
+  return m?.[1] !== undefined && timingSafeEqual(m[1], adminToken);
 }
 
 export const requireOperator = createMiddleware<AppEnv>(async (c, next) => {

@@ -127,11 +127,15 @@ const requireConsole = createMiddleware<ConsoleEnv>(async (c, next) => {
   await next();
 });
 
-/** The request comes from one of our own pages: its Origin (or, without one, Sec-Fetch-Site) says so. */
+/**
+ * The request comes from one of our own pages: its Origin is the configured PUBLIC_URL's (or, without
+ * one, Sec-Fetch-Site says same-origin). Never compared with the request's own URL: its host is the
+ * client's Host header, which a rebound DNS name or a forwarding proxy lets an attacker choose.
+ */
 function sameOrigin(req: Request, publicUrl: string): boolean {
   const origin = req.headers.get("origin");
   if (origin === null || origin === "null") return req.headers.get("sec-fetch-site") === "same-origin";
-  return origin === new URL(req.url).origin || origin === new URL(publicUrl).origin;
+  return origin === new URL(publicUrl).origin;
 }
 
 /** Same origin and the session's CSRF token in `_csrf`; the parsed form is in `c.var.form`. */

@@ -6,6 +6,8 @@ import { bounded } from "../http/slots.ts";
 import { verifyQstash, type SignedEnv } from "../http/qstash.ts";
 import { verifyWebhook } from "../payments/signature.ts";
 import { closeOrders } from "../services/seckill/close.ts";
+import { ShardNotConfigured } from "../services/seckill/outbox.ts";
+import { ShardUnavailable } from "../services/seckill/shards.ts";
 import { drainShop } from "../services/seckill/writer.ts";
 import { settleWebhook } from "../services/seckill/payments.ts";
 import type { AppEnv } from "../types.ts";
@@ -37,6 +39,24 @@ function parse<T extends z.ZodType>(schema: T, raw: string): z.infer<T> {
   return res.data;
 }
 
+/** How long a delivery naming a missing seckill shard is told to wait (as GET /admin/seckill says), s. */
+const SHARD_MISSING_RETRY_SECONDS = 60;
+
+/**
+ * Runs a drain or close; a seckill shard this deployment does not configure (a valid index past
+ * SECKILL_SHARD_URLS) is a 503 UNAVAILABLE naming it, with Retry-After: QStash retries, then
+ * dead-letters for an operator, and nothing was written (the check precedes any call on that shard).
+ */
+async function inShards<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (err) {
+    if (err instanceof ShardNotConfigured || err instanceof ShardUnavailable)
+      throw new AppError("UNAVAILABLE", err.message, { retryAfterSeconds: SHARD_MISSING_RETRY_SECONDS, cause: err });
+    throw err;
+  }
+}
+
 /**
  * A delayed close is due at its orders' payment deadline; it may arrive a little early (clock skew
  * between QStash and us), so the deadline check allows this much, ms. Orders not yet due are left
@@ -48,6 +68,9 @@ const CLOSE_EARLY_SLACK_MS = 5_000;
 const QSTASH = { tag: "callbacks", access: "qstash", errors: ["UNAUTHORIZED", "INVALID_INPUT"] } as const;
 const SIGNED =
   "Sent by QStash (at least once); a malformed body is a 400, which QStash dead-letters after its retries.";
+/** Drain and close name a seckill shard: one this deployment lacks is a 503 (inShards). */
+const QSTASH_SHARDED = { ...QSTASH, errors: [...QSTASH.errors, "UNAVAILABLE"] } as const;
+const SHARD_MISSING = ` A \`shard\` this deployment does not configure (SECKILL_SHARD_URLS) is a 503 UNAVAILABLE with Retry-After: ${SHARD_MISSING_RETRY_SECONDS} s.`;
 
 const signed = new Hono<SignedEnv>()
   // Registered before the guard, so each delivery's body is read through its own cap (JSON only)
@@ -60,14 +83,16 @@ const signed = new Hono<SignedEnv>()
     routeOf(ORDER_DRAIN_PATH),
     doc(
       {
-        ...QSTASH,
+        ...QSTASH_SHARDED,
         summary: "Write a shop's queued reservations (of one seckill shard, when named) to MySQL (the order writer)",
-        description: SIGNED,
+        description: SIGNED + SHARD_MISSING,
         body: DrainBody,
       },
       async (c) => {
         const body = parse(DrainBody, c.get("rawBody"));
-        const res = await drainShop(c.get("deps"), body.shopId, body.shard === undefined ? {} : { shard: body.shard });
+        const res = await inShards(() =>
+          drainShop(c.get("deps"), body.shopId, body.shard === undefined ? {} : { shard: body.shard }),
+        );
         return c.json(ok(res));
       },
     ),
@@ -93,16 +118,18 @@ const signed = new Hono<SignedEnv>()
     routeOf(ORDER_CLOSE_PATH),
     doc(
       {
-        ...QSTASH,
+        ...QSTASH_SHARDED,
         summary: "Close written orders left unpaid past their deadline, releasing their stock",
-        description: SIGNED,
+        description: SIGNED + SHARD_MISSING,
         body: CloseBody,
       },
       async (c) => {
         const deps = c.get("deps");
         const body = parse(CloseBody, c.get("rawBody"));
         const deadlineMs = deps.clock.now() - deps.config.ORDER_PAY_TIMEOUT_SECONDS * 1000 + CLOSE_EARLY_SLACK_MS;
-        const res = await closeOrders(deps, body.orderIds, { shopId: body.shopId, shard: body.shard, deadlineMs });
+        const res = await inShards(() =>
+          closeOrders(deps, body.orderIds, { shopId: body.shopId, shard: body.shard, deadlineMs }),
+        );
         return c.json(
           ok({
             cancelled: res.cancelled,

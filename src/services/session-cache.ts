@@ -4,8 +4,10 @@
  *
  * On a request, a token this isolate already holds is answered from memory (a Map lookup: no HMAC,
  * no Redis). A signed token it has not seen is verified (CPU only) and answered from its claims,
- * and queued to be confirmed. A legacy token it has not seen costs one HMGET. Malformed or forged
- * tokens cost nothing but the shape check and at most two HMACs.
+ * and queued to be confirmed. A legacy token it has not seen costs one HMGET; one with no record is
+ * a miss its caller's address pays for (isolate.missMeter, MISS_PER_ADDRESS per MISS_WINDOW_MS):
+ * past the budget, unseen legacy tokens from that address are refused (LegacyLookupRefused) before
+ * any command. Malformed or forged tokens cost nothing but the shape check and at most two HMACs.
  *
  * The upkeep ("sync", lua/session-sync.lua, ONE command whatever the number of sessions) runs at
  * most once per SESSION_SYNC_MS per isolate, started by a request when due ("flush if due", as
@@ -54,6 +56,18 @@ import {
 
 /** Dead session ids an isolate remembers (~100 B each). */
 const REVOKED_MEMORY = 100_000;
+/**
+ * An unseen legacy token from an address past its miss budget (isolate.missMeter): not looked up.
+ * `retryAfterMs`: until the address's window ends. The guards answer 429 (requireUser) or treat
+ * the caller as anonymous (optionalUser).
+ */
+export class LegacyLookupRefused extends Error {
+  constructor(readonly retryAfterMs: number) {
+    super("too many unknown session tokens from this address");
+    this.name = "LegacyLookupRefused";
+  }
+}
+
 /** Unknown legacy tokens an isolate remembers as refused. */
 const NEGATIVE_MAX = 10_000;
 
@@ -161,15 +175,17 @@ export class SessionCache {
   /**
    * The user a token names, or null (malformed, forged, revoked, expired). Warm: no Redis call;
    * a sync is started in the background when due. Rejects only when Redis fails on a path that
-   * needs it (legacy lookup, or a sync the trust bound makes the request wait for).
+   * needs it (legacy lookup, or a sync the trust bound makes the request wait for), or with
+   * LegacyLookupRefused when `addressOf()` (called only for an unseen legacy token) is past its
+   * miss budget.
    */
-  async authenticate(deps: Deps, token: string): Promise<SessionUser | null> {
+  async authenticate(deps: Deps, token: string, addressOf?: () => string): Promise<SessionUser | null> {
     let e = this.entries.get(token);
     if (e) {
       this.entries.delete(token);
       this.entries.set(token, e);
     } else {
-      const admitted = await this.admit(deps, token);
+      const admitted = await this.admit(deps, token, addressOf);
       if (!admitted) return null;
       e = admitted;
     }
@@ -308,7 +324,7 @@ export class SessionCache {
     return view(issued.token, fresh);
   }
 
-  private async admit(deps: Deps, token: string): Promise<Entry | null> {
+  private async admit(deps: Deps, token: string, addressOf: (() => string) | undefined): Promise<Entry | null> {
     const claims = await this.keys.verify(token, deps.clock.now());
     let e: Entry;
     if (claims) {
@@ -318,10 +334,20 @@ export class SessionCache {
       const sid = legacySid(token);
       if (this.revoked.has(sid) || this.unknownLegacy.has(token)) return null;
       // Unsigned: only Redis knows the user. A missing record is remembered in the negative LRU, so
-      // a repeated unknown 32-hex token costs one command per isolate, not one per request.
+      // a repeated unknown 32-hex token costs one command per isolate, not one per request; and it
+      // counts as a miss of the caller's address, so fresh random ones cost at most the address's
+      // miss budget of commands per window (the rest are refused here, before the HMGET).
+      const now = deps.clock.now();
+      const meter = deps.isolate.missMeter;
+      const address = addressOf?.();
+      if (address !== undefined) {
+        const wait = meter.refusedFor(address, now);
+        if (wait > 0) throw new LegacyLookupRefused(wait);
+      }
       const user = await readLegacySession(deps.redis, token);
       if (!user) {
         this.unknownLegacy.set(token, true);
+        if (address !== undefined) meter.count(address, now);
         return null;
       }
       e = {

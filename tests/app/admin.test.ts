@@ -26,7 +26,10 @@ beforeAll(async () => {
 async function cookieOf(app: TestApp): Promise<string> {
   const res = await app.app.request("/console/login", {
     method: "POST",
-    headers: { "content-type": "application/x-www-form-urlencoded", origin: "http://localhost" },
+    headers: {
+      "content-type": "application/x-www-form-urlencoded",
+      origin: new URL(app.deps.config.PUBLIC_URL).origin,
+    },
     body: `token=${encodeURIComponent(app.deps.config.ADMIN_TOKEN)}`,
   });
   return `${SESSION_COOKIE}=${/cityhub_console=([^;]+)/.exec(res.headers.get("set-cookie") ?? "")?.[1] ?? ""}`;
@@ -133,6 +136,26 @@ async function reserveAs(app: TestApp, voucherId: number, tokens: readonly strin
   }
   await app.settle();
 }
+
+describe("the operator credential", () => {
+  test("is accepted only as `Authorization: Bearer <ADMIN_TOKEN>` (scheme in any case): the bare token is refused like a wrong one", async () => {
+    const app = await createTestApp({ OPERATOR_AUTH_FAILURES: "0" });
+    const secret = app.deps.config.ADMIN_TOKEN;
+    const status = async (authorization: string) =>
+      (await call(app.app, "GET", "/admin/cache", { token: authorization })).status;
+    expect(await status(`Bearer ${secret}`)).toBe(200);
+    expect(await status(`bearer ${secret}`)).toBe(200);
+    for (const bad of [secret, ` ${secret}`, `Basic ${secret}`, `Bearer${secret}`, `Token ${secret}`]) {
+      const res = await call(app.app, "GET", "/admin/cache", { token: bad });
+      expect([bad, res.status, res.body.code]).toEqual([bad, 401, "UNAUTHORIZED"]);
+    }
+    // The operator's view of /health likewise.
+    const health = async (authorization: string) =>
+      Object.keys((await call<object>(app.app, "GET", "/health", { token: authorization })).body.data ?? {}).sort();
+    expect(await health(`Bearer ${secret}`)).not.toEqual(await health("wrong"));
+    expect(await health(secret)).toEqual(await health("wrong"));
+  });
+});
 
 describe("GET /admin/seckill/{voucherId}", () => {
   test("an unsharded sale: window and stock, one entry (shard 0) with its stock, buyers and share, sold, MySQL's side, and its own reservations waiting in the outbox", async () => {

@@ -9,9 +9,10 @@ import { call, loginAs } from "../support/http.ts";
 import { createShop, createShopType } from "../support/fixtures.ts";
 import { createSeckill, sessionsFor, userIds } from "../support/seckill.ts";
 import { getShardStack } from "../support/shards.ts";
-import { createTestApp, eventually, serveTestApp, type TestApp } from "../support/stack.ts";
+import { createTestApp, eventually, getStack, serveTestApp, type TestApp } from "../support/stack.ts";
 
-const ORIGIN = "http://localhost";
+/** The console's origin is the configured PUBLIC_URL's (the test apps' default), whatever Host the request names. */
+const ORIGIN = new URL(String((await getStack()).env.PUBLIC_URL)).origin;
 const FORM = { "content-type": "application/x-www-form-urlencoded", origin: ORIGIN };
 const PAGES = ["/console", "/console/vouchers", "/console/ops", "/console/orders", "/console/orders?userId=1"];
 /** The pages' icon (http/page.tsx): an empty data URL, which loads nothing. */
@@ -138,6 +139,26 @@ describe("console sign-in", () => {
     const res = await login(t.deps.config.ADMIN_TOKEN, { ...FORM, origin: "https://evil.example" });
     expect(res.status).toBe(403);
     expect(res.headers.get("set-cookie")).toBeNull();
+  });
+
+  test("an Origin matching the request's own Host but not PUBLIC_URL is refused (the Host header is the client's word)", async () => {
+    // A rebound DNS name, or a proxy passing the client's Host: the request's URL names that host,
+    // and an Origin equal to it proves nothing. Only the configured PUBLIC_URL is the console's origin.
+    const forged = await t.app.request("http://rebound.example/console/login", {
+      method: "POST",
+      headers: { ...FORM, origin: "http://rebound.example", host: "rebound.example" },
+      body: form({ token: t.deps.config.ADMIN_TOKEN }),
+    });
+    expect(forged.status).toBe(403);
+    expect(forged.headers.get("set-cookie")).toBeNull();
+    const { cookie, csrf } = await signIn();
+    const post = await t.app.request("http://rebound.example/console/ops/reconcile", {
+      method: "POST",
+      headers: { ...FORM, cookie, origin: "http://rebound.example", host: "rebound.example" },
+      body: form({ _csrf: csrf }),
+    });
+    expect(post.status).toBe(403);
+    expect(await post.text()).toContain("not sent from the console&#39;s own pages");
   });
 
   test("no console page is reached without a valid session: user tokens, the raw admin token, forged or expired cookies redirect to the login form", async () => {

@@ -8,9 +8,12 @@ import { describe, expect, test } from "bun:test";
 import { MAX_FORM_PAIRS } from "../../src/http/body.ts";
 import { MAX_UPLOAD_PARTS } from "../../src/routes/upload.ts";
 import { newUser } from "../support/social.ts";
-import { createTestApp } from "../support/stack.ts";
+import { createTestApp, getStack } from "../support/stack.ts";
 
-const FORM = { "content-type": "application/x-www-form-urlencoded", origin: "http://localhost" };
+const FORM = {
+  "content-type": "application/x-www-form-urlencoded",
+  origin: new URL(String((await getStack()).env.PUBLIC_URL)).origin,
+};
 
 describe("bounded bodies", () => {
   test("the console sign-in form: 1 MB is a 413 without being read whole; too many pairs is refused as no form; a normal one works", async () => {

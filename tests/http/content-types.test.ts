@@ -18,7 +18,7 @@
 import { describe, expect, test } from "bun:test";
 import { SESSION_COOKIE } from "../../src/console/session.ts";
 import { newUser } from "../support/social.ts";
-import { createTestApp } from "../support/stack.ts";
+import { createTestApp, getStack } from "../support/stack.ts";
 import { ORDER_CLOSE_PATH, ORDER_DRAIN_PATH, PAYMENT_WEBHOOK_PATH } from "../../src/queue/messages.ts";
 
 type BodyLimit = { maxBytes: number | { config: string; plus: number }; maxPairs?: number; maxParts?: number };
@@ -30,7 +30,8 @@ type Operation = {
 type Route = { method: string; path: string; op: Operation };
 
 const BODY_METHODS = new Set(["post", "put", "patch", "delete"]);
-const ORIGIN = "http://localhost";
+/** The console accepts forms from the configured PUBLIC_URL's origin only. */
+const ORIGIN = new URL(String((await getStack()).env.PUBLIC_URL)).origin;
 const CHUNK = 1024;
 const BOUNDARY = "----content-types";
 /** Types probed against every route: each one a route does not take must be a 415. */

@@ -337,6 +337,48 @@ describe("the isolate's session cache", () => {
   });
 });
 
+describe("unknown legacy tokens are metered per address", () => {
+  const junk = () =>
+    [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("");
+
+  test("random 32-hex tokens from one address: MISS_PER_ADDRESS lookups per window, then 429 + Retry-After with no Redis command; other addresses and warm sessions are unaffected", async () => {
+    const t = await counted({ MISS_PER_ADDRESS: "20", MISS_WINDOW_MS: "60000" });
+    // A real legacy session, warm in this isolate before the flood.
+    const u = user();
+    const legacy = junk();
+    await t.deps.redis.hset(keys.loginToken(legacy), { id: String(u.id), nickName: u.nickName, icon: u.icon });
+    await t.deps.redis.expire(keys.loginToken(legacy), 600);
+    expect((await call(t.app, "GET", "/api/user/me", { token: legacy, ip: "10.11.0.2" })).status).toBe(200);
+    await t.settle();
+
+    const before = t.count.session();
+    const statuses: number[] = [];
+    let retryAfter: string | null = null;
+    for (let i = 0; i < 60; i++) {
+      const res = await call(t.app, "GET", "/api/user/me", { token: junk(), ip: "10.11.0.1" });
+      statuses.push(res.status);
+      if (res.status === 429) {
+        expect(res.body).toMatchObject({ success: false, code: "RATE_LIMITED" });
+        retryAfter = res.headers.get("retry-after");
+      }
+    }
+    expect(statuses).toEqual([...Array<number>(20).fill(401), ...Array<number>(40).fill(429)]);
+    expect(Number(retryAfter)).toBeGreaterThan(0);
+    // One HMGET per counted miss, none for the refused ones.
+    expect(t.count.session() - before).toBe(20);
+    // Optional-user routes treat a refused lookup as anonymous, still at no command.
+    const hot = await call(t.app, "GET", "/api/blog/hot?current=1", { token: junk(), ip: "10.11.0.1" });
+    expect(hot.status).toBe(200);
+    expect(t.count.session() - before).toBe(20);
+    // Another address still gets its lookup; the warm legacy session works from the flooded address.
+    expect((await call(t.app, "GET", "/api/user/me", { token: junk(), ip: "10.11.0.3" })).status).toBe(401);
+    expect((await call(t.app, "GET", "/api/user/me", { token: legacy, ip: "10.11.0.1" })).status).toBe(200);
+    // The window ends: the address is looked up again.
+    t.clock.advance(60_000);
+    expect((await call(t.app, "GET", "/api/user/me", { token: junk(), ip: "10.11.0.1" })).status).toBe(401);
+  });
+});
+
 describe("lua/session-sync.lua and session-revoke.lua", () => {
   test("renew the sessions given, report the missing ones, stream revocations from a cursor, flag a trimmed stream", async () => {
     const t = await createTestApp();
@@ -388,7 +430,8 @@ describe("sessions that end (issue 16 item 2)", () => {
   });
 
   test("a logout holds in an isolate flooded with junk tokens (refusals never evict it)", async () => {
-    const t = await createTestApp({ SESSION_CACHE_MAX: "50" });
+    // Misses are not metered here (that has its own test): the flood is 400 lookups from one address.
+    const t = await createTestApp({ SESSION_CACHE_MAX: "50", MISS_PER_ADDRESS: "0" });
     const { token } = await loginAs(t.app, t.deps);
     expect((await call(t.app, "GET", "/api/user/me", { token })).status).toBe(200);
     expect((await call(t.app, "POST", "/api/user/logout", { token })).status).toBe(200);

@@ -254,6 +254,34 @@ describe("order pipeline over seckill shards", () => {
     await expect(drainShop(t.deps, shopId, { shard: 9 })).rejects.toThrow(/seckill shard 9 is not configured/);
   });
 
+  test("a drain or close naming a shard this deployment lacks answers 503 UNAVAILABLE in the envelope, naming the shard, with Retry-After (as /admin/seckill does)", async () => {
+    const { t } = await tappedApp();
+    const { shopId } = await createSeckill(t, { stock: 4 });
+    const deliver = async (path: string, body: unknown) => {
+      const raw = JSON.stringify(body);
+      const signature = await qstashSignature({
+        key: t.deps.config.QSTASH_CURRENT_SIGNING_KEY,
+        url: `${t.deps.config.PUBLIC_URL}${path}`,
+        body: raw,
+      });
+      return await call(t.app, "POST", path, {
+        body: raw,
+        headers: { "content-type": "application/json", "upstash-signature": signature },
+      });
+    };
+    // Valid bodies (the schema allows shard 9), but this deployment has 4 shards.
+    for (const [path, body] of [
+      [ORDER_DRAIN_PATH, { shopId, shard: 9 }],
+      [ORDER_CLOSE_PATH, { shopId, shard: 9, orderIds: ["123456789"] }],
+    ] as const) {
+      const res = await deliver(path, body);
+      expect([path, res.status, res.body.code]).toEqual([path, 503, "UNAVAILABLE"]);
+      expect(res.body.success).toBe(false);
+      expect(res.body.errorMsg).toContain("seckill shard 9 is not configured");
+      expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
+    }
+  });
+
   test("closing an unpaid order gives its unit back to its buyer's home shard only (closeOrder, and closeExpired for a written one and one never written)", async () => {
     const { t } = await tappedApp();
     const { shopId, voucherId } = await createSeckill(t, { stock: 12 });

@@ -11,7 +11,7 @@ import { serviceDay } from "../../util/time.ts";
 import { bucketKeysFor, type SeckillConfig } from "./config.ts";
 import { DAY_MS, encodeRules, ruleKeys, ruleMessage, type RuleSubject } from "./rules.ts";
 import { refillHome } from "./moves.ts";
-import { homeOf, ShardUnavailable, shardCountOf } from "./shards.ts";
+import { addressLimitIn, homeOf, ShardUnavailable, shardCountOf } from "./shards.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { DependencyUnavailableError, isRedisFailure } from "../../resilience.ts";
@@ -65,7 +65,7 @@ export function reserveArgs(
     | "PURCHASE_RULE_MAX_DAYS"
   >,
   r: Reservation,
-  cfg?: RuleSubject,
+  cfg?: RuleSubject & Partial<Pick<SeckillConfig, "shards">>,
 ): string[] {
   const args = [
     String(r.userId),
@@ -73,7 +73,8 @@ export function reserveArgs(
     String(r.reservedAt),
     String(c.SECKILL_USER_LIMIT),
     String(c.SECKILL_USER_WINDOW_MS),
-    String(c.SECKILL_IP_LIMIT),
+    // A sharded voucher's home shard checks its part of the address limit (shards.ts addressLimitIn).
+    String(addressLimitIn(c.SECKILL_IP_LIMIT, cfg ? shardCountOf(cfg) : 0, r.shard ?? 0)),
     String(c.SECKILL_IP_WINDOW_MS),
     JSON.stringify(r),
     // The daily counter outlives its day by one, so a release on the next day still finds it.

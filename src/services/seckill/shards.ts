@@ -11,7 +11,8 @@
  * - A buyer has one home shard, `homeShard(userId, n)` — hash53 of the decimal id mod n —
  *   and every attempt, release and limit of theirs is in it: one order per user, the per-user and
  *   per-address limits, the daily shop limit and the purchase rules are each checked by one script
- *   in one database, as unsharded. Releases (close, payment timeout, reconcile) recompute the home
+ *   in one database, as unsharded — except the per-address limit, whose buyers span shards: each
+ *   shard checks its part of it (addressLimitIn). Releases (close, payment timeout, reconcile) recompute the home
  *   shard from the order's user, so they go back to the shard that reserved.
  * - A home shard that runs dry while others hold stock takes stock from them (moves.ts) rather
  *   than sending its buyers elsewhere: buyers never change shard, so nothing per user is split.
@@ -73,4 +74,14 @@ export function homeOf(
 ): { shard: number; redis: RedisPort } {
   const shard = homeShard(userId, shardCountOf(cfg));
   return { shard, redis: shardRedis(deps, cfg, shard) };
+}
+/**
+ * Shard `shard`'s part of the per-address attempt limit (SECKILL_IP_LIMIT) for a voucher in `n`
+ * shards: the address's buyers are homed on every shard (by user id), and each shard's script counts
+ * only its own attempts, so the limit is split like the stock (shareOf): the parts add up to `limit`,
+ * and the address gets at most `limit` per window in total at no extra command. Every part is ≥ 1
+ * because env.ts requires the limit to be 0 (off) or at least the configured shard count.
+ */
+export function addressLimitIn(limit: number, n: number, shard: number): number {
+  return limit === 0 ? 0 : shareOf(limit, n, shard);
 }
