@@ -12,7 +12,7 @@ import { closeOrder, writeOrder } from "../../src/services/seckill/orders.ts";
 import { type ReconcileReport, reconcile, type VoucherReport } from "../../src/services/seckill/reconcile.ts";
 import { reserve } from "../../src/services/seckill/reserve.ts";
 import type { Reservation } from "../../src/services/seckill/types.ts";
-import { toSqlUtc } from "../../src/util/time.ts";
+import { serviceDay, toSqlUtc } from "../../src/util/time.ts";
 import { Faults } from "../support/faults.ts";
 import { createShop, createShopType } from "../support/fixtures.ts";
 import { afterQuery, withReplyLatency } from "../support/hooks.ts";
@@ -381,6 +381,49 @@ describe("the jobs' registry", () => {
       for (const x of await outboxOf(t, shopId, voucherId)) await writeOrder(t.deps, x);
       await expectConserved(t, shopId, voucherId, 4, 1, "after the creation-time reload");
       expect(mine(await reconcile(t.deps, Date.now()), voucherId)?.drift).toEqual([]);
+    } finally {
+      await retire(t, voucherId);
+    }
+  });
+});
+
+describe("reload with daily sets in both forms", () => {
+  test("a reload whose settled orders' daily keys are still legacy integer counters does not abort: the voucher is reloaded, the report stored, the set form cleaned", async () => {
+    const t = await app();
+    const { shopId, voucherId } = await createSeckill(t, { stock: 4, shopDailyLimit: 3 });
+    try {
+      const [a, b] = userIds(2) as [number, number];
+      const oa = await buy(t, voucherId, a);
+      const ob = await buy(t, voucherId, b);
+      for (const o of [oa, ob]) await writeOrder(t.deps, await reservationOf(t, shopId, o));
+      expect(await closeOrder(t.deps, oa)).toBe("cancelled");
+      expect(await closeOrder(t.deps, ob)).toBe("cancelled");
+      const day = serviceDay(Date.now(), t.deps.config.SERVICE_TIME_ZONE);
+      const legacy = keys.seckill.daily(shopId, a, day);
+      const set = keys.seckill.daily(shopId, b, day);
+      // a's daily key in the form written before the set (an integer counter); b's a set still
+      // holding its cancelled order (as a release lost before it took it out leaves it).
+      await t.deps.redis.set(legacy, "2", { ex: 3_600 });
+      await t.deps.redis.sadd(set, ob);
+      await t.deps.redis.del(
+        keys.seckill.meta(shopId, voucherId),
+        keys.seckill.buyers(shopId, voucherId),
+        keys.seckill.released(shopId, voucherId),
+        keys.seckill.stock(shopId, voucherId, 0),
+      );
+      await t.deps.redis.del(keys.seckill.reconcileReport());
+
+      const report = mine(await reconcile(t.deps, Date.now()), voucherId);
+      expect(report?.drift).toContain("voucher missing in Redis");
+      expect(report?.repaired.join(" ")).toContain("reloaded");
+      expect(report?.redisStock).toBe(4);
+      expect(await t.deps.redis.exists(keys.seckill.reconcileReport())).toBe(1);
+      expect(await t.deps.redis.sismember(set, ob)).toBe(0);
+      // The counter cannot tell whether this order's release already counted it out: left alone
+      // (strict side), it expires within the day.
+      expect(Number(await t.deps.redis.get(legacy))).toBe(2);
+      // And the next pass is clean.
+      expect(mine(await reconcile(t.deps, Date.now()), voucherId)?.ok).toBe(true);
     } finally {
       await retire(t, voucherId);
     }

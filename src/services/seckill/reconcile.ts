@@ -418,7 +418,10 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
     // in between repeats both on the next pass.
     // The daily shop limit alike: a settled order leaves its user's daily set of its reservation
     // day (SREM by order id: a release that already took it out makes this a no-op, so nothing is
-    // given back twice — the set lives outside the voucher's keys and survived their loss).
+    // given back twice — the set lives outside the voucher's keys and survived their loss). A day
+    // key still in the older integer-counter form answers WRONGTYPE and is left alone: a counter
+    // cannot tell whether this order's release already counted it out, so it errs on the strict
+    // side until it expires (within its day; see reserve-stock.lua).
     const stale = settledOrders.flatMap((o) =>
       ruleKeys(cfg, Number(o.userId)).map((log): [string, string, "zrem" | "srem"] => [log, o.id, "zrem"]),
     );
@@ -436,7 +439,8 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
         if (op === "zrem") p.zrem(key, id);
         else p.srem(key, id);
       }
-      await p.exec();
+      const failed = (await p.exec({ keepErrors: true })).find((r) => r.error && !r.error.includes("WRONGTYPE"));
+      if (failed) throw new Error(`reconcile: removing settled orders from quota keys failed: ${failed.error}`);
     }
     // Each holder's purchase-rule logs follow the buckets (none without rules).
     const [loaded, stock, buyers] = await scripts.reloadSeckill.exec(
