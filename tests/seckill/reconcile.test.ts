@@ -13,10 +13,12 @@ import { type ReconcileReport, reconcile, type VoucherReport } from "../../src/s
 import { reserve } from "../../src/services/seckill/reserve.ts";
 import type { Reservation } from "../../src/services/seckill/types.ts";
 import { serviceDay, toSqlUtc } from "../../src/util/time.ts";
+import { startFaultProxy } from "../../scripts/stack/fault-proxy.ts";
 import { Faults } from "../support/faults.ts";
 import { createShop, createShopType } from "../support/fixtures.ts";
 import { afterQuery, withReplyLatency } from "../support/hooks.ts";
 import { createSeckill, mysqlCounts, userIds } from "../support/seckill.ts";
+import { getShardStack } from "../support/shards.ts";
 import { createTestApp, type TestApp } from "../support/stack.ts";
 
 const ENV = {
@@ -428,4 +430,53 @@ describe("reload with daily sets in both forms", () => {
       await retire(t, voucherId);
     }
   });
+});
+
+describe("sharded vouchers", () => {
+  const N = 4;
+
+  /** An app whose shard `down` is reached through a fault proxy (the test sets what it does). */
+  async function shardedApp(down: number, clock?: Deps["clock"]) {
+    const shards = await getShardStack(N);
+    const urls = shards.env.SECKILL_SHARD_URLS.split(",");
+    const proxy = startFaultProxy(urls[down] as string);
+    urls[down] = proxy.url;
+    const env = { ...ENV, ...shards.env, SECKILL_SHARD_URLS: urls.join(",") };
+    const t = await createTestApp(env, { wrap: muted(new Faults()), ...(clock ? { clock } : {}) });
+    return { t, proxy, shards };
+  }
+
+  test("one shard database failing: the other shards and the later vouchers are reconciled, the failing one reported, the report stored", async () => {
+    const { t, proxy } = await shardedApp(2);
+    const plain = await app();
+    const sharded = await createSeckill(t, { stock: 8 });
+    const later = await createSeckill(plain, { stock: 5 });
+    try {
+      // Drift in a reachable shard and in the later (unsharded) voucher: both must be repaired.
+      const shard1 = t.deps.seckillShards[1] as Deps["redis"];
+      await shard1.incrby(keys.seckill.stock(sharded.shopId, sharded.voucherId, 0), 3);
+      await plain.deps.redis.incrby(keys.seckill.stock(later.shopId, later.voucherId, 0), 2);
+      await t.deps.redis.del(keys.seckill.reconcileReport());
+      proxy.set({ kind: "fail" });
+
+      const report = await reconcile(t.deps, Date.now());
+      const v = mine(report, sharded.voucherId);
+      expect(v?.ok).toBe(false);
+      expect(v?.drift.some((d) => d.startsWith("shard 2: not reconciled"))).toBe(true);
+      expect(v?.shards?.find((s) => s.shard === 1)?.repaired).toContain("Redis stock set to 2");
+      expect(v?.shards?.filter((s) => s.ok).map((s) => s.shard)).toEqual([0, 3]);
+      expect(mine(report, later.voucherId)?.repaired).toContain("Redis stock set to 5");
+      expect(await t.deps.redis.exists(keys.seckill.reconcileReport())).toBe(1);
+
+      // Healed: the next pass finds the voucher whole.
+      proxy.set({ kind: "pass" });
+      const healed = mine(await reconcile(t.deps, Date.now()), sharded.voucherId);
+      expect(healed?.drift).toEqual([]);
+      expect(healed?.shards?.length).toBe(N);
+    } finally {
+      await retire(t, sharded.voucherId);
+      await retire(plain, later.voucherId);
+      await proxy.stop();
+    }
+  }, 60_000);
 });

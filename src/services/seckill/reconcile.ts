@@ -30,6 +30,7 @@ import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { parseSqlUtc, serviceDay } from "../../util/time.ts";
+import { SubrequestBudgetExceeded } from "../../ports/subrequests.ts";
 import { withLockRetry } from "./mysql-retry.ts";
 import { releaseInRedis } from "./orders.ts";
 import { allBucketKeys, reloadArgs, type SeckillConfig } from "./config.ts";
@@ -174,13 +175,22 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
  * leave of MySQL's stock (the moves toward it are cleared: that share accounts for them). Last, the
  * shares must add up to MySQL's initial stock — the source of truth: a deficit (a unit lost for
  * good in Redis) is given back to shard 0, a surplus is reported.
+ *
+ * A shard database that fails (down, late, refusing) is reported as not reconciled and the others
+ * are reconciled without it; what needs every shard at once — reloading a missing shard, the
+ * shares' sum — waits for a pass that reaches them all.
  */
 async function reconcileSharded(deps: Deps, cfg: SeckillConfig): Promise<VoucherReport> {
   const { voucherId, shopId } = cfg;
   const n = shardCountOf(cfg);
   const drift: string[] = [];
   const repaired: string[] = [];
-  const moves = await finishMoves(deps, cfg);
+  // Each step of finishing a move is once-only, so one stopped by a failing shard is finished by a later pass.
+  const moves = await finishMoves(deps, cfg).catch((err: unknown) => {
+    if (err instanceof SubrequestBudgetExceeded) throw err;
+    drift.push(`stock moves left half-done not finished: ${errorText(err)}`);
+    return { applied: 0, units: 0 };
+  });
   if (moves.applied > 0) {
     drift.push(
       `${moves.applied} stock move(s) left half-done (${moves.units} unit(s) out of their shard, not in the next)`,
@@ -190,40 +200,69 @@ async function reconcileSharded(deps: Deps, cfg: SeckillConfig): Promise<Voucher
   // What the shares leave of MySQL's stock, from two identical snapshots (moves in flight change
   // a snapshot: see sharesLeft), or null when they differ (the next pass decides).
   const [a, b] = [await sharesSnapshot(deps, cfg), await sharesSnapshot(deps, cfg)];
-  const stable = JSON.stringify(a) === JSON.stringify(b);
+  const reachable = b.down.every((d) => d === null);
+  const stable = reachable && JSON.stringify(a) === JSON.stringify(b);
   const left = stable ? sharesLeft(cfg, b) : null;
   const missing = b.known.map((v, i) => (v === null ? i : -1)).filter((i) => i >= 0);
   const reports: ShardReport[] = [];
+  const notReconciled = (shard: number, why: string): ShardReport => ({
+    shard,
+    initial: b.known[shard] ?? 0,
+    redisStock: 0,
+    buyers: 0,
+    pending: 0,
+    activeOrders: 0,
+    ok: false,
+    drift: [`not reconciled: ${why}`],
+    repaired: [],
+  });
+  // MySQL's stock is checked once per voucher, by the first shard whose pass gets through.
+  let mysqlChecked = false;
   for (const { shard, redis } of shardsOf(deps, cfg)) {
-    let initial = b.known[shard] ?? null;
-    if (initial === null) {
-      if (left === null) {
-        drift.push(`shard ${shard}: voucher missing; not reloaded while stock moves between shards (next pass)`);
-        continue;
-      }
-      // Reloaded with what the others leave, split among the missing ones; the moves logged
-      // toward it are part of that and are cleared.
-      await clearMovesTo(deps, cfg, shard);
-      initial = Math.max(0, shareOf(left, missing.length, missing.indexOf(shard)));
+    const down = b.down[shard];
+    if (down) {
+      reports.push(notReconciled(shard, down));
+      continue;
     }
-    const r = await reconcileView(deps, cfg, {
-      redis,
-      shard,
-      initial,
-      mine: (userId) => homeShard(userId, n) === shard,
-      checkMysql: shard === 0,
-    });
-    reports.push({
-      shard,
-      initial: r.initial,
-      redisStock: r.redisStock,
-      buyers: r.buyers,
-      pending: r.pending,
-      activeOrders: r.activeOrders,
-      ok: r.ok,
-      drift: r.drift,
-      repaired: r.repaired,
-    });
+    let initial = b.known[shard] ?? null;
+    if (initial === null && left === null) {
+      drift.push(
+        reachable
+          ? `shard ${shard}: voucher missing; not reloaded while stock moves between shards (next pass)`
+          : `shard ${shard}: voucher missing; not reloaded while a shard is unreachable (next pass)`,
+      );
+      continue;
+    }
+    try {
+      if (initial === null) {
+        // Reloaded with what the others leave, split among the missing ones; the moves logged
+        // toward it are part of that and are cleared.
+        await clearMovesTo(deps, cfg, shard);
+        initial = Math.max(0, shareOf(left as number, missing.length, missing.indexOf(shard)));
+      }
+      const r = await reconcileView(deps, cfg, {
+        redis,
+        shard,
+        initial,
+        mine: (userId) => homeShard(userId, n) === shard,
+        checkMysql: !mysqlChecked,
+      });
+      mysqlChecked = true;
+      reports.push({
+        shard,
+        initial: r.initial,
+        redisStock: r.redisStock,
+        buyers: r.buyers,
+        pending: r.pending,
+        activeOrders: r.activeOrders,
+        ok: r.ok,
+        drift: r.drift,
+        repaired: r.repaired,
+      });
+    } catch (err) {
+      if (err instanceof SubrequestBudgetExceeded) throw err;
+      reports.push(notReconciled(shard, errorText(err)));
+    }
   }
   if (left !== null && missing.length === 0 && left !== 0) {
     drift.push(
@@ -259,32 +298,52 @@ interface SharesSnapshot {
   logs: [string, number, number][][];
   /** Move ids each shard applied, sorted. */
   applied: string[][];
+  /** Per shard, why it could not be read (null: read). */
+  down: (string | null)[];
 }
 
-/** Per shard, one atomic read of its share, its move log and its applied moves. */
+/** Per shard, one atomic read of its share, its move log and its applied moves; a shard that fails is marked down. */
 async function sharesSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SharesSnapshot> {
-  const { shopId, voucherId } = cfg;
   const per = await Promise.all(
     shardsOf(deps, cfg).map(async ({ redis }) => {
-      const m = redis.multi();
-      m.hget(keys.seckill.meta(shopId, voucherId), "initial");
-      m.hgetall(keys.seckill.movesOut(shopId, voucherId));
-      m.smembers(keys.seckill.movesIn(shopId, voucherId));
-      const [initial, log, applied] =
-        await m.exec<[number | string | null, Record<string, string> | null, unknown[]]>();
-      const entries = Object.entries(log ?? {}).map(([id, v]): [string, number, number] => {
-        const { to, units } = parseMove(v);
-        return [id, to, units];
-      });
-      return {
-        initial: initial === null || initial === undefined ? null : Number(initial),
-        log: entries.sort(),
-        applied: (applied ?? []).map(String).sort(),
-      };
+      try {
+        return { ...(await readShare(redis, cfg)), down: null };
+      } catch (err) {
+        if (err instanceof SubrequestBudgetExceeded) throw err;
+        return { initial: null, log: [], applied: [], down: errorText(err) };
+      }
     }),
   );
-  return { known: per.map((p) => p.initial), logs: per.map((p) => p.log), applied: per.map((p) => p.applied) };
+  return {
+    known: per.map((p) => p.initial),
+    logs: per.map((p) => p.log),
+    applied: per.map((p) => p.applied),
+    down: per.map((p) => p.down),
+  };
 }
+
+/** One shard's share, move log and applied moves, in one MULTI. */
+async function readShare(
+  redis: Deps["redis"],
+  { shopId, voucherId }: SeckillConfig,
+): Promise<{ initial: number | null; log: [string, number, number][]; applied: string[] }> {
+  const m = redis.multi();
+  m.hget(keys.seckill.meta(shopId, voucherId), "initial");
+  m.hgetall(keys.seckill.movesOut(shopId, voucherId));
+  m.smembers(keys.seckill.movesIn(shopId, voucherId));
+  const [initial, log, applied] = await m.exec<[number | string | null, Record<string, string> | null, unknown[]]>();
+  const entries = Object.entries(log ?? {}).map(([id, v]): [string, number, number] => {
+    const { to, units } = parseMove(v);
+    return [id, to, units];
+  });
+  return {
+    initial: initial === null || initial === undefined ? null : Number(initial),
+    log: entries.sort(),
+    applied: (applied ?? []).map(String).sort(),
+  };
+}
+
+const errorText = (err: unknown): string => (err instanceof Error ? err.message : String(err));
 
 /**
  * MySQL's stock minus what the shards hold: the loaded shares plus the units of logged moves not
@@ -660,8 +719,11 @@ export async function reconcile(deps: Deps, now: number): Promise<ReconcileRepor
       vouchers.push(await reconcileVoucher(deps, cfg));
     } catch (err) {
       // One voucher that cannot be reconciled (its shards are not configured here, a database is
-      // down) is reported; the others are still reconciled.
-      if (!(err instanceof ShardUnavailable)) throw err;
+      // down) is reported; the others are still reconciled. Past the run's subrequest share the
+      // pass ends (runCron: the next run starts over).
+      if (err instanceof SubrequestBudgetExceeded) throw err;
+      if (!(err instanceof ShardUnavailable))
+        deps.log.warn("reconcile: voucher not reconciled", { voucherId: cfg.voucherId, err });
       const { voucherId, shopId, initialStock: initial } = cfg;
       vouchers.push({
         voucherId,
@@ -673,7 +735,7 @@ export async function reconcile(deps: Deps, now: number): Promise<ReconcileRepor
         mysqlStock: 0,
         activeOrders: 0,
         ok: false,
-        drift: [`not reconciled: ${err.message}`],
+        drift: [`not reconciled: ${errorText(err)}`],
         repaired: [],
       });
     }
