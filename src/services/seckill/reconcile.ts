@@ -34,7 +34,7 @@ import { SubrequestBudgetExceeded } from "../../ports/subrequests.ts";
 import { withLockRetry } from "./mysql-retry.ts";
 import { releaseInRedis } from "./orders.ts";
 import { allBucketKeys, reloadArgs, type SeckillConfig } from "./config.ts";
-import { applyMove, clearMovesTo, finishMoves, parseMove } from "./moves.ts";
+import { clearMovesTo, finishMoves, MOVES_IN_TTL_SECONDS, parseMove } from "./moves.ts";
 import { homeShard, ShardUnavailable, shardCountOf, shardsOf, shareOf } from "./shards.ts";
 import { registeredSeckills } from "./registry.ts";
 import { ruleKeys } from "./rules.ts";
@@ -174,7 +174,9 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
  * buyers' orders and its outbox; a shard whose keys are gone is reloaded with the share the others
  * leave of MySQL's stock (the moves toward it are cleared: that share accounts for them). Last, the
  * shares must add up to MySQL's initial stock — the source of truth: a deficit (a unit lost for
- * good in Redis) is given back to shard 0, a surplus is reported.
+ * good in Redis) is given back to shard 0, a surplus is reported. That credit is once-only across
+ * overlapping passes (a run may outlive its job lock): it applies only if shard 0's credit guard is
+ * what the pass read with the shares, and every credit or reload changes the guard first.
  *
  * A shard database that fails (down, late, refusing) is reported as not reconciled and the others
  * are reconciled without it; what needs every shard at once — reloading a missing shard, the
@@ -218,6 +220,8 @@ async function reconcileSharded(deps: Deps, cfg: SeckillConfig): Promise<Voucher
   });
   // MySQL's stock is checked once per voucher, by the first shard whose pass gets through.
   let mysqlChecked = false;
+  // A reload hands out what the shares leave, deficit included: a credit computed from earlier reads must fail.
+  let guardMoved = false;
   for (const { shard, redis } of shardsOf(deps, cfg)) {
     const down = b.down[shard];
     if (down) {
@@ -237,6 +241,8 @@ async function reconcileSharded(deps: Deps, cfg: SeckillConfig): Promise<Voucher
       if (initial === null) {
         // Reloaded with what the others leave, split among the missing ones; the moves logged
         // toward it are part of that and are cleared.
+        if (!guardMoved) await moveCreditGuard(deps, cfg, `reload:${deps.clock.now()}:${crypto.randomUUID()}`);
+        guardMoved = true;
         await clearMovesTo(deps, cfg, shard);
         initial = Math.max(0, shareOf(left as number, missing.length, missing.indexOf(shard)));
       }
@@ -270,7 +276,11 @@ async function reconcileSharded(deps: Deps, cfg: SeckillConfig): Promise<Voucher
     );
     // A deficit is units lost for good in Redis (MySQL is the truth): back into shard 0. A surplus
     // is not taken away (which units?): reported.
-    if (left > 0 && (await creditShard0(deps, cfg, left))) repaired.push(`gave ${left} lost unit(s) back to shard 0`);
+    if (left > 0) {
+      const credited = await creditShard0(deps, cfg, left, b.guard);
+      if (credited === 1) repaired.push(`gave ${left} lost unit(s) back to shard 0`);
+      else if (credited === -2) drift.push("deficit not credited: another pass changed the shares meanwhile");
+    }
   }
   const all = (f: (r: ShardReport) => number) => reports.reduce((x, r) => x + f(r), 0);
   const mysqlRow = (await deps.db.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?", [voucherId]))
@@ -300,6 +310,8 @@ interface SharesSnapshot {
   applied: string[][];
   /** Per shard, why it could not be read (null: read). */
   down: (string | null)[];
+  /** Shard 0's credit guard ("" when absent). */
+  guard: string;
 }
 
 /** Per shard, one atomic read of its share, its move log and its applied moves; a shard that fails is marked down. */
@@ -310,7 +322,7 @@ async function sharesSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SharesSna
         return { ...(await readShare(redis, cfg)), down: null };
       } catch (err) {
         if (err instanceof SubrequestBudgetExceeded) throw err;
-        return { initial: null, log: [], applied: [], down: errorText(err) };
+        return { initial: null, log: [], applied: [], guard: "", down: errorText(err) };
       }
     }),
   );
@@ -319,6 +331,7 @@ async function sharesSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SharesSna
     logs: per.map((p) => p.log),
     applied: per.map((p) => p.applied),
     down: per.map((p) => p.down),
+    guard: per[0]?.guard ?? "",
   };
 }
 
@@ -326,12 +339,14 @@ async function sharesSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SharesSna
 async function readShare(
   redis: Deps["redis"],
   { shopId, voucherId }: SeckillConfig,
-): Promise<{ initial: number | null; log: [string, number, number][]; applied: string[] }> {
+): Promise<{ initial: number | null; log: [string, number, number][]; applied: string[]; guard: string }> {
   const m = redis.multi();
   m.hget(keys.seckill.meta(shopId, voucherId), "initial");
   m.hgetall(keys.seckill.movesOut(shopId, voucherId));
   m.smembers(keys.seckill.movesIn(shopId, voucherId));
-  const [initial, log, applied] = await m.exec<[number | string | null, Record<string, string> | null, unknown[]]>();
+  m.get(keys.seckill.creditGuard(shopId, voucherId));
+  const [initial, log, applied, guard] =
+    await m.exec<[number | string | null, Record<string, string> | null, unknown[], string | number | null]>();
   const entries = Object.entries(log ?? {}).map(([id, v]): [string, number, number] => {
     const { to, units } = parseMove(v);
     return [id, to, units];
@@ -340,6 +355,7 @@ async function readShare(
     initial: initial === null || initial === undefined ? null : Number(initial),
     log: entries.sort(),
     applied: (applied ?? []).map(String).sort(),
+    guard: guard === null || guard === undefined ? "" : String(guard),
   };
 }
 
@@ -362,11 +378,30 @@ function sharesLeft(cfg: SeckillConfig, s: SharesSnapshot): number {
   return cfg.initialStock - held;
 }
 
-/** A deficit of the shares (units lost for good in Redis) back into shard 0: one idempotent move-in per pass and amount. */
-async function creditShard0(deps: Deps, cfg: SeckillConfig, units: number): Promise<boolean> {
+/**
+ * A deficit of the shares (units lost for good in Redis) back into shard 0, as a move-in guarded
+ * by `guard`, shard 0's credit guard as this pass read it with the shares: 1 credited, -2 another
+ * pass credited or reloaded since (nothing done), 0/-1 as lua/seckill-move-in.lua.
+ */
+async function creditShard0(deps: Deps, cfg: SeckillConfig, units: number, guard: string): Promise<number> {
+  const { shopId, voucherId } = cfg;
   const redis = shardsOf(deps, cfg)[0]?.redis;
-  if (!redis) return false;
-  return (await applyMove(redis, cfg, `repair:${deps.clock.now()}:${units}`, units)) === 1;
+  if (!redis) return 0;
+  return await scriptsFor(redis).seckillMoveIn.exec(
+    [
+      keys.seckill.meta(shopId, voucherId),
+      keys.seckill.movesIn(shopId, voucherId),
+      keys.seckill.stock(shopId, voucherId, 0),
+      keys.seckill.creditGuard(shopId, voucherId),
+    ],
+    [`repair:${deps.clock.now()}:${crypto.randomUUID()}`, String(units), String(MOVES_IN_TTL_SECONDS), guard],
+  );
+}
+
+/** Changes shard 0's credit guard, so no credit computed from reads before now applies. */
+async function moveCreditGuard(deps: Deps, cfg: SeckillConfig, value: string): Promise<void> {
+  const redis = shardsOf(deps, cfg)[0]?.redis;
+  await redis?.set(keys.seckill.creditGuard(cfg.shopId, cfg.voucherId), value, { ex: MOVES_IN_TTL_SECONDS });
 }
 
 async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promise<VoucherReport> {
