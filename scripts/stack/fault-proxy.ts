@@ -31,12 +31,15 @@ export interface FaultProxy {
   readonly forwarded: number;
   /** Requests forwarded in replyDelay mode whose answer was held (the work was done regardless). */
   readonly held: number;
+  /** Requests held in delay mode, counted when their hold starts (not yet forwarded then). */
+  readonly delayed: number;
   set(mode: ProxyMode): void;
   stop(): Promise<void>;
 }
 
 class FaultRelay extends HttpRelay implements FaultProxy {
   held = 0;
+  delayed = 0;
   #mode: ProxyMode = { kind: "pass" };
 
   set(next: ProxyMode): void {
@@ -56,7 +59,10 @@ class FaultRelay extends HttpRelay implements FaultProxy {
     if (m.kind === "fail" && matches(m.match))
       return new Response("502 Bad Gateway", { status: 502, headers: { "content-type": "text/plain" } });
     const holdReply = m.kind === "replyDelay" && matches(m.match);
-    if (m.kind === "delay" && matches(m.match) && !(await holdUnlessAborted(m.ms, req.signal))) return CLIENT_CLOSED();
+    if (m.kind === "delay" && matches(m.match)) {
+      this.delayed++;
+      if (!(await holdUnlessAborted(m.ms, req.signal))) return CLIENT_CLOSED();
+    }
     const res = await this.forward(req, body);
     if (holdReply && m.kind === "replyDelay") {
       this.held++;

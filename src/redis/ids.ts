@@ -73,7 +73,7 @@ export interface IdStats {
  * The isolate's id source (deps.isolate.ids): the block in use, a spare drawn ahead, counters.
  *
  * Runtime rule (src/runtime.ts): where requests may share in-flight I/O, concurrent callers with no
- * block at hand join one draw; on workerd each such caller draws for itself (a few extra blocks
+ * block at hand join one draw (4,096 of them are served by it, the rest join the next); on workerd each such caller draws for itself (a few extra blocks
  * when a cold isolate meets a crowd — block numbers are free). Background draws go through the
  * calling request's `waitUntil` and no request awaits them: their block lands in memory, read
  * synchronously by whoever comes next.
@@ -120,11 +120,14 @@ export class IsolateIds {
       return id;
     }
     this.stats.foregroundDraws++;
-    const block = await this.drawForeground();
-    // Ours alone until installed: take our id first, then offer the rest to later callers.
-    const mine = this.issue(block);
-    this.install(block);
-    return mine;
+    for (;;) {
+      const block = await this.drawForeground();
+      // Every joiner of one draw takes the next number of its block while it lasts (4,096); one it
+      // cannot serve takes from a block that landed meanwhile, or joins the next draw.
+      const mine = this.issue(block) ?? this.take(this.now());
+      this.install(block);
+      if (mine !== undefined) return mine;
+    }
   }
 
   /** An id from the block in use or the spare, if either is usable now. */
@@ -141,7 +144,9 @@ export class IsolateIds {
     return b.used < IDS_PER_BLOCK && now - b.drawnAt < this.maxAgeMs;
   }
 
-  private issue(b: Block): bigint {
+  /** The block's next id; undefined once all 4,096 are out (a sequence never reaches the block bits). */
+  private issue(b: Block): bigint | undefined {
+    if (b.used >= IDS_PER_BLOCK) return undefined;
     this.stats.issued++;
     return (b.base << SEQ_BITS) | BigInt(b.used++);
   }
@@ -149,7 +154,7 @@ export class IsolateIds {
   /** A freshly drawn block becomes the current one, or the spare, or (both taken) is dropped. */
   private install(b: Block): void {
     const now = this.now();
-    if (!this.usable(b, now)) return;
+    if (b === this.current || b === this.spare || !this.usable(b, now)) return; // joiners install it once
     if (!this.current || !this.usable(this.current, now)) this.current = b;
     else if (!this.spare) this.spare = b;
     else this.stats.discarded++;

@@ -65,6 +65,12 @@ export const keys = {
     /** Move ids this shard applied (lua/seckill-move-in.lua): a repeated move-in gives nothing twice. */
     movesIn: (shopId: number, voucherId: number) => `seckill:{s${shopId}}:v${voucherId}:moves-in`,
     /**
+     * Shard 0's credit guard of a sharded voucher (string): the id of the last deficit credit or
+     * reload by reconcile. A credit applies only if the guard is still what its pass read
+     * (lua/seckill-move-in.lua), so overlapping passes give one deficit back once.
+     */
+    creditGuard: (shopId: number, voucherId: number) => `seckill:{s${shopId}}:v${voucherId}:credit-guard`,
+    /**
      * Fence of one reservation attempt whose reply was lost (lua/reserve-fence.lua): present =
      * settled as "not reserved"; reserve-stock refuses that order id from then on. Short-lived.
      */

@@ -8,6 +8,8 @@ import { startFaultProxy } from "../../scripts/stack/fault-proxy.ts";
 import { IDS_PER_BLOCK, IdGenerator, IsolateIds } from "../../src/redis/ids.ts";
 import { keys } from "../../src/redis/keys.ts";
 import { luaSources } from "../../src/redis/scripts.ts";
+import { reserve } from "../../src/services/seckill/reserve.ts";
+import { createSeckill, userIds } from "../support/seckill.ts";
 import { createTestApp, eventually, getStack } from "../support/stack.ts";
 
 async function client(): Promise<Redis> {
@@ -170,3 +172,91 @@ test("lost replies: draws that ran in Redis but timed out at the client burn blo
   const more = await Promise.all(Array.from({ length: 100 }, () => new IsolateIds(t.deps.redis).next()));
   expect(new Set([id, ...more]).size).toBe(101);
 });
+
+/** Blocks an isolate's ids fall in: never more than the draws it made (an id outside them is someone else's). */
+const blocksOf = (ids: bigint[]) => new Set(ids.map((id) => IdGenerator.blockOf(id))).size;
+
+test("a cold isolate's crowd larger than a block: 10,000 joiners of one draw get 10,000 ids from blocks it drew", async () => {
+  const redis = await client();
+  // One frozen millisecond for every isolate: consecutive draws get consecutive block numbers, so
+  // an id past its block's 4,096 would be an id of the next isolate's block.
+  const frozen = Date.now();
+  const crowd = new IsolateIds(redis, () => frozen, { sharesIo: true });
+  const got = await Promise.all(Array.from({ length: 10_000 }, () => crowd.next()));
+  const other = new IsolateIds(redis, () => frozen, { sharesIo: true });
+  const theirs = await Promise.all(Array.from({ length: 2 * IDS_PER_BLOCK }, () => other.next()));
+  expect(new Set(got).size).toBe(10_000);
+  expect(blocksOf(got)).toBeLessThanOrEqual(crowd.stats.draws);
+  expect(blocksOf(theirs)).toBeLessThanOrEqual(other.stats.draws);
+  expect(new Set([...got, ...theirs]).size).toBe(got.length + theirs.length);
+  // Joined, not one draw each: ceil(10,000 / 4,096) draws.
+  expect(crowd.stats.draws).toBe(Math.ceil(10_000 / IDS_PER_BLOCK));
+});
+
+test("a cold app answering 10,000 concurrent reservations hands out 10,000 distinct order ids", async () => {
+  const t = await createTestApp({
+    ORDER_PAY_TIMEOUT_SECONDS: "86400",
+    SECKILL_USER_LIMIT: "0",
+    SECKILL_IP_LIMIT: "0",
+    SOLD_OUT_MEMO_MS: "0",
+  });
+  try {
+    const stock = 10_000;
+    const { voucherId } = await createSeckill(t, { stock, buckets: 8 });
+    const ids = t.deps.isolate.ids;
+    expect(ids.stats.issued).toBe(0); // cold: no id drawn yet
+    const res = await Promise.all(
+      userIds(stock).map((userId) => reserve(t.deps, { voucherId, userId, ip: "10.0.0.1" })),
+    );
+    const orderIds = res.map((r) => (r.ok ? BigInt(r.orderId) : -1n));
+    expect(orderIds.filter((id) => id < 0n).length).toBe(0);
+    expect(new Set(orderIds).size).toBe(stock);
+    expect(blocksOf(orderIds)).toBeLessThanOrEqual(ids.stats.draws);
+  } finally {
+    await t.settle();
+  }
+}, 120_000);
+
+test("lost replies mid-crowd: joiners whose re-draw timed out fail, and no id is ever handed out twice", async () => {
+  const stack = await getStack();
+  const proxy = startFaultProxy(stack.env.UPSTASH_REDIS_REST_URL as string);
+  proxies.push(proxy);
+  const t = await createTestApp({
+    UPSTASH_REDIS_REST_URL: proxy.url,
+    REDIS_TIMEOUT_MS: "2000",
+    BREAKER_MIN_CALLS: "100000",
+  });
+  const redis = await client();
+  const sha = await sha1Hex(luaSources.idBlock);
+  await redis.scriptLoad(luaSources.idBlock);
+  const frozen = Date.now();
+  const crowd = new IsolateIds(t.deps.redis, () => frozen, { sharesIo: true });
+
+  // The first draw's reply comes late but in time; once it ran, every later draw's reply is lost
+  // (held past the client's deadline: the block numbers were drawn, nobody heard them).
+  proxy.set({ kind: "replyDelay", ms: 1_000, match: sha });
+  const pending = Promise.allSettled(Array.from({ length: 10_000 }, () => crowd.next()));
+  await eventually("the crowd's draw ran in Redis", async () => proxy.held >= 1, 10_000, 5);
+  proxy.set({ kind: "replyDelay", ms: 5_000, match: sha });
+  const settled = await pending;
+  const got = settled.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+  const failed = settled.filter((r) => r.status === "rejected").length;
+  expect(got.length + failed).toBe(10_000);
+  expect(got.length).toBeLessThanOrEqual(IDS_PER_BLOCK); // one block was heard
+  expect(failed).toBeGreaterThan(0); // the rest joined a draw whose reply was lost: a timeout, not an id
+  expect(new Set(got).size).toBe(got.length);
+  expect(blocksOf(got)).toBeLessThanOrEqual(crowd.stats.draws);
+
+  // Healed: the same isolate and another of the same millisecond hand out ids above every burnt block.
+  proxy.set({ kind: "pass" });
+  const counter = BigInt((await redis.get<string | number>(keys.idBlock())) ?? -1);
+  const other = new IsolateIds(t.deps.redis, () => frozen, { sharesIo: true });
+  const more = await Promise.all([
+    ...Array.from({ length: 5_000 }, () => crowd.next()),
+    ...Array.from({ length: 5_000 }, () => other.next()),
+  ]);
+  const all = [...got, ...more];
+  expect(new Set(all).size).toBe(all.length);
+  expect(more.every((id) => IdGenerator.blockOf(id) > counter)).toBe(true);
+  expect(blocksOf(more.slice(5_000))).toBeLessThanOrEqual(other.stats.draws);
+}, 60_000);

@@ -30,10 +30,11 @@ import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { parseSqlUtc, serviceDay } from "../../util/time.ts";
+import { SubrequestBudgetExceeded } from "../../ports/subrequests.ts";
 import { withLockRetry } from "./mysql-retry.ts";
 import { releaseInRedis } from "./orders.ts";
 import { allBucketKeys, reloadArgs, type SeckillConfig } from "./config.ts";
-import { applyMove, clearMovesTo, finishMoves, parseMove } from "./moves.ts";
+import { clearMovesTo, finishMoves, MOVES_IN_TTL_SECONDS, parseMove } from "./moves.ts";
 import { homeShard, ShardUnavailable, shardCountOf, shardsOf, shareOf } from "./shards.ts";
 import { registeredSeckills } from "./registry.ts";
 import { ruleKeys } from "./rules.ts";
@@ -173,14 +174,25 @@ async function reconcileVoucher(deps: Deps, cfg: SeckillConfig): Promise<Voucher
  * buyers' orders and its outbox; a shard whose keys are gone is reloaded with the share the others
  * leave of MySQL's stock (the moves toward it are cleared: that share accounts for them). Last, the
  * shares must add up to MySQL's initial stock — the source of truth: a deficit (a unit lost for
- * good in Redis) is given back to shard 0, a surplus is reported.
+ * good in Redis) is given back to shard 0, a surplus is reported. That credit is once-only across
+ * overlapping passes (a run may outlive its job lock): it applies only if shard 0's credit guard is
+ * what the pass read with the shares, and every credit or reload changes the guard first.
+ *
+ * A shard database that fails (down, late, refusing) is reported as not reconciled and the others
+ * are reconciled without it; what needs every shard at once — reloading a missing shard, the
+ * shares' sum — waits for a pass that reaches them all.
  */
 async function reconcileSharded(deps: Deps, cfg: SeckillConfig): Promise<VoucherReport> {
   const { voucherId, shopId } = cfg;
   const n = shardCountOf(cfg);
   const drift: string[] = [];
   const repaired: string[] = [];
-  const moves = await finishMoves(deps, cfg);
+  // Each step of finishing a move is once-only, so one stopped by a failing shard is finished by a later pass.
+  const moves = await finishMoves(deps, cfg).catch((err: unknown) => {
+    if (err instanceof SubrequestBudgetExceeded) throw err;
+    drift.push(`stock moves left half-done not finished: ${errorText(err)}`);
+    return { applied: 0, units: 0 };
+  });
   if (moves.applied > 0) {
     drift.push(
       `${moves.applied} stock move(s) left half-done (${moves.units} unit(s) out of their shard, not in the next)`,
@@ -190,40 +202,73 @@ async function reconcileSharded(deps: Deps, cfg: SeckillConfig): Promise<Voucher
   // What the shares leave of MySQL's stock, from two identical snapshots (moves in flight change
   // a snapshot: see sharesLeft), or null when they differ (the next pass decides).
   const [a, b] = [await sharesSnapshot(deps, cfg), await sharesSnapshot(deps, cfg)];
-  const stable = JSON.stringify(a) === JSON.stringify(b);
+  const reachable = b.down.every((d) => d === null);
+  const stable = reachable && JSON.stringify(a) === JSON.stringify(b);
   const left = stable ? sharesLeft(cfg, b) : null;
   const missing = b.known.map((v, i) => (v === null ? i : -1)).filter((i) => i >= 0);
   const reports: ShardReport[] = [];
+  const notReconciled = (shard: number, why: string): ShardReport => ({
+    shard,
+    initial: b.known[shard] ?? 0,
+    redisStock: 0,
+    buyers: 0,
+    pending: 0,
+    activeOrders: 0,
+    ok: false,
+    drift: [`not reconciled: ${why}`],
+    repaired: [],
+  });
+  // MySQL's stock is checked once per voucher, by the first shard whose pass gets through.
+  let mysqlChecked = false;
+  // A reload hands out what the shares leave, deficit included: a credit computed from earlier reads must fail.
+  let guardMoved = false;
   for (const { shard, redis } of shardsOf(deps, cfg)) {
-    let initial = b.known[shard] ?? null;
-    if (initial === null) {
-      if (left === null) {
-        drift.push(`shard ${shard}: voucher missing; not reloaded while stock moves between shards (next pass)`);
-        continue;
-      }
-      // Reloaded with what the others leave, split among the missing ones; the moves logged
-      // toward it are part of that and are cleared.
-      await clearMovesTo(deps, cfg, shard);
-      initial = Math.max(0, shareOf(left, missing.length, missing.indexOf(shard)));
+    const down = b.down[shard];
+    if (down) {
+      reports.push(notReconciled(shard, down));
+      continue;
     }
-    const r = await reconcileView(deps, cfg, {
-      redis,
-      shard,
-      initial,
-      mine: (userId) => homeShard(userId, n) === shard,
-      checkMysql: shard === 0,
-    });
-    reports.push({
-      shard,
-      initial: r.initial,
-      redisStock: r.redisStock,
-      buyers: r.buyers,
-      pending: r.pending,
-      activeOrders: r.activeOrders,
-      ok: r.ok,
-      drift: r.drift,
-      repaired: r.repaired,
-    });
+    let initial = b.known[shard] ?? null;
+    if (initial === null && left === null) {
+      drift.push(
+        reachable
+          ? `shard ${shard}: voucher missing; not reloaded while stock moves between shards (next pass)`
+          : `shard ${shard}: voucher missing; not reloaded while a shard is unreachable (next pass)`,
+      );
+      continue;
+    }
+    try {
+      if (initial === null) {
+        // Reloaded with what the others leave, split among the missing ones; the moves logged
+        // toward it are part of that and are cleared.
+        if (!guardMoved) await moveCreditGuard(deps, cfg, `reload:${deps.clock.now()}:${crypto.randomUUID()}`);
+        guardMoved = true;
+        await clearMovesTo(deps, cfg, shard);
+        initial = Math.max(0, shareOf(left as number, missing.length, missing.indexOf(shard)));
+      }
+      const r = await reconcileView(deps, cfg, {
+        redis,
+        shard,
+        initial,
+        mine: (userId) => homeShard(userId, n) === shard,
+        checkMysql: !mysqlChecked,
+      });
+      mysqlChecked = true;
+      reports.push({
+        shard,
+        initial: r.initial,
+        redisStock: r.redisStock,
+        buyers: r.buyers,
+        pending: r.pending,
+        activeOrders: r.activeOrders,
+        ok: r.ok,
+        drift: r.drift,
+        repaired: r.repaired,
+      });
+    } catch (err) {
+      if (err instanceof SubrequestBudgetExceeded) throw err;
+      reports.push(notReconciled(shard, errorText(err)));
+    }
   }
   if (left !== null && missing.length === 0 && left !== 0) {
     drift.push(
@@ -231,7 +276,11 @@ async function reconcileSharded(deps: Deps, cfg: SeckillConfig): Promise<Voucher
     );
     // A deficit is units lost for good in Redis (MySQL is the truth): back into shard 0. A surplus
     // is not taken away (which units?): reported.
-    if (left > 0 && (await creditShard0(deps, cfg, left))) repaired.push(`gave ${left} lost unit(s) back to shard 0`);
+    if (left > 0) {
+      const credited = await creditShard0(deps, cfg, left, b.guard);
+      if (credited === 1) repaired.push(`gave ${left} lost unit(s) back to shard 0`);
+      else if (credited === -2) drift.push("deficit not credited: another pass changed the shares meanwhile");
+    }
   }
   const all = (f: (r: ShardReport) => number) => reports.reduce((x, r) => x + f(r), 0);
   const mysqlRow = (await deps.db.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?", [voucherId]))
@@ -259,32 +308,58 @@ interface SharesSnapshot {
   logs: [string, number, number][][];
   /** Move ids each shard applied, sorted. */
   applied: string[][];
+  /** Per shard, why it could not be read (null: read). */
+  down: (string | null)[];
+  /** Shard 0's credit guard ("" when absent). */
+  guard: string;
 }
 
-/** Per shard, one atomic read of its share, its move log and its applied moves. */
+/** Per shard, one atomic read of its share, its move log and its applied moves; a shard that fails is marked down. */
 async function sharesSnapshot(deps: Deps, cfg: SeckillConfig): Promise<SharesSnapshot> {
-  const { shopId, voucherId } = cfg;
   const per = await Promise.all(
     shardsOf(deps, cfg).map(async ({ redis }) => {
-      const m = redis.multi();
-      m.hget(keys.seckill.meta(shopId, voucherId), "initial");
-      m.hgetall(keys.seckill.movesOut(shopId, voucherId));
-      m.smembers(keys.seckill.movesIn(shopId, voucherId));
-      const [initial, log, applied] =
-        await m.exec<[number | string | null, Record<string, string> | null, unknown[]]>();
-      const entries = Object.entries(log ?? {}).map(([id, v]): [string, number, number] => {
-        const { to, units } = parseMove(v);
-        return [id, to, units];
-      });
-      return {
-        initial: initial === null || initial === undefined ? null : Number(initial),
-        log: entries.sort(),
-        applied: (applied ?? []).map(String).sort(),
-      };
+      try {
+        return { ...(await readShare(redis, cfg)), down: null };
+      } catch (err) {
+        if (err instanceof SubrequestBudgetExceeded) throw err;
+        return { initial: null, log: [], applied: [], guard: "", down: errorText(err) };
+      }
     }),
   );
-  return { known: per.map((p) => p.initial), logs: per.map((p) => p.log), applied: per.map((p) => p.applied) };
+  return {
+    known: per.map((p) => p.initial),
+    logs: per.map((p) => p.log),
+    applied: per.map((p) => p.applied),
+    down: per.map((p) => p.down),
+    guard: per[0]?.guard ?? "",
+  };
 }
+
+/** One shard's share, move log and applied moves, in one MULTI. */
+async function readShare(
+  redis: Deps["redis"],
+  { shopId, voucherId }: SeckillConfig,
+): Promise<{ initial: number | null; log: [string, number, number][]; applied: string[]; guard: string }> {
+  const m = redis.multi();
+  m.hget(keys.seckill.meta(shopId, voucherId), "initial");
+  m.hgetall(keys.seckill.movesOut(shopId, voucherId));
+  m.smembers(keys.seckill.movesIn(shopId, voucherId));
+  m.get(keys.seckill.creditGuard(shopId, voucherId));
+  const [initial, log, applied, guard] =
+    await m.exec<[number | string | null, Record<string, string> | null, unknown[], string | number | null]>();
+  const entries = Object.entries(log ?? {}).map(([id, v]): [string, number, number] => {
+    const { to, units } = parseMove(v);
+    return [id, to, units];
+  });
+  return {
+    initial: initial === null || initial === undefined ? null : Number(initial),
+    log: entries.sort(),
+    applied: (applied ?? []).map(String).sort(),
+    guard: guard === null || guard === undefined ? "" : String(guard),
+  };
+}
+
+const errorText = (err: unknown): string => (err instanceof Error ? err.message : String(err));
 
 /**
  * MySQL's stock minus what the shards hold: the loaded shares plus the units of logged moves not
@@ -303,11 +378,30 @@ function sharesLeft(cfg: SeckillConfig, s: SharesSnapshot): number {
   return cfg.initialStock - held;
 }
 
-/** A deficit of the shares (units lost for good in Redis) back into shard 0: one idempotent move-in per pass and amount. */
-async function creditShard0(deps: Deps, cfg: SeckillConfig, units: number): Promise<boolean> {
+/**
+ * A deficit of the shares (units lost for good in Redis) back into shard 0, as a move-in guarded
+ * by `guard`, shard 0's credit guard as this pass read it with the shares: 1 credited, -2 another
+ * pass credited or reloaded since (nothing done), 0/-1 as lua/seckill-move-in.lua.
+ */
+async function creditShard0(deps: Deps, cfg: SeckillConfig, units: number, guard: string): Promise<number> {
+  const { shopId, voucherId } = cfg;
   const redis = shardsOf(deps, cfg)[0]?.redis;
-  if (!redis) return false;
-  return (await applyMove(redis, cfg, `repair:${deps.clock.now()}:${units}`, units)) === 1;
+  if (!redis) return 0;
+  return await scriptsFor(redis).seckillMoveIn.exec(
+    [
+      keys.seckill.meta(shopId, voucherId),
+      keys.seckill.movesIn(shopId, voucherId),
+      keys.seckill.stock(shopId, voucherId, 0),
+      keys.seckill.creditGuard(shopId, voucherId),
+    ],
+    [`repair:${deps.clock.now()}:${crypto.randomUUID()}`, String(units), String(MOVES_IN_TTL_SECONDS), guard],
+  );
+}
+
+/** Changes shard 0's credit guard, so no credit computed from reads before now applies. */
+async function moveCreditGuard(deps: Deps, cfg: SeckillConfig, value: string): Promise<void> {
+  const redis = shardsOf(deps, cfg)[0]?.redis;
+  await redis?.set(keys.seckill.creditGuard(cfg.shopId, cfg.voucherId), value, { ex: MOVES_IN_TTL_SECONDS });
 }
 
 async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promise<VoucherReport> {
@@ -418,7 +512,10 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
     // in between repeats both on the next pass.
     // The daily shop limit alike: a settled order leaves its user's daily set of its reservation
     // day (SREM by order id: a release that already took it out makes this a no-op, so nothing is
-    // given back twice — the set lives outside the voucher's keys and survived their loss).
+    // given back twice — the set lives outside the voucher's keys and survived their loss). A day
+    // key still in the older integer-counter form answers WRONGTYPE and is left alone: a counter
+    // cannot tell whether this order's release already counted it out, so it errs on the strict
+    // side until it expires (within its day; see reserve-stock.lua).
     const stale = settledOrders.flatMap((o) =>
       ruleKeys(cfg, Number(o.userId)).map((log): [string, string, "zrem" | "srem"] => [log, o.id, "zrem"]),
     );
@@ -436,7 +533,8 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
         if (op === "zrem") p.zrem(key, id);
         else p.srem(key, id);
       }
-      await p.exec();
+      const failed = (await p.exec({ keepErrors: true })).find((r) => r.error && !r.error.includes("WRONGTYPE"));
+      if (failed) throw new Error(`reconcile: removing settled orders from quota keys failed: ${failed.error}`);
     }
     // Each holder's purchase-rule logs follow the buckets (none without rules).
     const [loaded, stock, buyers] = await scripts.reloadSeckill.exec(
@@ -656,8 +754,11 @@ export async function reconcile(deps: Deps, now: number): Promise<ReconcileRepor
       vouchers.push(await reconcileVoucher(deps, cfg));
     } catch (err) {
       // One voucher that cannot be reconciled (its shards are not configured here, a database is
-      // down) is reported; the others are still reconciled.
-      if (!(err instanceof ShardUnavailable)) throw err;
+      // down) is reported; the others are still reconciled. Past the run's subrequest share the
+      // pass ends (runCron: the next run starts over).
+      if (err instanceof SubrequestBudgetExceeded) throw err;
+      if (!(err instanceof ShardUnavailable))
+        deps.log.warn("reconcile: voucher not reconciled", { voucherId: cfg.voucherId, err });
       const { voucherId, shopId, initialStock: initial } = cfg;
       vouchers.push({
         voucherId,
@@ -669,7 +770,7 @@ export async function reconcile(deps: Deps, now: number): Promise<ReconcileRepor
         mysqlStock: 0,
         activeOrders: 0,
         ok: false,
-        drift: [`not reconciled: ${err.message}`],
+        drift: [`not reconciled: ${errorText(err)}`],
         repaired: [],
       });
     }
