@@ -8,9 +8,11 @@
   (a create raced this load) hides an id only while its L2 entry is also missing, and for at most
   ARGV[5] seconds — the same bound as a null entry.
 
-  KEYS[1]  L2 entry
-  KEYS[2]  rebuild lock
-  KEYS[3]  the module's ceiling
+  KEYS[1]  L2 entry (cache:{<module>:b<n>}:<id>)
+  KEYS[2]  rebuild lock (lock:cache:{<module>:b<n>}:<id>)
+  KEYS[3]  the bucket's copy of the module's ceiling (cache-ceiling:{<module>:b<n>}); the caller
+           writes the other buckets' copies itself (each in its own slot). One hash tag: valid on
+           a cluster.
   ARGV[1]  entry JSON
   ARGV[2]  entry TTL, seconds
   ARGV[3]  lock token, or "" when no lock is held

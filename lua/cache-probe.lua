@@ -5,12 +5,16 @@
   the same step, so the one caller that loads from MySQL is chosen without another round trip.
 
   A miss that used to cost GET + SET NX + GET (and then SET + unlock) costs this one call, then one
-  cache-fill.lua after the origin load; an id above the ceiling costs this call alone (issue 16
-  item 5: misses ≤ 1 Redis command each, amortised).
+  cache-fill.lua after the origin load; an id above the ceiling costs this call alone (misses cost
+  ≤ 1 Redis command each, amortised).
 
-  KEYS[1]  L2 entry (cache:{module}:{id})
-  KEYS[2]  rebuild lock (lock:cache:{module}:{id})
-  KEYS[3]  the module's ceiling (cache-ceiling:{module}; integer string, TTL = the null TTL)
+  All three keys carry the hash tag of the entry's bucket, {<module>:b<n>} (src/redis/keys.ts), so
+  the script is valid on a cluster.
+
+  KEYS[1]  L2 entry (cache:{<module>:b<n>}:<id>)
+  KEYS[2]  rebuild lock (lock:cache:{<module>:b<n>}:<id>)
+  KEYS[3]  the bucket's copy of the module's ceiling (cache-ceiling:{<module>:b<n>}; integer
+           string, TTL = the null TTL)
   ARGV[1]  the key as an integer, or "" when the module has no ceiling
   ARGV[2]  lock token, or "" when the module takes no lock (plain strategy)
   ARGV[3]  lock lifetime, ms

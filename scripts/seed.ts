@@ -342,7 +342,10 @@ export async function seed(db: Client, redis: Redis, opts: SeedOptions): Promise
   }
 
   // Rows inserted behind the app's back: the cache ceilings (src/cache/module.ts) may be below them.
-  await redis.del(keys.cacheCeiling("shop"), keys.cacheCeiling("seckill"));
+  // One DEL per key: each bucket's copy is in its own slot.
+  const p = redis.pipeline();
+  for (const k of [...keys.cacheCeilings("shop"), ...keys.cacheCeilings("seckill")]) p.del(k);
+  await p.exec();
 
   const geoBar = bar("geo index", opts.shops, opts.quiet);
   let lastReported = 0;

@@ -4,7 +4,7 @@
  * createIsolate (src/isolate.ts) and reached as `deps.isolate.caches`.
  *
  * Strategy choices:
- * - shop (`cache:shop:{id}`): logical — the hottest key family (every list and detail view); a
+ * - shop (`cache:{shop:b<n>}:<id>`): logical — the hottest key family (every list and detail view); a
  *   seckill drop sends thousands of reads at one shop at once, so an expiry must never send them
  *   to MySQL or make them wait: they get the last value while one rebuild runs.
  * - shop-types: plain — ten rows that change almost never; a miss is cheap and rare.

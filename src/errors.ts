@@ -10,7 +10,7 @@
 import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { DependencyUnavailableError, isRedisThrottled } from "./resilience.ts";
+import { DependencyUnavailableError, isRedisFull, isRedisThrottled } from "./resilience.ts";
 import type { AppEnv } from "./types.ts";
 
 export type ErrorCode =
@@ -157,6 +157,11 @@ export function handleError(err: Error, c: Context<AppEnv>): Response {
     // A database over its command budget refused the request before it ran: retry shortly.
     c.header("Retry-After", "1");
     return c.json(fail("UNAVAILABLE", "redis is over its command budget; try again shortly", requestId), 503);
+  }
+  if (isRedisFull(err)) {
+    // A full database (eviction off) refused a write before it ran: nothing was done; retry later.
+    c.header("Retry-After", "5");
+    return c.json(fail("UNAVAILABLE", "redis is full; try again shortly", requestId), 503);
   }
   if (err instanceof AppError) {
     const retryAfter = err.retryAfterSeconds ?? dependencyRetryAfterSeconds(err.cause);

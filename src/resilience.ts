@@ -544,6 +544,19 @@ export function isRedisThrottled(err: unknown): boolean {
 }
 
 /**
+ * A full Redis database with eviction off ("OOM command not allowed when used memory >
+ * 'maxmemory'"): Redis refused the write before it ran (a script is refused at its first write,
+ * so none of it ran), so it is a definite "no", not a lost reply. Callers answer 503 with
+ * Retry-After; nothing was acknowledged (docs/decisions/redis-eviction.md).
+ */
+export function isRedisFull(err: unknown): boolean {
+  for (let e = err, i = 0; i < 4 && e instanceof Error; i++, e = e.cause) {
+    if (e instanceof redisErrors.UpstashError && /\bOOM command not allowed\b/.test(e.message)) return true;
+  }
+  return false;
+}
+
+/**
  * Errors in Upstash's JSON envelope that say the database could not serve at all (the REST API
  * answers 500 when it cannot reach Redis; a replica loading or a cluster without a primary): the
  * SDK drops the HTTP status, so they are told apart from command errors by their text.

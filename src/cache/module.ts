@@ -138,7 +138,7 @@ export class CacheModule<K extends string | number, V, P = never> {
 
   /** Write path: the caller wrote MySQL first; this overwrites (not deletes) L2 and L1. */
   async set(deps: Deps, key: K, value: V | null): Promise<void> {
-    // A value may be a new id above the module's ceiling: the ceiling goes (read again on a miss).
+    // A value may be a new id above the module's ceiling: its bucket's copy goes (read again on a miss).
     const dropCeiling = value !== null && this.def.ceiling !== undefined;
     if (this.hot || dropCeiling) {
       // One request: the L2 write, then the write-log entry that makes other isolates drop their
@@ -147,7 +147,7 @@ export class CacheModule<K extends string | number, V, P = never> {
       const p = deps.redis.pipeline();
       const [k, json, opts] = this.tiers.l2Write(key, value);
       p.set(k, json, opts);
-      if (dropCeiling) p.del(keys.cacheCeiling(this.name));
+      if (dropCeiling) p.del(keys.cacheCeiling(this.name, key));
       this.hot?.logWrite(p, this.name, String(key));
       await p.exec();
     } else {

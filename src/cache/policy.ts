@@ -43,7 +43,7 @@ export const defaultPolicy: CachePolicy = {
 };
 
 export interface CacheModuleDef<K extends string | number, V, P = never> {
-  /** Module name; L2 keys are `cache:{name}:{key}` (the classic `cache:shop:{id}`). */
+  /** Module name; L2 keys are `cache:{<name>:b<n>}:<key>` (keys.cache: the hash tag of the key's bucket). */
   name: string;
   /**
    * What an answer calls this data when neither origin nor cache can give it: the app's error

@@ -11,7 +11,8 @@
  * Everywhere: known-missing ids are cached as null for `nullTtlSeconds`; a Redis failure falls
  * through to MySQL; a MySQL failure serves the stale L1/L2 value if there is one. One command
  * where it saves some (lua/cache-probe.lua: entry, ceiling and lock in one step; lua/cache-fill.lua:
- * the write after a load, with the ceiling and the lock release).
+ * the write after a load, with the ceiling and the lock release). The three keys share the hash tag
+ * of the entry's bucket (src/redis/keys.ts), so each script stays in one slot of a clustered Redis.
  *
  * L2 value format (JSON): `{"v": version, "d": data | null, "x"?: logicalExpiryEpochMs}`. Entries of
  * another version are misses, so bumping `version` retires every entry without a scan.
@@ -185,7 +186,7 @@ export class Tiers<K extends string | number, V, P> {
     const token = locking ? crypto.randomUUID() : "";
     const lockKey = keys.cacheLock(this.def.name, key);
     const [code, x] = await scriptsFor(redis).cacheProbe.exec(
-      [this.l2Key(key), lockKey, keys.cacheCeiling(this.def.name)],
+      [this.l2Key(key), lockKey, keys.cacheCeiling(this.def.name, key)],
       [bounded ? String(key) : "", token, String(this.policy.lockTtlMs)],
     );
     if (code === 1) return { entry: this.entryOf(x), ceilingKnown: false };
@@ -343,9 +344,18 @@ export class Tiers<K extends string | number, V, P> {
       ceiling = String(await this.def.ceiling(deps).catch(() => ""));
     }
     const lockKey = fill.lock?.key ?? keys.cacheLock(this.def.name, key);
+    const own = keys.cacheCeiling(this.def.name, key);
+    const ttl = String(this.policy.nullTtlSeconds);
     await scriptsFor(deps.redis).cacheFill.exec(
-      [k, lockKey, keys.cacheCeiling(this.def.name)],
-      [json, String(ex), fill.lock?.token ?? "", ceiling, String(this.policy.nullTtlSeconds)],
+      [k, lockKey, own],
+      [json, String(ex), fill.lock?.token ?? "", ceiling, ttl],
     );
+    if (ceiling === "") return;
+    // The other buckets' copies (each in its own slot, so not in the script): one request, once per
+    // ceiling read, so the next miss of any bucket finds a ceiling without its own MAX(id) query.
+    const p = deps.redis.pipeline();
+    for (const other of keys.cacheCeilings(this.def.name))
+      if (other !== own) p.set(other, ceiling, { nx: true, ex: this.policy.nullTtlSeconds });
+    await p.exec();
   }
 }

@@ -7,6 +7,7 @@ import { createDeps } from "../deps.ts";
 import { type Config, ConfigError, parseEnv } from "../env.ts";
 import type { ClientEnv } from "../http/client-ip.ts";
 import { cronJobs, runCron } from "../jobs/index.ts";
+import { checkEvictionAll, EvictingRedisError } from "../redis/eviction.ts";
 import { runtimes } from "../runtime.ts";
 
 let config: Config;
@@ -25,6 +26,14 @@ const track = (p: Promise<unknown>) => {
   pending.add(settled);
 };
 const deps = createDeps(config, { waitUntil: track, runtime: runtimes.bun });
+// An evicting database may drop acknowledged orders: refuse to serve on one (src/redis/eviction.ts).
+try {
+  await checkEvictionAll(deps);
+} catch (err) {
+  if (!(err instanceof EvictingRedisError)) throw err;
+  console.error(err.message);
+  process.exit(1);
+}
 const app = createApp(deps);
 const ctx = { waitUntil: track, passThroughOnException() {}, props: {} };
 

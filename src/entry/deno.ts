@@ -6,6 +6,7 @@ import { createDeps } from "../deps.ts";
 import { type Config, ConfigError, parseEnv } from "../env.ts";
 import type { ClientEnv } from "../http/client-ip.ts";
 import { cronJobs, runCron } from "../jobs/index.ts";
+import { checkEvictionAll, EvictingRedisError } from "../redis/eviction.ts";
 import { runtimes } from "../runtime.ts";
 
 declare const Deno: {
@@ -27,6 +28,14 @@ try {
 }
 
 const deps = createDeps(config, { runtime: runtimes.deno });
+// An evicting database may drop acknowledged orders: refuse to serve on one (src/redis/eviction.ts).
+try {
+  await checkEvictionAll(deps);
+} catch (err) {
+  if (!(err instanceof EvictingRedisError)) throw err;
+  console.error(err.message);
+  Deno.exit(1);
+}
 const app = createApp(deps);
 const ctx = { waitUntil: deps.waitUntil, passThroughOnException() {}, props: {} };
 const hostname = Deno.env.toObject().HOST ?? "127.0.0.1";

@@ -46,7 +46,8 @@ export class OperatorAttempts {
   /** Counts a failed attempt; returns how long the address is now refused (0 while under the limit). */
   async failed(address: string, now: number): Promise<number> {
     if (!this.limiter) return 0;
-    const res = await this.limiter.limit(address);
+    // In braces: the sliding window's two keys (this window, the last) share a slot on a cluster.
+    const res = await this.limiter.limit(`{${address}}`);
     if (res.success) return 0;
     const until = Math.max(res.reset, now + 1000);
     this.blocked.set(address, until);

@@ -22,16 +22,26 @@ export const keys = {
   loginRevokedSeq: () => "login:revoked:seq",
   /** GEO set of the shops of one type (member = shop id). */
   shopGeo: (typeId: number | string) => `shop:geo:${typeId}`,
-  /** L2 cache entry of a cache module (`cache:shop:{id}` is the classic name). */
-  cache: (module: string, id: string | number) => `cache:${module}:${id}`,
   /**
-   * Rebuild lock of one L2 entry (strategies mutex/logical): `lock:cache:{module}:{id}`, the
-   * lock.ts key of the name `cache:{module}:{id}`. lua/cache-probe.lua takes it, lua/cache-fill.lua
-   * releases it, lock.ts `tryLockKey` takes it when the probe could not.
+   * L2 cache entry of a cache module: `cache:{<module>:b<n>}:<id>`. The tag is the module and one
+   * of CACHE_BUCKETS buckets of the id (cacheBucket), so lua/cache-probe.lua and lua/cache-fill.lua
+   * touch entry, lock and ceiling in one slot while a module's entries still spread over the slots.
    */
-  cacheLock: (module: string, id: string | number) => `lock:cache:${module}:${id}`,
-  /** A cache module's ceiling: the largest id its origin held (every id above is absent; lua/cache-probe.lua). */
-  cacheCeiling: (module: string) => `cache-ceiling:${module}`,
+  cache: (module: string, id: string | number) => `cache:${cacheTag(module, id)}:${id}`,
+  /**
+   * Rebuild lock of one L2 entry (strategies mutex/logical): the lock.ts key of the entry's name,
+   * `lock:cache:{<module>:b<n>}:<id>`. lua/cache-probe.lua takes it, lua/cache-fill.lua releases
+   * it, lock.ts `tryLockKey` takes it when the probe could not.
+   */
+  cacheLock: (module: string, id: string | number) => `lock:cache:${cacheTag(module, id)}:${id}`,
+  /**
+   * A cache module's ceiling as seen by the ids of one bucket: the largest id its origin held
+   * (every id of the bucket above it is absent; lua/cache-probe.lua). One copy per bucket, so the
+   * probe reads it in its entry's slot; a new id makes only its own bucket's copy stale.
+   */
+  cacheCeiling: (module: string, id: string | number) => `cache-ceiling:${cacheTag(module, id)}`,
+  /** Every bucket's copy of a module's ceiling (seeding and tests drop them all). */
+  cacheCeilings: (module: string) => Array.from({ length: CACHE_BUCKETS }, (_, b) => `cache-ceiling:{${module}:b${b}}`),
   /** Cache counters summed across isolates, one hash per module. */
   cacheStats: (module: string) => `cache:stats:${module}`,
   /** Isolates that reported cache counters: hash isolateId → last report (epoch ms). */
@@ -160,6 +170,18 @@ export const keys = {
   /** Like/follow toggle token buckets (@upstash/ratelimit prefix). */
   toggleBucket: () => "rl:toggle",
 } as const;
+
+/** Hash-tag buckets of a cache module (see keys.cache): the slots one module's entries spread over. */
+export const CACHE_BUCKETS = 16;
+
+/** The bucket (0 ≤ b < CACHE_BUCKETS) of a cache key: its digest, so integer and text keys spread alike. */
+export function cacheBucket(id: string | number): number {
+  return hash53(String(id)) % CACHE_BUCKETS;
+}
+
+function cacheTag(module: string, id: string | number): string {
+  return `{${module}:b${cacheBucket(id)}}`;
+}
 
 /** `j:<jti>` of a signed token (its payload decoded, no signature check: callers verified it), the
  * classic token itself for 32-hex ones, else a digest (never the token). */

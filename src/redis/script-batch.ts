@@ -22,7 +22,7 @@
  * few buyers per event-loop turn, so the batch would rarely hold more than one anyway, and the
  * Redis command count per attempt (what Upstash bills and limits) is one either way.
  */
-import type { Redis } from "@upstash/redis";
+import { errors as redisErrors, type Redis } from "@upstash/redis";
 import { sha1Hex } from "../util/crypto.ts";
 
 interface Pending<T> {
@@ -96,7 +96,9 @@ export class ScriptBatcher<T> {
       if (!r) b.reject(new Error("pipeline returned fewer results than commands"));
       else if (r.error === undefined || r.error === null) b.resolve(r.result as T);
       else if (/NOSCRIPT/i.test(r.error)) this.script(redis).exec(b.keys, b.args).then(b.resolve, b.reject);
-      else b.reject(new Error(r.error));
+      // Redis answered this command with an error: the SDK's own type for it, as an unbatched call
+      // would throw, so callers tell it from a lost reply (resilience.ts isRedisFailure).
+      else b.reject(new redisErrors.UpstashError(r.error));
     });
   }
 }

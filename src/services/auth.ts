@@ -89,7 +89,9 @@ export async function sendLoginCode(deps: Deps, phone: string, ip: string): Prom
     [l.perPhoneMinute, phone],
     [l.perPhoneHour, phone],
   ] as const) {
-    const res = await limiter.limit(id);
+    // In braces: a sliding window's script reads this window's key and the last one, which must
+    // share a hash tag to be one slot on a clustered Redis.
+    const res = await limiter.limit(`{${id}}`);
     if (!res.success) {
       const retryAfterSeconds = Math.max(1, Math.ceil((res.reset - deps.clock.now()) / 1000));
       return {

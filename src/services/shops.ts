@@ -165,18 +165,19 @@ export async function insertShop(deps: Deps, s: ShopInput): Promise<number> {
       s.openHours,
     ],
   );
-  await forgetCeiling(deps, "shop");
-  return Number(res.insertId);
+  const id = Number(res.insertId);
+  await forgetCeiling(deps, "shop", id);
+  return id;
 }
 
 /**
  * After a commit that added an id to module `name`'s table: the module's ceiling (every id above
- * it is absent, lua/cache-probe.lua) may be below the new id, so it goes; the next miss reads it
+ * it is absent, lua/cache-probe.lua) may be below the new id, so the copy of the id's bucket goes; the next miss reads it
  * again. Best effort: if Redis cannot be reached, a ceiling written before hides the new id for at
  * most the module's null TTL, like a null entry would.
  */
-export async function forgetCeiling(deps: Pick<Deps, "redis">, name: "shop" | "seckill"): Promise<void> {
-  await deps.redis.del(keys.cacheCeiling(name)).catch(() => {});
+export async function forgetCeiling(deps: Pick<Deps, "redis">, name: "shop" | "seckill", id: number): Promise<void> {
+  await deps.redis.del(keys.cacheCeiling(name, id)).catch(() => {});
 }
 
 /** Applies only the given fields; returns the previous type id, or null when the shop does not exist. */

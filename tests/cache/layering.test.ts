@@ -22,7 +22,8 @@ test("nothing under src/cache imports a service, a route, the edge, the console 
   expect(offending).toEqual([]);
 });
 
-test("a cache entry's rebuild lock keeps its key (lock:cache:{module}:{id}), so isolates of two deploys still share it", () => {
-  expect(keys.cacheLock("shop", 42)).toBe("lock:cache:shop:42");
+test("a cache entry's rebuild lock is the lock.ts key of the entry's name (lock:cache:{<module>:b<n>}:<id>)", () => {
+  expect(keys.cacheLock("shop", 42)).toMatch(/^lock:cache:\{shop:b\d+\}:42$/);
+  expect(keys.cacheLock("shop", 42)).toBe(keys.lock(keys.cache("shop", 42)));
   expect(keys.cacheLock("voucher-list", 7)).toBe(keys.lock(keys.cache("voucher-list", 7)));
 });

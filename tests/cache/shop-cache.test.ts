@@ -76,9 +76,9 @@ describe("cache modules on the real stack", () => {
     const t = await isolate({ shop: { nullTtlSeconds: 1, l1TtlMs } }, { MISS_PER_ADDRESS: "0" }, { now: clock.now });
     const missing = 900_000_000 + Math.floor(Math.random() * 1e6);
     const entry = keys.cache("shop", missing);
-    const ceiling = keys.cacheCeiling("shop");
+    const ceiling = keys.cacheCeiling("shop", missing);
     // No ceiling yet (an earlier test's would answer "absent" without a load): the first miss reads it.
-    await t.deps.redis.del(ceiling);
+    await t.deps.redis.del(...keys.cacheCeilings("shop"));
     const first = await Promise.all(Array.from({ length: 1000 }, () => call(t.app, "GET", `/api/shop/${missing}`)));
     expect(first.every((r) => r.body.success === false && r.body.code === "NOT_FOUND" && r.status === 200)).toBe(true);
     expect(t.caches.shop.counters.originLoads).toBe(1);
@@ -202,6 +202,8 @@ describe("cache modules on the real stack", () => {
     expect(stale.status).toBe(200);
     expect(stale.body.data).toEqual(warm.body.data as unknown[]);
     expect(t.caches.shopTypes.counters.staleServes).toBe(1);
+    // Cold indeed: no ceiling copy left by an earlier test may answer "absent" without MySQL.
+    await t.deps.redis.del(...keys.cacheCeilings("shop"));
     const cold = await call(t.app, "GET", `/api/shop/${800_000_000 + Math.floor(Math.random() * 1e6)}`);
     expect(cold.status).toBe(503);
     expect(cold.body).toMatchObject({

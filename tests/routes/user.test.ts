@@ -33,14 +33,14 @@ describe("login codes", () => {
 
   test("a phone gets at most 5 codes an hour even when it respects the interval", async () => {
     // The default interval (LOGIN_CODE_PHONE_INTERVAL_SECONDS): after each send the interval's
-    // window is ended by forced expiry (@upstash/ratelimit's fixed window `rl:code:phone:gap:<phone>:<bucket>`
+    // window is ended by forced expiry (@upstash/ratelimit's fixed window `rl:code:phone:gap:{<phone>}:<bucket>`
     // keeps its own time, which no injected clock reaches), so only the hourly limit can refuse.
     const { app, deps } = await createTestApp();
     const phone = uniquePhone();
     const statuses: number[] = [];
     for (let i = 0; i < 6; i++) {
       statuses.push((await call(app, "POST", `/api/user/code?phone=${phone}`, { ip: `10.1.1.${i}` })).status);
-      const gap = await deps.redis.keys(`rl:code:phone:gap:${phone}:*`);
+      const gap = await deps.redis.keys(`rl:code:phone:gap:{${phone}}:*`);
       expect(gap.length).toBe(1);
       await expireNow(deps.redis, ...gap);
     }

@@ -232,7 +232,7 @@ export async function createSeckillVoucher(
     );
     return id;
   });
-  await forgetCeiling(deps, "seckill");
+  await forgetCeiling(deps, "seckill", voucherId);
   const cfg: SeckillConfig = {
     voucherId,
     shopId: v.shopId,
