@@ -211,7 +211,8 @@ class OutcomeWindow {
     this.bucketMs = Math.max(1, windowMs / WINDOW_BUCKETS);
   }
 
-  record(now: number, failed: boolean): void {
+  /** `weight`: the calls one request stood for (a pipeline of N commands is N calls). */
+  record(now: number, failed: boolean, weight = 1): void {
     const b = Math.floor(now / this.bucketMs);
     const slot = ((b % WINDOW_BUCKETS) + WINDOW_BUCKETS) % WINDOW_BUCKETS;
     if (this.stamps[slot] !== b) {
@@ -219,8 +220,8 @@ class OutcomeWindow {
       this.calls[slot] = 0;
       this.failures[slot] = 0;
     }
-    this.calls[slot] = (this.calls[slot] as number) + 1;
-    if (failed) this.failures[slot] = (this.failures[slot] as number) + 1;
+    this.calls[slot] = (this.calls[slot] as number) + weight;
+    if (failed) this.failures[slot] = (this.failures[slot] as number) + weight;
   }
 
   totals(now: number): { calls: number; failures: number } {
@@ -384,28 +385,28 @@ export class Guard {
     this.probeSuccesses = 0;
   }
 
-  private succeeded(ms: number, probe: boolean): void {
+  private succeeded(ms: number, probe: boolean, weight: number): void {
     this.answers++;
     this.failureStreak = 0;
     this.latency.add(ms);
-    this.outcomes.record(this.now(), false);
+    this.outcomes.record(this.now(), false, weight);
     if (probe && this.breakerState === "halfOpen" && ++this.probeSuccesses >= this.halfOpenCalls) {
       this.breakerState = "closed";
       this.outcomes.reset();
     }
   }
 
-  private failed(message: string, probe: boolean): void {
+  private failed(message: string, probe: boolean, weight: number): void {
     this.counters.failures++;
     this.lastFailure = message;
-    this.failureStreak++;
+    this.failureStreak += weight;
     if (this.breakerState === "halfOpen") {
       if (probe) this.open();
       return;
     }
     if (this.breakerState !== "closed") return;
     const now = this.now();
-    this.outcomes.record(now, true);
+    this.outcomes.record(now, true, weight);
     const w = this.outcomes.totals(now);
     if (w.calls >= this.opts.minCalls && w.failures >= w.calls * this.failureRatio) this.open();
     // Failures in a row with no answer between them: every counted miss waited with nothing
@@ -419,7 +420,7 @@ export class Guard {
    * Rejects with DependencyUnavailableError for a timeout, a failure or an open breaker; other
    * errors (answers: command/SQL errors) pass through unchanged.
    */
-  async run<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  async run<T>(fn: (signal: AbortSignal) => Promise<T>, weight = 1): Promise<T> {
     this.counters.calls++;
     let probe = false;
     if (this.breakerState !== "closed") {
@@ -435,7 +436,7 @@ export class Guard {
     const started = performance.now();
     try {
       const value = await this.withDeadline(fn, new AbortController());
-      this.succeeded(performance.now() - started, probe);
+      this.succeeded(performance.now() - started, probe, weight);
       return value;
     } catch (err) {
       if (err instanceof DeadlineExceeded) {
@@ -447,17 +448,17 @@ export class Guard {
           // joins the samples, so the next deadline is a multiple of it and a moved dependency is
           // followed after one miss (a hang meets the ratio and opens the breaker).
           this.latency.add(err.waitedMs);
-          this.failed(err.message, probe);
+          this.failed(err.message, probe, weight);
         }
         throw new DependencyUnavailableError(this.name, "timeout", this.retryAfterMs(), err);
       }
       if (err instanceof CallerAbortedError) throw err;
       if (this.opts.isFailure?.(err) ?? true) {
-        this.failed(scrubbedMessage(err), probe);
+        this.failed(scrubbedMessage(err), probe, weight);
         throw new DependencyUnavailableError(this.name, "failed", this.retryAfterMs(), err);
       }
       // An answer (a command or SQL error): the dependency is up.
-      this.succeeded(performance.now() - started, probe);
+      this.succeeded(performance.now() - started, probe, weight);
       throw err;
     } finally {
       this.inFlight--;
@@ -662,9 +663,18 @@ export function guardRedis(redis: Redis, guard: Guard): Redis {
       // (The timeout's own rejection has already reached the caller; this only discards the reply.)
       if (signal.aborted) throw new Error("redis request aborted after its timeout");
       return res;
-    }),
+    }, commandsIn(req.body)),
   );
   return redis;
+}
+
+/**
+ * Commands one REST request carries: a `/pipeline` or `/multi-exec` body is an array of commands
+ * (auto-pipelining merges concurrent callers into one), a single command is one. The breaker
+ * counts them all, so a merged request that fails for thirty callers weighs thirty.
+ */
+function commandsIn(body: unknown): number {
+  return Array.isArray(body) && body.length > 0 && Array.isArray(body[0]) ? body.length : 1;
 }
 
 /** The port's methods (QStash publish/batch) guarded one by one; other members are left as they are. */

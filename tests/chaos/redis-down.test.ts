@@ -62,8 +62,13 @@ const ARRIVAL_EVERY_MS = 15;
 const IN_FLIGHT = 30;
 /** Redis is stopped once this many orders are acknowledged (well before the units run out). */
 const STOP_AFTER_ACKS = 25;
-/** The breaker must leave "closed" within this long after the stop. */
+/**
+ * The breaker must leave "closed" within this long after a stop. A hang gets the ceiling on top: a
+ * crowd's calls that are merely queued wait up to the ceiling (REDIS_TIMEOUT_MS, 2 s), so a hung
+ * Redis is told from a busy one only when those waits end with nothing answered.
+ */
 const OPEN_WITHIN_MS = 5_000;
+const HUNG_EXTRA_MS = 2_000;
 /** How long the test waits for it anyway, so a slow opening is reported with its figure. */
 const OPEN_WAIT_MS = 30_000;
 /** A client's pause after no answer, and the longest Retry-After it honours (ms). */
@@ -454,7 +459,7 @@ describe.each(RUNS.map((r, run) => ({ ...r, rtt: 2 * r.oneWayMs, run })))(
 
         // The breaker left "closed" within 5 s of the stop (measured by polling: an upper bound).
         expect(openMs).toBeGreaterThanOrEqual(0);
-        expect(openMs).toBeLessThan(OPEN_WITHIN_MS);
+        expect(openMs).toBeLessThan(OPEN_WITHIN_MS + (fault === "hung" ? HUNG_EXTRA_MS : 0));
         // While down: the warm shop read answered 200 with the same shop, the breaker not closed.
         expect(shopReads).toEqual(shopReads.map((r) => ({ ...r, status: 200, same: true })));
         expect(shopReads.every((r) => r.state !== "closed")).toBe(true);
