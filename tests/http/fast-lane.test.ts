@@ -108,8 +108,10 @@ for (const runtime of [runtimes.bun, runtimes.deno])
       expect(held.laned).toBe(1);
       expect(held.lane.body).toMatchObject({ success: false, code: "DUPLICATE_ORDER", data: bought.body.data });
       expectSame(held.lane, held.routed);
-      // Sold out: the first refusal comes from Redis, the next from the memo in the lane.
+      // Sold out: the first refusal comes from Redis (which lists the buyers in the background), the
+      // next from the memo in the lane.
       await call(t.app, "POST", `/api/voucher-order/seckill/${voucherId}?first=1`, { token: other.token });
+      await t.settle();
       const soldOut = await both(t, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: other.token });
       expect(soldOut.laned).toBe(1);
       expect(soldOut.lane.body).toMatchObject({ success: false, code: "SOLD_OUT" });

@@ -471,9 +471,18 @@ describe("sharded vouchers", () => {
       expect(mine(report, later.voucherId)?.repaired).toContain("Redis stock set to 5");
       expect(await t.deps.redis.exists(keys.seckill.reconcileReport())).toBe(1);
 
-      // Healed: the next pass finds the voucher whole.
+      // Healed: once the shard's breaker lets calls through again, a pass finds the voucher whole.
       proxy.set({ kind: "pass" });
-      const healed = mine(await reconcile(t.deps, Date.now()), sharded.voucherId);
+      let healed = mine(await reconcile(t.deps, Date.now()), sharded.voucherId);
+      await eventually(
+        "a pass after the shard healed to find the voucher whole",
+        async () => {
+          healed = mine(await reconcile(t.deps, Date.now()), sharded.voucherId);
+          return healed?.drift.length === 0;
+        },
+        15_000,
+        250,
+      );
       expect(healed?.drift).toEqual([]);
       expect(healed?.shards?.length).toBe(N);
     } finally {

@@ -329,15 +329,15 @@ let memoSoldOutPer100ms = new Map<number, number>();
 let lastSuccessAt = Number.NaN;
 if (countByDb) {
   const memory = deps.isolate.seckill;
-  const isSoldOut = memory.isSoldOut.bind(memory);
+  const isSoldOutFor = memory.isSoldOutFor.bind(memory);
   const markSoldOut = memory.markSoldOut.bind(memory);
   const rememberHolder = memory.rememberHolder.bind(memory);
   memory.rememberHolder = (voucherId, userId, orderId, now) => {
     lastSuccessAt = Date.now();
     rememberHolder(voucherId, userId, orderId, now);
   };
-  memory.isSoldOut = (voucherId, now) => {
-    const yes = isSoldOut(voucherId, now);
+  memory.isSoldOutFor = (voucherId, userId, now) => {
+    const yes = isSoldOutFor(voucherId, userId, now);
     if (yes) {
       const b = Math.floor(now / 100);
       memoSoldOutPer100ms.set(b, (memoSoldOutPer100ms.get(b) ?? 0) + 1);
@@ -346,7 +346,7 @@ if (countByDb) {
   };
   memory.markSoldOut = (voucherId, now) => {
     if (soldOutMarks.length < 10_000) soldOutMarks.push(Date.now());
-    markSoldOut(voucherId, now);
+    return markSoldOut(voucherId, now);
   };
 }
 const app = createApp(deps);

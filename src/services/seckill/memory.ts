@@ -8,17 +8,29 @@
  *   buyer the right to buy again; close.ts also forgets the holders it closes); ≤ 100,000 entries.
  * - sold out: voucherId → epoch ms until which SOLD_OUT is answered without Redis (SOLD_OUT_MEMO_MS
  *   after Redis said so: long enough to absorb a stampede, short enough that stock released by a
- *   cancelled order is sold again); ≤ 10,000 vouchers.
+ *   cancelled order is sold again), with the voucher's buyers as Redis listed them (≤ MAX_MEMO_BUYERS
+ *   user ids): SOLD_OUT is answered from memory only to a caller not among them — a buyer who holds
+ *   a unit but lost the reply (a killed isolate, a dropped connection) asks Redis and is told
+ *   DUPLICATE_ORDER, never SOLD_OUT. Until the list has arrived, nobody is answered from memory;
+ *   ≤ 1,000 vouchers.
  */
 import { LRUCache } from "lru-cache";
 import type { Config } from "../../env.ts";
 
 /** Upper bound of a holder memo entry, ms. */
 export const HOLDER_MEMO_MS = 60_000;
+/** Buyers one sold-out entry may list; a voucher with more is not answered from memory. */
+export const MAX_MEMO_BUYERS = 100_000;
+
+interface SoldOut {
+  untilMs: number;
+  /** The buyers Redis listed once it said SOLD_OUT; undefined while the list is on its way. */
+  buyers: Set<number> | undefined;
+}
 
 export class SeckillMemory {
   private readonly holders = new LRUCache<string, { orderId: string; untilMs: number }>({ max: 100_000 });
-  private readonly soldOutUntil = new LRUCache<number, number>({ max: 10_000 });
+  private readonly soldOut = new LRUCache<number, SoldOut>({ max: 1_000 });
   /** How long a holder entry is trusted, ms. */
   readonly holderMemoMs: number;
 
@@ -49,16 +61,43 @@ export class SeckillMemory {
     this.holders.clear();
   }
 
-  isSoldOut(voucherId: number, now: number): boolean {
-    const until = this.soldOutUntil.get(voucherId);
-    if (until === undefined) return false;
-    if (until > now) return true;
-    this.soldOutUntil.delete(voucherId);
-    return false;
+  /** Whether SOLD_OUT may be answered to `userId` without Redis: sold out, listed, and not a buyer. */
+  isSoldOutFor(voucherId: number, userId: number, now: number): boolean {
+    const entry = this.soldOut.get(voucherId);
+    if (entry === undefined) return false;
+    if (entry.untilMs <= now) {
+      this.soldOut.delete(voucherId);
+      return false;
+    }
+    return entry.buyers !== undefined && !entry.buyers.has(userId);
   }
 
-  /** Redis said SOLD_OUT at `now` (no-op with SOLD_OUT_MEMO_MS 0). */
-  markSoldOut(voucherId: number, now: number): void {
-    if (this.config.SOLD_OUT_MEMO_MS > 0) this.soldOutUntil.set(voucherId, now + this.config.SOLD_OUT_MEMO_MS);
+  /**
+   * Redis said SOLD_OUT at `now`. True when the caller should fetch the voucher's buyers and hand
+   * them to `soldOutBuyers` (or report `soldOutListFailed`); false with SOLD_OUT_MEMO_MS 0 or while
+   * an entry is fresh (its list loaded or on its way).
+   */
+  markSoldOut(voucherId: number, now: number): boolean {
+    if (this.config.SOLD_OUT_MEMO_MS <= 0) return false;
+    const entry = this.soldOut.get(voucherId);
+    if (entry && entry.untilMs > now) return false;
+    this.soldOut.set(voucherId, { untilMs: now + this.config.SOLD_OUT_MEMO_MS, buyers: undefined });
+    return true;
+  }
+
+  /** The buyers could not be listed: forget the entry, so a later SOLD_OUT tries again. */
+  soldOutListFailed(voucherId: number): void {
+    if (this.soldOut.get(voucherId)?.buyers === undefined) this.soldOut.delete(voucherId);
+  }
+
+  /** The buyers Redis listed after it said SOLD_OUT; a list over MAX_MEMO_BUYERS drops the entry. */
+  soldOutBuyers(voucherId: number, userIds: readonly (number | string)[]): void {
+    const entry = this.soldOut.get(voucherId);
+    if (!entry) return;
+    if (userIds.length > MAX_MEMO_BUYERS) {
+      this.soldOut.delete(voucherId);
+      return;
+    }
+    entry.buyers = new Set(userIds.map(Number));
   }
 }

@@ -11,7 +11,7 @@ import { serviceDay } from "../../util/time.ts";
 import { bucketKeysFor, type SeckillConfig } from "./config.ts";
 import { DAY_MS, encodeRules, ruleKeys, ruleMessage, type RuleSubject } from "./rules.ts";
 import { refillHome } from "./moves.ts";
-import { addressLimitIn, homeOf, ShardUnavailable, shardCountOf } from "./shards.ts";
+import { addressLimitIn, homeOf, ShardUnavailable, shardCountOf, shardsOf } from "./shards.ts";
 import { OrderStatus, type Reservation } from "./types.ts";
 import { scriptsFor } from "../../redis/scripts.ts";
 import { DependencyUnavailableError, isRedisFailure } from "../../resilience.ts";
@@ -114,7 +114,7 @@ export function answerFromMemory(
   const held = memory.heldBy(voucherId, userId, now);
   if (held !== undefined)
     return { ok: false, reason: "DUPLICATE_ORDER", message: messages.DUPLICATE_ORDER, orderId: held };
-  if (memory.isSoldOut(voucherId, now)) return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
+  if (memory.isSoldOutFor(voucherId, userId, now)) return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
   return deps.isolate.seckillAdmission.refusedFromMemory(now, voucherId, userId, ipOf);
 }
 
@@ -285,7 +285,7 @@ export async function reserve(
       return { ok: false, reason: "ENDED", message: messages.ENDED };
     case 4:
       // Unsharded: the voucher is sold out. Sharded: every shard was empty when asked.
-      if (soldOutFinal) memory.markSoldOut(input.voucherId, now);
+      if (soldOutFinal && memory.markSoldOut(input.voucherId, now)) listSoldOutBuyers(deps, cfg);
       return { ok: false, reason: "SOLD_OUT", message: messages.SOLD_OUT };
     case 5: {
       // Another isolate (or an earlier life of this one) gave this buyer the unit: MySQL knows the
@@ -468,4 +468,22 @@ async function heldOrderId(deps: Deps, voucherId: number, userId: number): Promi
     )
   ).rows[0] as { id: string | number } | undefined;
   return row ? String(row.id) : null;
+}
+
+/**
+ * The voucher's buyers (every database holding part of it), handed to the sold-out memo in the
+ * background: one SMEMBERS per database, once per isolate and sell-out. On workerd it runs in the
+ * waitUntil of the request that saw SOLD_OUT, and other requests only read the result.
+ */
+function listSoldOutBuyers(deps: Deps, cfg: SeckillConfig): void {
+  const key = keys.seckill.buyers(cfg.shopId, cfg.voucherId);
+  const memory = deps.isolate.seckill;
+  const listed = Promise.all(shardsOf(deps, cfg).map(({ redis }) => redis.smembers(key))).then(
+    (sets) => memory.soldOutBuyers(cfg.voucherId, sets.flat() as (string | number)[]),
+    (err: unknown) => {
+      memory.soldOutListFailed(cfg.voucherId);
+      throw err;
+    },
+  );
+  deps.waitUntil(listed);
 }
