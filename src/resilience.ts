@@ -35,6 +35,7 @@ import { QstashError } from "@upstash/qstash";
 import { errors as redisErrors, type Redis } from "@upstash/redis";
 import type { Config } from "./env.ts";
 
+import { tripScope } from "./ports/trips.ts";
 import { scrubbedMessage } from "./util/scrub.ts";
 
 /**
@@ -417,9 +418,10 @@ export class Guard {
   /**
    * Runs `fn` under the deadline and breaker. `fn` gets the AbortSignal to hand to its transport.
    * Rejects with DependencyUnavailableError for a timeout, a failure or an open breaker; other
-   * errors (answers: command/SQL errors) pass through unchanged.
+   * errors (answers: command/SQL errors) pass through unchanged. `commands`: how many the call
+   * carries (a Redis pipeline), for the request's trip count.
    */
-  async run<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  async run<T>(fn: (signal: AbortSignal) => Promise<T>, commands = 1): Promise<T> {
     this.counters.calls++;
     let probe = false;
     if (this.breakerState !== "closed") {
@@ -433,6 +435,9 @@ export class Guard {
     }
     this.inFlight++;
     const started = performance.now();
+    // The request this call is made for (src/ports/trips.ts: Server-Timing); none outside a request.
+    const trips = tripScope.getStore();
+    const depth = trips === undefined ? 0 : trips.begin();
     try {
       const value = await this.withDeadline(fn, new AbortController());
       this.succeeded(performance.now() - started, probe);
@@ -462,6 +467,7 @@ export class Guard {
     } finally {
       this.inFlight--;
       if (probe) this.probesInFlight = Math.max(0, this.probesInFlight - 1);
+      trips?.end(this.name, depth, performance.now() - started, commands);
     }
   }
 
@@ -657,12 +663,16 @@ export function resilienceSnapshot(r: Resilience): Record<DependencyName, GuardS
  */
 export function guardRedis(redis: Redis, guard: Guard): Redis {
   redis.use((req, next) =>
-    guard.run(async (signal) => {
-      const res = await next({ ...req, signal });
-      // (The timeout's own rejection has already reached the caller; this only discards the reply.)
-      if (signal.aborted) throw new Error("redis request aborted after its timeout");
-      return res;
-    }),
+    guard.run(
+      async (signal) => {
+        const res = await next({ ...req, signal });
+        // (The timeout's own rejection has already reached the caller; this only discards the reply.)
+        if (signal.aborted) throw new Error("redis request aborted after its timeout");
+        return res;
+      },
+      // A pipeline (or MULTI/EXEC) sends its commands as an array of arrays.
+      Array.isArray(req.body) && Array.isArray(req.body[0]) ? req.body.length : 1,
+    ),
   );
   return redis;
 }
