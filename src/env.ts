@@ -48,6 +48,13 @@ export const EnvSchema = z.object({
   /** IANA zone for dates in responses, sign-in days and UV days (api.md: default Asia/Shanghai). */
   SERVICE_TIME_ZONE: z.string().default("Asia/Shanghai"),
   LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),
+  /**
+   * Who gets the `Server-Timing` header (the request's trips to Redis, the database and QStash:
+   * count and ms, src/ports/trips.ts): "all" (default: a developer sees them in the browser's
+   * network panel; the counts tell no more than the response's latency already does),
+   * "operators" (only requests carrying `Bearer <ADMIN_TOKEN>`), or "off".
+   */
+  SERVER_TIMING: z.enum(["all", "operators", "off"]).default("all"),
   /** Comma-separated origins allowed by CORS; `*` allows any (the classic front-end runs elsewhere). */
   CORS_ORIGINS: z.string().default("*"),
   /**

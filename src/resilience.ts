@@ -35,6 +35,7 @@ import { QstashError } from "@upstash/qstash";
 import { errors as redisErrors, type Redis } from "@upstash/redis";
 import type { Config } from "./env.ts";
 
+import { tripScope } from "./ports/trips.ts";
 import { scrubbedMessage } from "./util/scrub.ts";
 
 /**
@@ -418,9 +419,11 @@ export class Guard {
   /**
    * Runs `fn` under the deadline and breaker. `fn` gets the AbortSignal to hand to its transport.
    * Rejects with DependencyUnavailableError for a timeout, a failure or an open breaker; other
-   * errors (answers: command/SQL errors) pass through unchanged.
+   * errors (answers: command/SQL errors) pass through unchanged. `commands`: how many the call
+   * carries (a Redis pipeline): the breaker weighs the call by it, and the request's trip count
+   * reports it.
    */
-  async run<T>(fn: (signal: AbortSignal) => Promise<T>, weight = 1): Promise<T> {
+  async run<T>(fn: (signal: AbortSignal) => Promise<T>, commands = 1): Promise<T> {
     this.counters.calls++;
     let probe = false;
     if (this.breakerState !== "closed") {
@@ -434,9 +437,12 @@ export class Guard {
     }
     this.inFlight++;
     const started = performance.now();
+    // The request this call is made for (src/ports/trips.ts: Server-Timing); none outside a request.
+    const trips = tripScope.getStore();
+    const depth = trips === undefined ? 0 : trips.begin();
     try {
       const value = await this.withDeadline(fn, new AbortController());
-      this.succeeded(performance.now() - started, probe, weight);
+      this.succeeded(performance.now() - started, probe, commands);
       return value;
     } catch (err) {
       if (err instanceof DeadlineExceeded) {
@@ -448,21 +454,22 @@ export class Guard {
           // joins the samples, so the next deadline is a multiple of it and a moved dependency is
           // followed after one miss (a hang meets the ratio and opens the breaker).
           this.latency.add(err.waitedMs);
-          this.failed(err.message, probe, weight);
+          this.failed(err.message, probe, commands);
         }
         throw new DependencyUnavailableError(this.name, "timeout", this.retryAfterMs(), err);
       }
       if (err instanceof CallerAbortedError) throw err;
       if (this.opts.isFailure?.(err) ?? true) {
-        this.failed(scrubbedMessage(err), probe, weight);
+        this.failed(scrubbedMessage(err), probe, commands);
         throw new DependencyUnavailableError(this.name, "failed", this.retryAfterMs(), err);
       }
       // An answer (a command or SQL error): the dependency is up.
-      this.succeeded(performance.now() - started, probe, weight);
+      this.succeeded(performance.now() - started, probe, commands);
       throw err;
     } finally {
       this.inFlight--;
       if (probe) this.probesInFlight = Math.max(0, this.probesInFlight - 1);
+      trips?.end(this.name, depth, performance.now() - started, commands);
     }
   }
 

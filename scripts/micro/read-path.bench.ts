@@ -83,6 +83,8 @@ test("read path: L1 hit vs hello-world", async () => {
       headers,
     ],
     ["app (current src)", createApp(t.deps).fetch, `http://localhost/api/shop/${id}`, headers],
+    // A query string sends the same L1 hit past the fast lane (http/fast-lane.ts): the routed path.
+    ["app, routed (L1 hit)", createApp(t.deps).fetch, `http://localhost/api/shop/${id}?routed=1`, headers],
     [
       "app, If-None-Match → 304",
       createApp(t.deps).fetch,

@@ -27,6 +27,8 @@ import { etagMatches, type PreparedResponse } from "../cache/prepared.ts";
 import type { Deps } from "../deps.ts";
 import type { Logger } from "../log.ts";
 import type { AppEnv } from "../types.ts";
+import { NO_TRIPS, RequestTrips, tripScope } from "../ports/trips.ts";
+import { isOperator } from "./auth.ts";
 import { trackVisit } from "./uv.ts";
 
 /**
@@ -139,6 +141,12 @@ export function createEdge(deps: Deps): MiddlewareHandler<AppEnv> {
   });
   // The per-request debug line costs an object, two clock reads and a log call: only when it is written.
   const logRequests = deps.log.enabled("debug");
+  const timing = deps.config.SERVER_TIMING;
+  const adminToken = deps.config.ADMIN_TOKEN;
+  /** Does this request get Server-Timing (SERVER_TIMING)? */
+  const timed = (c: Context<AppEnv>): boolean =>
+    timing === "all" ||
+    (timing === "operators" && isOperator(c.req.raw.headers.get("authorization") ?? undefined, adminToken));
 
   // `executionCtx` throws when the runtime passed none (app.request in tests).
   const memo = requestDepsMemo(deps);
@@ -178,10 +186,17 @@ export function createEdge(deps: Deps): MiddlewareHandler<AppEnv> {
     if (corsPath && c.req.method === "OPTIONS") {
       const res = (await preflight(c, next)) as Response;
       res.headers.set("x-request-id", requestId);
+      if (timed(c)) res.headers.set("server-timing", NO_TRIPS);
       for (const [name, value] of SECURITY_HEADERS) res.headers.set(name, value);
       return res;
     }
-    await next();
+    // Every dependency call made for this request (its handler's and the isolate's clients') is
+    // counted in `trips` (src/ports/trips.ts); what is still in flight at the answer is background.
+    if (timed(c)) {
+      const trips = new RequestTrips();
+      await tripScope.run(trips, next);
+      c.res.headers.set("server-timing", trips.header());
+    } else await next();
     finish(c, c.res, requestId, corsPath);
     // Daily unique visitors: queued in this isolate, sent in one PFADD per interval (http/uv.ts).
     if (corsPath && path.startsWith("/api/")) trackVisit(c, reqDeps);

@@ -29,7 +29,8 @@ import { fail, ok } from "../errors.ts";
 import { seckillEnvelope } from "./envelopes.ts";
 import { answerFromMemory } from "../services/seckill/reserve.ts";
 import type { SessionUser } from "../services/session.ts";
-import { bearer } from "./auth.ts";
+import { NO_TRIPS } from "../ports/trips.ts";
+import { bearer, isOperator } from "./auth.ts";
 import { type ClientEnv, limitAddressOf } from "./client-ip.ts";
 import { CORS_EXPOSE, requestDepsMemo, requestIdOf, SECURITY_HEADERS } from "./edge.ts";
 import { HeaderTemplate, respondWith } from "./headers.ts";
@@ -48,6 +49,8 @@ export function createFastLane(deps: Deps): FastLane | undefined {
     .filter(Boolean);
   const anyOrigin = origins.includes("*");
   const caches = deps.isolate.caches;
+  // Lane answers come from memory: no trips. "all": in every template; "operators": set per answer.
+  const timing = deps.config.SERVER_TIMING;
 
   /** The headers every lane response carries except x-request-id (and CORS for listed origins). */
   const base = (contentType: boolean): Headers => {
@@ -56,6 +59,7 @@ export function createFastLane(deps: Deps): FastLane | undefined {
     for (const [name, value] of SECURITY_HEADERS) h.set(name, value);
     if (anyOrigin) h.set("access-control-allow-origin", "*");
     h.set("access-control-expose-headers", CORS_EXPOSE);
+    if (timing === "all") h.set("server-timing", NO_TRIPS);
     return h;
   };
   const jsonTemplate = new HeaderTemplate(base(true));
@@ -107,6 +111,8 @@ export function createFastLane(deps: Deps): FastLane | undefined {
         headers.append("vary", "Origin");
       }
       more?.(headers);
+      if (timing === "operators" && isOperator(req.headers.get("authorization") ?? undefined, deps.config.ADMIN_TOKEN))
+        headers.set("server-timing", NO_TRIPS);
     });
     trackVisitOf(reqDeps, user, req.headers, env as ClientEnv | undefined);
     caches.metrics.maybeFlush(reqDeps);

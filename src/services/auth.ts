@@ -134,10 +134,16 @@ export async function loginWithCode(deps: Deps, phone: string, code: string): Pr
       return { ok: false, reason: "BAD_CODE", message: "wrong code; too many attempts, request a new code" };
     return { ok: false, reason: "BAD_CODE", message: `wrong code; ${left} attempt(s) left` };
   }
-  if ((await scripts.loginCodeConsume.exec([key], [expected])) !== 1) {
+  // The user's row is looked up while the code is consumed (one round trip for both; only after
+  // the code matched, so a wrong guess costs no query); a refused consumption discards the row.
+  const [consumed, existing] = await Promise.all([
+    scripts.loginCodeConsume.exec([key], [expected]),
+    findUser(deps, phone),
+  ]);
+  if (consumed !== 1) {
     return { ok: false, reason: "BAD_CODE", message: "code expired or already used" };
   }
-  const { user, created } = await findOrCreateUser(deps, phone);
+  const { user, created } = existing ? { user: existing, created: false } : await createUser(deps, phone);
   const sessions = deps.isolate.sessions;
   const token = await createSession(deps.redis, user, deps.config.SESSION_TTL_SECONDS, sessions.keys, deps.clock.now());
   // This isolate wrote the record just now: it need not confirm it (the client's next call is warm).
@@ -146,17 +152,25 @@ export async function loginWithCode(deps: Deps, phone: string, code: string): Pr
   return { ok: true, token, user, created };
 }
 
-/** Race-safe registration: the UNIQUE(phone) index decides; a concurrent duplicate is ignored. */
-async function findOrCreateUser(deps: Deps, phone: string): Promise<{ user: SessionUser; created: boolean }> {
-  const ins = await deps.db.execute("INSERT IGNORE INTO tb_user (phone, nick_name) VALUES (?, ?)", [
-    phone,
-    randomNick(),
-  ]);
+async function findUser(deps: Deps, phone: string): Promise<SessionUser | undefined> {
   const row = (await deps.db.execute("SELECT id, nick_name, icon FROM tb_user WHERE phone = ?", [phone])).rows[0] as
     | { id: string | number; nick_name: string; icon: string }
     | undefined;
-  if (!row) throw new Error("user row missing right after insert");
-  return { user: { id: Number(row.id), nickName: row.nick_name, icon: row.icon }, created: ins.rowsAffected === 1 };
+  return row ? { id: Number(row.id), nickName: row.nick_name, icon: row.icon } : undefined;
+}
+
+/**
+ * Race-safe registration: the UNIQUE(phone) index decides. A row inserted here is known without
+ * reading it back (its id, our nickname, the schema's empty icon); a concurrent duplicate (nothing
+ * inserted) is read.
+ */
+async function createUser(deps: Deps, phone: string): Promise<{ user: SessionUser; created: boolean }> {
+  const nickName = randomNick();
+  const ins = await deps.db.execute("INSERT IGNORE INTO tb_user (phone, nick_name) VALUES (?, ?)", [phone, nickName]);
+  if (ins.rowsAffected === 1) return { user: { id: Number(ins.insertId), nickName, icon: "" }, created: true };
+  const user = await findUser(deps, phone);
+  if (!user) throw new Error("user row missing right after insert");
+  return { user, created: false };
 }
 
 /** Ends the session everywhere: dead in this isolate now, in every other within SESSION_TRUST_MS. */

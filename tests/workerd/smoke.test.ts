@@ -130,6 +130,28 @@ describe("Workers bundle in workerd (miniflare)", () => {
   );
 
   test(
+    "each of concurrent requests reports its own dependency trips in Server-Timing (no request sees another's)",
+    () =>
+      withRuntimeLog(async () => {
+        // workerd runs these in one isolate at once: the counts hang off each request's async context.
+        const pages = [101, 102, 103, 104];
+        const headers = await Promise.all(
+          pages.map(async (p) => {
+            const res = await mf!.dispatchFetch(`http://edge.test/api/blog/hot?current=${p}`);
+            await res.arrayBuffer();
+            return res.headers.get("server-timing");
+          }),
+        );
+        // One page query each (beside it a Redis call may run, and background work may be in flight).
+        for (const h of headers) {
+          expect(h).toMatch(/(^|, )db;desc="1 trip";dur=[\d.]+, /);
+          expect(h).toMatch(/, trips;desc="1 in sequence"(, |$)/);
+        }
+      }),
+    15_000,
+  );
+
+  test(
     "an unknown route is a 404 JSON envelope with code NOT_FOUND",
     () =>
       withRuntimeLog(async () => {
