@@ -9,9 +9,6 @@ const bool = z
   .union([z.boolean(), z.string()])
   .transform((v) => (typeof v === "boolean" ? v : ["1", "true", "yes", "on"].includes(v.toLowerCase())));
 
-const _secret = (name: string) =>
-  z.string({ error: `${name} is required` }).min(8, `${name} must be at least 8 characters`);
-
 /** Seckill shard databases a deployment may configure (SECKILL_SHARD_URLS). */
 export const MAX_SECKILL_SHARDS = 64;
 
@@ -42,9 +39,17 @@ export const EnvSchema = z.object({
   /**
    * Public base URL of this deployment, used as the destination of QStash callbacks
    * (`${PUBLIC_URL}/internal/...`). Must be reachable by QStash. Also the console's only accepted
-   * Origin for its forms: operators open the console at this address.
+   * Origin for its forms: operators open the console at this address. Required, no default: a
+   * loopback default would send every callback of a deployment nowhere while orders pile up. The
+   * local tools (npm run dev/stack/worker, the tests) always set it to the app's own address.
    */
-  PUBLIC_URL: z.url({ protocol: /^https?$/ }).default("http://127.0.0.1:8787"),
+  PUBLIC_URL: z.url({
+    protocol: /^https?$/,
+    error: (iss) =>
+      iss.input === undefined
+        ? "PUBLIC_URL is required (the deployment's public URL, where QStash delivers callbacks)"
+        : "PUBLIC_URL must be an http(s) URL",
+  }),
   /** IANA zone for dates in responses, sign-in days and UV days (api.md: default Asia/Shanghai). */
   SERVICE_TIME_ZONE: z.string().default("Asia/Shanghai"),
   LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),

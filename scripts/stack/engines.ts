@@ -4,9 +4,20 @@
  * Each instance gets its own port and data directory and is a child process of the caller, so
  * nothing outlives the stack: `stop()` terminates it, and the process-exit hook below kills any
  * instance that is still running when the parent exits (Ctrl-C, SIGTERM, a crashed test run).
+ * A parent killed with -9 runs no hook: the next start on the same directory finds the leftover
+ * engine through its pid file and stops it first (`stopLeftover`), with one line of output.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { createServer, connect } from "node:net";
 import { join } from "node:path";
 
@@ -71,6 +82,68 @@ export function findBinary(name: string): string | undefined {
   return undefined;
 }
 
+/** Whether `pid` runs (exists and is not a zombie; Linux /proc). */
+function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat[stat.lastIndexOf(")") + 2] !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+/** Whether process `pid` is the engine `name` working in `dir` (its cwd: both engines chdir to their data dir). */
+function isEngineIn(pid: number, name: string, dir: string): boolean {
+  try {
+    return (
+      alive(pid) &&
+      readFileSync(`/proc/${pid}/comm`, "utf8").trim() === name &&
+      readlinkSync(`/proc/${pid}/cwd`) === realpathSync(dir)
+    );
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Stops an engine left over from an earlier run on the same data directory (its runner was killed
+ * with -9, so no exit hook ran; the engine would hold the directory's locks). Found through its pid
+ * file, or else by a /proc scan; a pid counts only when that process is `name` working in `dir`, so a
+ * recycled pid is never signalled. SIGTERM, SIGKILL after `graceMs`; one line through `log`.
+ */
+export async function stopLeftover(
+  name: string,
+  pidFile: string,
+  dir: string,
+  log: (msg: string) => void = (m) => console.error(`[stack] ${m}`),
+  graceMs = 15_000,
+): Promise<void> {
+  if (process.platform !== "linux" || !existsSync(dir)) return;
+  let pid = Number.NaN;
+  try {
+    pid = Number(readFileSync(pidFile, "utf8").trim());
+  } catch {
+    /* no pid file */
+  }
+  if (!isEngineIn(pid, name, dir)) {
+    const found = readdirSync("/proc").find((p) => /^\d+$/.test(p) && isEngineIn(Number(p), name, dir));
+    if (found === undefined) return;
+    pid = Number(found);
+  }
+  log(`${name} (pid ${pid}) left over from an earlier run on ${dir}: stopping it`);
+  const deadline = Date.now() + graceMs;
+  process.kill(pid, "SIGTERM");
+  while (alive(pid)) {
+    if (Date.now() > deadline) {
+      process.kill(pid, "SIGKILL");
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  while (alive(pid)) await new Promise((r) => setTimeout(r, 20));
+  rmSync(pidFile, { force: true });
+}
+
 async function waitForPort(port: number, child: ChildProcess, name: string, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -117,15 +190,31 @@ export async function startRedis(opts: { dir: string; port?: number; persist?: b
   const bin = findBinary("redis-server");
   if (!bin) throw new Error("redis-server is not installed (apt-get install -y redis-server)");
   mkdirSync(opts.dir, { recursive: true });
+  const pidFile = join(opts.dir, "redis-server.pid");
+  await stopLeftover("redis-server", pidFile, opts.dir);
   const port = opts.port ?? (await freePort());
   const persistence = opts.persist
     ? ["--save", "60 1", "--appendonly", "yes", "--appendfsync", "everysec"]
     : ["--save", "", "--appendonly", "no"];
   const child = spawn(
     bin,
-    ["--port", String(port), "--bind", "127.0.0.1", "--dir", opts.dir, "--daemonize", "no", ...persistence],
+    [
+      "--port",
+      String(port),
+      "--bind",
+      "127.0.0.1",
+      "--dir",
+      opts.dir,
+      "--daemonize",
+      "no",
+      "--pidfile",
+      pidFile,
+      ...persistence,
+    ],
     { stdio: ["ignore", "pipe", "pipe"] },
   );
+  // Written here too, so a runner killed before the engine writes its own still leaves the pid behind.
+  if (child.pid) writeFileSync(pidFile, `${child.pid}\n`);
   const log: string[] = [];
   track(child, "redis-server", log);
   try {
@@ -172,6 +261,8 @@ export async function startMariadb(opts: { dir: string; port?: number }): Promis
       p.on("exit", (code) => (code === 0 ? resolve() : reject(new Error(`mariadb-install-db failed:\n${out}`))));
     });
   }
+  const pidFile = join(opts.dir, "mysqld.pid");
+  await stopLeftover("mariadbd", pidFile, datadir);
   const port = opts.port ?? (await freePort());
   const socket = join(opts.dir, "mysqld.sock");
   const child = spawn(
@@ -184,7 +275,7 @@ export async function startMariadb(opts: { dir: string; port?: number }): Promis
       `--socket=${socket}`,
       `--port=${port}`,
       "--bind-address=127.0.0.1",
-      `--pid-file=${join(opts.dir, "mysqld.pid")}`,
+      `--pid-file=${pidFile}`,
       "--character-set-server=utf8mb4",
       "--collation-server=utf8mb4_unicode_ci",
       "--sql-mode=ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION",
@@ -195,6 +286,7 @@ export async function startMariadb(opts: { dir: string; port?: number }): Promis
     ],
     { stdio: ["ignore", "pipe", "pipe"] },
   );
+  if (child.pid) writeFileSync(pidFile, `${child.pid}\n`);
   const log: string[] = [];
   track(child, "mariadbd", log);
   try {

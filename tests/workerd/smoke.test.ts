@@ -10,7 +10,7 @@ import { basename, join } from "node:path";
 import type { Readable } from "node:stream";
 import { Miniflare } from "miniflare";
 import { buildWorker, repoRoot, type WorkerBundle } from "../support/build-worker.ts";
-import { getStack } from "../support/stack.ts";
+import { eventually, getStack } from "../support/stack.ts";
 
 const wranglerToml = readFileSync(join(repoRoot, "wrangler.toml"), "utf8");
 const compatibilityDate = /^compatibility_date\s*=\s*"([^"]+)"/m.exec(wranglerToml)?.[1];
@@ -55,6 +55,7 @@ beforeAll(async () => {
   const modules = bundle.modules.map((m) => ({ type: m.type, path: m.path }));
   const common = { modules, modulesRoot: outdir, compatibilityDate, compatibilityFlags };
   const { UPSTASH_REDIS_REST_TOKEN: _omitted, ...withoutRedisToken } = stack.env;
+  const { PUBLIC_URL: _unset, ...withoutPublicUrl } = stack.env;
   stackAdminToken = String(stack.env.ADMIN_TOKEN);
   mf = new Miniflare({
     handleRuntimeStdio(stdout: Readable, stderr: Readable) {
@@ -67,6 +68,8 @@ beforeAll(async () => {
       { name: "edge", ...common, bindings: { ...stack.env, LOG_LEVEL: "warn", LOGIN_CODE_SENDS_PER_IP_HOUR: "1" } },
       // Same bundle with a required secret not bound.
       { name: "misconfigured", ...common, bindings: { ...withoutRedisToken, LOG_LEVEL: "warn" } },
+      // A deployment whose [vars] lack PUBLIC_URL: QStash would deliver its callbacks nowhere.
+      { name: "no-public-url", ...common, bindings: { ...withoutPublicUrl, LOG_LEVEL: "warn" } },
     ],
   });
   await mf.ready;
@@ -204,6 +207,23 @@ describe("Workers bundle in workerd (miniflare)", () => {
           code: "BAD_ENVIRONMENT",
           errorMsg: "service misconfigured",
         });
+      }),
+    15_000,
+  );
+
+  test(
+    "a Worker without PUBLIC_URL refuses to start (500 BAD_ENVIRONMENT) and logs the missing setting's name",
+    () =>
+      withRuntimeLog(async () => {
+        const before = runtimeLog.join("").length;
+        const worker = await mf!.getWorker("no-public-url");
+        const res = await worker.fetch("http://edge.test/health");
+        expect(res.status).toBe(500);
+        expect(((await res.json()) as { code: string }).code).toBe("BAD_ENVIRONMENT");
+        // workerd's stderr reaches this process through a pipe: wait for the line, never a sleep.
+        await eventually("the BAD_ENVIRONMENT line naming PUBLIC_URL", async () =>
+          /BAD_ENVIRONMENT.*PUBLIC_URL is required/.test(runtimeLog.join("").slice(before)),
+        );
       }),
     15_000,
   );
