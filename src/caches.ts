@@ -52,7 +52,7 @@ export interface CachesOptions {
    * immutable (its own L1 TTL is already longer than a promoted one, so promotion changes
    * nothing). Redis-only reads outside these modules (GET /api/blog/hot, /api/blog/likes/:id) are
    * not promoted: their answers are per viewer (`isLike`) and change with every like, which would
-   * put a write-log entry on every like — see the README's hot-key section.
+   * put a write-log entry on every like — see docs/security.md "Hot keys".
    */
   hot?: HotKeyRule;
   /** The L1 clock (tests). */

@@ -17,7 +17,7 @@
  *     renewal by this isolate is SESSION_RENEW_SECONDS old (sliding the idle timeout);
  *   - reads the revocations recorded since its cursor (logout anywhere) and marks them dead.
  *
- * Trust bound (README "Sessions: what an isolate trusts"): memory is used only while the last
+ * Trust bound (docs/architecture.md "Sessions"): memory is used only while the last
  * successful sync *began* less than SESSION_TRUST_MS ago (≥ 2 × SESSION_SYNC_MS); past that, the
  * request waits for a sync (shared by concurrent requests). Hence:
  *   - a logout anywhere is refused by every isolate within SESSION_TRUST_MS (typically within
@@ -32,7 +32,7 @@
  * Memory is bounded by SESSION_CACHE_MAX entries (LRU; an evicted session is simply verified and
  * confirmed again on next use). A Redis failure never widens the bound: past it, requests fail.
  *
- * Re-issue (`reissue`, README "Sessions that end"): a request whose token has less than half of
+ * Re-issue (`reissue`, docs/architecture.md "Sessions"): a request whose token has less than half of
  * SESSION_MAX_AGE_SECONDS left is handed a fresh token for the same session (same `jti`, later
  * `exp`, never past `auth_time` + SESSION_HARD_CAP_SECONDS). Deciding costs one comparison; the
  * re-issue itself costs one EXPIRE, which proves the record still exists (a logged-out or expired

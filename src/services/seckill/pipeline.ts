@@ -1,7 +1,7 @@
 /**
  * The reserving isolate's half of the batched order pipeline (architecture.md §5).
  *
- * Decision (measured, see README "Order pipeline"): reservations are NOT carried in messages.
+ * Decision (measured, see docs/architecture.md "Order pipeline"): reservations are NOT carried in messages.
  * The reservation script already wrote each one to the shop's Redis outbox, atomically with the
  * stock; the isolate only tells the writer "drain this shop", at most once per shop per one-second
  * window, and the writer pulls groups from the outbox. Compared with isolates micro-batching
