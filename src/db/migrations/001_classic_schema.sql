@@ -1,5 +1,5 @@
 -- The classic hm-dianping tables, names and columns kept so existing data imports, with the
--- classic defects fixed (docs/architecture.md §4):
+-- classic defects fixed (architecture.md §4):
 --   * no zero dates: every timestamp has a real default, optional ones are NULL;
 --   * tb_follow has UNIQUE(user_id, follow_user_id) (the classic table allowed duplicates);
 --   * tb_voucher_order.id is an application-generated 64-bit id (no AUTO_INCREMENT);

@@ -1,4 +1,4 @@
--- Seckill configuration and the payment side of the order lifecycle (docs/architecture.md §5).
+-- Seckill configuration and the payment side of the order lifecycle (architecture.md §5).
 -- tb_seckill_config keeps what the classic tb_seckill_voucher lacks: the initial stock (the
 -- reconcile job's reference), the Redis bucket count, the purchase rules, and the shop, whose id
 -- is the Redis hash tag of every key the reservation script touches.
