@@ -362,7 +362,7 @@ function concatBytes(...parts: Uint8Array[]): Uint8Array {
 const MULTIPART = /^multipart\/form-data\s*;.*?\bboundary=(?:"([^"]{1,70})"|([^\s;]{1,70}))/i;
 
 /**
- * A multipart body bounded in bytes and in parts *before* anything parses it (issue 16: a 78,000-part
+ * A multipart body bounded in bytes and in parts *before* anything parses it (measured: a 78,000-part
  * upload cost tens of ms of CPU in the parser, before the file check, and stalled every request of
  * the isolate). A non-empty body of another type is a 415 before it is read; the body is read
  * through `maxBytes` (413 past it: Content-Length first, else while it streams in), refused when
@@ -450,7 +450,7 @@ export function formBody() {
 /**
  * A url-encoded form, read through MAX_FORM_BYTES (413 past it) and counted in pairs before
  * URLSearchParams sees it (MAX_FORM_PAIRS; null past it, as for any other unreadable form): a 1 MB
- * form of 110,000 pairs cost 60–78 ms of CPU per request (issue 16). First value of a name wins.
+ * form of 110,000 pairs cost 60–78 ms of CPU per request. First value of a name wins.
  */
 export async function boundedForm(req: Request): Promise<Record<string, string> | null> {
   const type = req.headers.get("content-type") ?? "";

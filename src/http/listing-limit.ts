@@ -1,5 +1,5 @@
 /**
- * Per-IP sliding window on the anonymous listing and search routes (issue 11: crawlers):
+ * Per-IP sliding window on the anonymous listing and search routes (crawlers):
  * GET /api/shop/of/type, /api/shop/of/name, /api/blog/hot, /api/voucher/list/:shopId and
  * /api/shop-type/list share one budget per client address (http/client-ip.ts): LISTING_IP_LIMIT
  * requests per LISTING_IP_WINDOW_MS. GET /api/shop/:id is a lookup, not a listing: not limited

@@ -15,7 +15,7 @@
  *   writer.ts), which catches reservations a skewed isolate clock filed into a window already
  *   drained; the chain ends one quiet window after the last reservation. The sweep and a writer
  *   handing on its backlog send one to deliver at once (`drainNowMessage`).
- *   `shard` (issue 18, services/seckill/shards.ts): the outbox is the shop's in that seckill shard
+ *   `shard` (services/seckill/shards.ts): the outbox is the shop's in that seckill shard
  *   database (`deps.seckillShards[shard]`); absent, the main database's, exactly as before shards.
  *   Drains are per (shop, shard): each shard's has its own deduplication id.
  * - close `{ shopId, orderIds, shard? }` → ORDER_CLOSE_PATH, delayed by the payment timeout: one

@@ -9,7 +9,7 @@
  * The upper 51 bits are one block number B handed out by lua/id-block.lua from one Redis counter
  * that only moves forward: no two draws ever get the same B, so no two ids are ever equal.
  *
- * Why blocks and not leased worker ids (the earlier design, issue 15): a worker id had to be one
+ * Why blocks and not leased worker ids (the earlier design): a worker id had to be one
  * of 1,024 slots leased for an hour per isolate. Workers start and drop isolates freely, so a few
  * thousand short-lived isolates — or a burst of lease commands that ran in Redis while their
  * replies were lost — held every slot, and every reservation, /pay and payment webhook failed. A

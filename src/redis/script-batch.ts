@@ -16,7 +16,7 @@
  *
  * Only where requests may share in-flight I/O (src/runtime.ts `sharesIo`: Bun, Deno). On workerd
  * a shared pipeline settles every buyer's promise from the one request whose timer sent it, which
- * the runtime refuses (issue 15: 9 of 100 units answered, the rest cancelled or "hung"); there each
+ * the runtime refuses (measured on workerd: 9 of 100 units answered, the rest cancelled or "hung"); there each
  * call is its own EVALSHA on its own request's fetch — one round trip per attempt. Decision
  * (docs/deploying.md "Deploying to Workers"): a crowd on Workers is spread over many isolates, each seeing
  * few buyers per event-loop turn, so the batch would rarely hold more than one anyway, and the

@@ -18,7 +18,7 @@
  * - orderById / ordersOfUser: the order lookup, queued reservations (outbox, not yet in MySQL)
  *   included.
  *
- * Sharded vouchers (issue 18, services/seckill/shards.ts): their keys are in their shard databases
+ * Sharded vouchers (services/seckill/shards.ts): their keys are in their shard databases
  * only, under the usual names, and each shop has an outbox in every database its vouchers' buyers
  * reserve in; every number here is summed over those databases. A shard this deployment does not
  * have (SECKILL_SHARD_URLS lost one a live voucher uses) is left out of the overviews and named

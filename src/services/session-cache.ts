@@ -137,7 +137,7 @@ export class SessionCache {
   /**
    * Session ids this isolate knows are dead (revoked anywhere, or found expired by a sync): refused
    * before any signature work. Filled only by sync and logout — never by what a caller sends — so a
-   * flood of junk tokens cannot evict a logout (issue 16: 12,000 random tokens evicted the dead
+   * flood of junk tokens cannot evict a logout (measured: 12,000 random tokens evicted the dead
    * entry and the revoked token worked again). At most REVOKED_MEMORY (LRU); a sid evicted from
    * here is refused again by the next sync that meets its token (≤ SESSION_TRUST_MS).
    */

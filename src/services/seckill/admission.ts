@@ -1,5 +1,5 @@
 /**
- * Seckill admission (issue 11): at most R attempts per second per voucher reach Redis, across all
+ * Seckill admission: at most R attempts per second per voucher reach Redis, across all
  * isolates, and callers Redis has rate-limited are answered from the isolate until their window
  * ends. Both refusals are answered from memory with no Redis call.
  *
@@ -107,7 +107,7 @@ const MESSAGES = {
  */
 export class SeckillAdmission {
   readonly limits: AdmissionLimits | null;
-  /** Gates by "voucherId" (unsharded) or "voucherId:shard" (each shard database its own budget, issue 18). */
+  /** Gates by "voucherId" (unsharded) or "voucherId:shard" (each shard database its own budget). */
   readonly gates = new LRUCache<string, Gate>({ max: 1_000 });
   readonly blocks = new LRUCache<string, number>({ max: 100_000 });
   /** Leases sent, tokens granted, attempts refused from memory (admission, rate-limit blocks). */

@@ -17,7 +17,7 @@
  *   per hour key, so that GET /api/voucher-order/{id} finds a queued order in two commands);
  * - counters for operators.
  *
- * Sharded vouchers (issue 18, shards.ts): a reservation sits in its buyer's home shard's outbox, so
+ * Sharded vouchers (shards.ts): a reservation sits in its buyer's home shard's outbox, so
  * drains are announced per (shop, shard) — keyed "shop:shard", the message carrying `shard` — and
  * the index value is "shopId:shard" (outbox.ts indexValueOf). The index itself stays in the main
  * database: one place to look an order id up. Unsharded reservations are keyed, indexed and

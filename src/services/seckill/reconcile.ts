@@ -607,7 +607,7 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
           released++;
       } else {
         // The order is cancelled either way, so it gives back its quotas — its purchase-rule log
-        // entries and its daily shop counter (issue 16: the counter was kept) — in the same atomic,
+        // entries and its daily shop counter (an earlier version kept the counter) — in the same atomic,
         // once-only step as the mark, so a crash cannot leave it marked released while still
         // holding quota (lua/mark-released.lua).
         const day = serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE);

@@ -1,5 +1,5 @@
 /**
- * Purchase-limit rules of a seckill voucher (issue 11 point 5, "the Ctrip case"): "at most K
+ * Purchase-limit rules of a seckill voucher ("the Ctrip case"): "at most K
  * seckill orders per user across this shop / this campaign over the last N days", set when the
  * voucher is created, immutable after, checked atomically inside reserve-stock.lua and given
  * back by the releases (release-stock*.lua) when an order is cancelled.

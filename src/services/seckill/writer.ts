@@ -15,7 +15,7 @@
  * No MySQL transaction is open while Redis or QStash is called. A crash anywhere leaves the
  * entries in the outbox, claimable again after the lease: at most a repeated (idempotent) write.
  *
- * Sharded vouchers (issue 18, shards.ts): a drain names one outbox — the shop's in the main
+ * Sharded vouchers (shards.ts): a drain names one outbox — the shop's in the main
  * database, or in seckill shard `shard` (DrainBody.shard). It claims, hands back and acknowledges
  * in that database only, and every message it publishes (the close of its groups, the
  * continuation, the next window's drain) names the same shard. MySQL is written as for any group.
