@@ -44,7 +44,7 @@ import { workerdDiesWithUs, wranglerSettings } from "./stack/workerd.ts";
 
 const say = (m: string) => console.error(`[worker] ${m}`);
 
-/** Keeps wrangler offline and quiet (docs/toolchain.md, "wrangler offline"). */
+/** Keeps wrangler offline and quiet (docs/development.md "Toolchain", wrangler offline). */
 const WRANGLER_OFFLINE = {
   WRANGLER_SEND_METRICS: "false",
   CLOUDFLARE_CF_FETCH_ENABLED: "false",

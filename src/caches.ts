@@ -14,7 +14,7 @@
  * - seckill config: plain with a long L1 — immutable after creation and read on every
  *   reservation, so an L1 hit keeps the reservation at exactly one Redis round trip.
  * Shops and seckill configs have auto-increment ids and a `ceiling` (cache/policy.ts): a lookup of
- * an id above the largest one is one Redis command and no MySQL query (issue 16 item 5).
+ * an id above the largest one is one Redis command and no MySQL query.
  */
 import { HotKeys, type HotKeyRule } from "./cache/hot.ts";
 import { CacheMetrics } from "./cache/metrics.ts";
@@ -52,7 +52,7 @@ export interface CachesOptions {
    * immutable (its own L1 TTL is already longer than a promoted one, so promotion changes
    * nothing). Redis-only reads outside these modules (GET /api/blog/hot, /api/blog/likes/:id) are
    * not promoted: their answers are per viewer (`isLike`) and change with every like, which would
-   * put a write-log entry on every like — see the README's hot-key section.
+   * put a write-log entry on every like — see docs/security.md "Hot keys".
    */
   hot?: HotKeyRule;
   /** The L1 clock (tests). */

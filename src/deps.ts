@@ -36,7 +36,7 @@ export interface Deps {
   config: Config;
   redis: RedisPort;
   /**
-   * The seckill shard databases (SECKILL_SHARD_URLS, issue 18), in configured order, each with its
+   * The seckill shard databases (SECKILL_SHARD_URLS), in configured order, each with its
    * own deadline and breaker; empty when none are configured (every voucher in `redis`). Which
    * database a voucher's keys live in: services/seckill/shards.ts.
    */

@@ -15,11 +15,12 @@ export const MAX_SECKILL_SHARDS = 64;
 export const EnvSchema = z.object({
   /** Upstash Redis REST endpoint (hosted, or the local stand-in from `npm run stack`). */
   UPSTASH_REDIS_REST_URL: z.url({ protocol: /^https?$/ }),
+  /** Token of that endpoint (a secret on Workers). */
   UPSTASH_REDIS_REST_TOKEN: z.string().min(1),
   /**
-   * Seckill shards (issue 18): comma-separated REST URLs of the Redis databases a seckill voucher's
+   * Seckill shards: comma-separated REST URLs of the Redis databases a seckill voucher's
    * stock is sharded across, and their tokens in the same order (a secret on Workers). Unset: every
-   * voucher lives in the main database (UPSTASH_REDIS_REST_*), exactly as before. A voucher takes
+   * voucher lives in the main database (UPSTASH_REDIS_REST_*). A voucher takes
    * the count configured when it is created; shards may be added later, never removed while a
    * voucher created with them lives.
    */
@@ -27,8 +28,11 @@ export const EnvSchema = z.object({
   SECKILL_SHARD_TOKENS: z.string().default(""),
   /** PlanetScale connection URL; `http://` is kept as is (local stand-in), anything else means https. */
   DATABASE_URL: z.string().min(1),
+  /** QStash API base (hosted, or the local stand-in). */
   QSTASH_URL: z.url({ protocol: /^https?$/ }).default("https://qstash.upstash.io"),
+  /** QStash API token: publishing order messages and delayed callbacks (a secret on Workers). */
   QSTASH_TOKEN: z.string().min(1),
+  /** Keys that verify the signature of QStash deliveries to /internal/* (current and next, for rotation). */
   QSTASH_CURRENT_SIGNING_KEY: z.string().min(1),
   QSTASH_NEXT_SIGNING_KEY: z.string().min(1),
   /** Operator secret for /admin/* and operator routes (`authorization: Bearer <ADMIN_TOKEN>`). */
@@ -52,6 +56,7 @@ export const EnvSchema = z.object({
   }),
   /** IANA zone for dates in responses, sign-in days and UV days (api.md: default Asia/Shanghai). */
   SERVICE_TIME_ZONE: z.string().default("Asia/Shanghai"),
+  /** Lowest level of the one-line JSON logs written. */
   LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),
   /**
    * Who gets the `Server-Timing` header (the request's trips to Redis, the database and QStash:
@@ -107,6 +112,7 @@ export const EnvSchema = z.object({
    *   SMS, payments   5 s: a provider's API.
    */
   REDIS_TIMEOUT_MS: z.coerce.number().int().min(10).max(60_000).default(2_000),
+  /** Deadline ceiling of a MySQL call, ms (see REDIS_TIMEOUT_MS). */
   MYSQL_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
   /**
    * A whole MySQL transaction (BEGIN, its statements, COMMIT), ms (src/db/transaction.ts). When it
@@ -115,8 +121,11 @@ export const EnvSchema = z.object({
    * trips (≈ 1.3 s at RTT 250 ms); bounded by PlanetScale's own per-transaction timeout (20 s).
    */
   MYSQL_TRANSACTION_TIMEOUT_MS: z.coerce.number().int().min(50).max(20_000).default(5_000),
+  /** Deadline ceiling of a QStash call, ms (see REDIS_TIMEOUT_MS). */
   QSTASH_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
+  /** Deadline ceiling of an SMS provider call, ms (see REDIS_TIMEOUT_MS). */
   SMS_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
+  /** Deadline ceiling of a payment provider call, ms (see REDIS_TIMEOUT_MS). */
   PAYMENTS_TIMEOUT_MS: z.coerce.number().int().min(10).max(120_000).default(5_000),
   /**
    * Shortest adaptive deadline, ms (capped at each ceiling): how fast a hung dependency that is
@@ -240,6 +249,7 @@ export const EnvSchema = z.object({
   TRUST_PROXY: bool.default(false),
   /** SMS delivery: `dev` logs the code; `twilio` sends it through Twilio's Messages API. */
   SMS_PROVIDER: z.enum(["dev", "twilio"]).default("dev"),
+  /** SMS_PROVIDER=twilio: account SID, auth token (a secret) and sender number. */
   TWILIO_ACCOUNT_SID: z.string().optional(),
   TWILIO_AUTH_TOKEN: z.string().optional(),
   TWILIO_FROM: z.string().optional(),
@@ -266,7 +276,7 @@ export const EnvSchema = z.object({
   SECKILL_IP_LIMIT: z.coerce.number().int().min(0).default(200),
   SECKILL_IP_WINDOW_MS: z.coerce.number().int().min(100).default(10_000),
   /**
-   * Redis commands per second the database may take (issue 11): Upstash caps one database at
+   * Redis commands per second the database may take: Upstash caps one database at
    * 10,000/s. The seckill admission limit below is derived from it.
    */
   REDIS_COMMANDS_PER_SECOND: z.coerce.number().int().min(1).default(10_000),
@@ -443,6 +453,7 @@ export const EnvSchema = z.object({
   S3_BUCKET: z.string().min(1).optional(),
   /** SigV4 region; R2 uses `auto`. */
   S3_REGION: z.string().min(1).default("auto"),
+  /** BLOB_STORE=s3: the access key pair (a secret on Workers). */
   S3_ACCESS_KEY_ID: z.string().min(1).optional(),
   S3_SECRET_ACCESS_KEY: z.string().min(1).optional(),
   /** `true`: `<endpoint>/<bucket>/<key>` (R2, MinIO); `false`: `<bucket>.<endpoint host>/<key>`. */

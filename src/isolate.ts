@@ -34,7 +34,7 @@ import { createPublicHealthMemo, type PublicHealthMemo } from "./services/health
 export interface Isolate {
   /**
    * The two-level cache modules' L1s, in-flight loads and counters (src/caches.ts): each L1 is a
-   * bounded LRU with its module's TTL (seconds to minutes, see the README table). Hot keys
+   * bounded LRU with its module's TTL (seconds to minutes, see the table in docs/architecture.md §7). Hot keys
    * (cache/hot.ts): per-entry read counters inside the L1 entries (no extra entries), the
    * promoted keys per module (≤ HOT_KEY_MAX each, with the TTL HOT_KEY_L1_TTL_MS) and the
    * write-log cursor.

@@ -1,34 +1,14 @@
 /**
  * Deadlines and circuit breakers, one `Guard` per dependency per isolate (`deps.isolate.resilience`),
- * hooked in at each SDK's transport (Redis: `redis.use`; MySQL, SMS, payments: the `fetch` they are
- * given; QStash: the port's methods), so no call site changes.
- *
- * Deadline: a rolling p99 of this dependency's recent answer times × DEADLINE_FACTOR, between
- * DEADLINE_FLOOR_MS and the dependency's ceiling (`*_TIMEOUT_MS`; the ceiling until 8 answers are
- * known). A far dependency is slow, not down: its deadline grows with its distance. When the
- * deadline passes while the caller may be queued (another call of this guard got its answer
- * meanwhile, or others are in flight with it) or our own event loop was starved (the timer ran
- * late; Bun, Deno), the wait is extended once to the ceiling; it fails there only if nothing was
- * answered during the extension (then it counts against the dependency). A miss with no
- * answer anywhere joins the samples, so a dependency that moved farther is followed after one miss.
- *
- * Breaker: opens when, over the last BREAKER_WINDOW_MS, at least BREAKER_MIN_CALLS calls ended and
- * at least BREAKER_FAILURE_RATIO of them failed, or when a third of BREAKER_MIN_CALLS failed in a
- * row with no answer between them (a hang or an outage under thin traffic). A failure is a network error, a 5xx-ish answer
- * that is not the dependency's own, or a deadline missed with no answer to any call of this guard
- * since the wait began (or was extended). A deadline missed while others got answers or were in
- * flight with it (queued), or while our loop was starved, never counts:
- * that signal works on workerd too, where the clock does not move during CPU work. An open breaker
- * refuses calls for BREAKER_HALF_OPEN_AFTER_MS; then up to BREAKER_HALF_OPEN_CALLS probes run at
- * once, others are refused at once; that many successes close it, one failure re-opens it.
- *
- * Every failure or refusal leaves as `DependencyUnavailableError` (errors.ts: 503 + Retry-After).
- * While a breaker is not closed, `degraded` is true: non-core features skip the dependency, reads
- * serve L1/stale, the seckill path fails closed. A Redis command error or SQL error is an answer.
- *
- * Written here rather than with cockatiel: its breakers count consecutive failures or a rate per
- * second, let exactly one half-open probe through, and know nothing of queued callers; what is
- * left of it (a state machine) is smaller than the adapters it needed. Decision and measurements:
+ * hooked in at each SDK's transport, so no call site changes.
+ * Deadline: the p99 of recent answer times × DEADLINE_FACTOR, between DEADLINE_FLOOR_MS and the
+ * dependency's `*_TIMEOUT_MS` ceiling; extended once to the ceiling when the caller may have been
+ * queued or our own event loop starved. Breaker: opens on BREAKER_FAILURE_RATIO of at least
+ * BREAKER_MIN_CALLS failures over BREAKER_WINDOW_MS (or a run of failures with no answer between),
+ * refuses for BREAKER_HALF_OPEN_AFTER_MS, then lets BREAKER_HALF_OPEN_CALLS probes through.
+ * Invariant: a deadline missed while queued or starved never counts as the dependency failing; a
+ * command or SQL error is an answer. Every failure leaves as `DependencyUnavailableError` (503 +
+ * Retry-After). Details: docs/modules.md "resilience.ts"; decision and measurements:
  * docs/decisions/deadlines-and-breakers.md.
  */
 import { QstashError } from "@upstash/qstash";

@@ -8,7 +8,7 @@
  *   wrk -t1 -c64 -d4s http://127.0.0.1:18777/
  * Measured on this box (issue 15): plain 246k req/s, headers 78.6k (0.32), readhdr 67.0k (0.27):
  * the bound of any Deno route that honours the contract (the app's L1 read: 49.5k, 0.23 of the
- * same round's hello-world). On Bun the same bound is ~0.7 (README "Fast lane").
+ * same round's hello-world). On Bun the same bound is ~0.7 (docs/architecture.md "Fast lane").
  */
 declare const Deno: {
   args: string[];

@@ -227,7 +227,7 @@ export async function startRedis(opts: { dir: string; port?: number; persist?: b
 }
 
 /**
- * Starts a private MariaDB with the flags from toolchain.md: utf8mb4, strict SQL mode, no Debian
+ * Starts a private MariaDB with the flags from docs/development.md "Toolchain": utf8mb4, strict SQL mode, no Debian
  * defaults files. The data directory is initialised on first use and reused afterwards.
  */
 export async function startMariadb(opts: { dir: string; port?: number }): Promise<MariaEngine> {

@@ -18,7 +18,7 @@ import { MAX_LOCAL_SHARDS, shardEnv, startShards, validShardCount, type StackSha
 export type { StackShard } from "./shards.ts";
 
 /**
- * The QStash SDK's dev-mode credentials (protocols.md §3.8). Using them locally means the SDK's
+ * The QStash SDK's dev-mode credentials (docs/protocols.md §3.8). Using them locally means the SDK's
  * own dev-mode discovery (`GET /v2/keys` on 127.0.0.1:8080) also finds our server.
  */
 export const QSTASH_DEV = {

@@ -47,7 +47,7 @@ import { createConnection, createPool, type Pool, type PoolOptions } from "mysql
 
 export interface PlanetscaleHttpOptions {
   mysql: { host: string; port: number; user: string; password: string };
-  /** Default database of every connection (the driver never sends one; see protocols.md 2.9.6). */
+  /** Default database of every connection (the driver never sends one; see docs/protocols.md §2.9). */
   database: string;
   /** Basic-auth credentials clients must send (compared after percent-decoding). */
   username: string;
@@ -134,7 +134,7 @@ type QueryOutcome =
   | { kind: "rows"; rows: RawRow[]; fields: RawField[] }
   | { kind: "error"; error: RawError };
 
-// ---- wire shapes (protocols.md 2.3): proto3 JSON, 64-bit ints as strings, zero values omitted
+// ---- wire shapes (docs/protocols.md §2.3): proto3 JSON, 64-bit ints as strings, zero values omitted
 
 interface WireField {
   name: string;
@@ -212,7 +212,7 @@ export const DEFAULT_CONNECTION_LIMIT = 64;
 /** The answer to a request whose client went away (nobody reads it; vtrpc CANCELED). */
 const CLIENT_GONE: WireError = { code: "CANCELED", message: "the client went away; the statement was not completed" };
 
-/** MySQL column type code + flags → Vitess type name (protocols.md 2.4). `undefined` = NULL_TYPE. */
+/** MySQL column type code + flags → Vitess type name (docs/protocols.md §2.4). `undefined` = NULL_TYPE. */
 export function vitessTypeName(
   f: Pick<RawField, "columnType" | "flags" | "characterSet" | "extendedFormat">,
 ): string | undefined {

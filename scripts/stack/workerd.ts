@@ -36,7 +36,7 @@ import { parseArgs } from "node:util";
 
 export const repoRoot = resolve(import.meta.dir, "../..");
 
-/** Env that keeps wrangler offline and quiet (docs/toolchain.md "wrangler offline"). */
+/** Env that keeps wrangler offline and quiet (docs/development.md "Toolchain", wrangler offline). */
 export const wranglerOfflineEnv = {
   WRANGLER_SEND_METRICS: "false",
   CLOUDFLARE_CF_FETCH_ENABLED: "false",

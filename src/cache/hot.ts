@@ -1,5 +1,5 @@
 /**
- * Hot keys: found per isolate, promoted in its L1, reported across isolates (issue 11).
+ * Hot keys: found per isolate, promoted in its L1, reported across isolates.
  *
  * Finding: each L1 entry counts its own fresh hits per window (cache/hot-promotion.ts `isFreshHit`), so
  * the count costs no map lookup and no memory beyond the L1 itself (bounded by each module's

@@ -44,7 +44,7 @@ export function createL1<V, P>(policy: Pick<CachePolicy, "l1Max" | "l1TtlMs">): 
 
 /**
  * A module's L1 in two LRUs: values, and known-missing keys (`value === null`). A caller probing
- * random ids (issue 16: unknown shop and voucher ids) fills only the second, so it can never evict
+ * random ids (unknown shop and voucher ids) fills only the second, so it can never evict
  * a live entry — a sale's config, a hot shop — from the first. The interface is the slice of
  * LRUCache the module uses; a key lives in at most one of the two.
  */

@@ -5,11 +5,11 @@
  * spread over many isolates is bounded per isolate.
  *
  * Two of them (src/isolate.ts):
- * - the miss meter (issue 16 item 5): lookups that found nothing (unknown shop or voucher ids), at
+ * - the miss meter: lookups that found nothing (unknown shop or voucher ids), at
  *   most MISS_PER_ADDRESS per MISS_WINDOW_MS; past it every lookup the isolate's memory cannot
  *   answer is refused with 429 + Retry-After. Only not-found results count — a crowd arriving at a
  *   cold isolate for a real sale or shop is never refused — and L1 hits are never checked.
- * - the public body gate (issue 16 item 1): requests with a body to routes anyone may call without
+ * - the public body gate: requests with a body to routes anyone may call without
  *   credentials (sign-in, send-code), at most PUBLIC_BODIES_PER_ADDRESS per
  *   PUBLIC_BODIES_WINDOW_MS, counted and refused before the body is read or parsed
  *   (`publicBodyGate`). The console's sign-in has its own per-address gate (operator-attempts.ts).

@@ -32,7 +32,7 @@ export function bearer(header: string | undefined): string | null {
   return (m ? m[1] : v)?.trim() || null;
 }
 
-/** Response header carrying a re-issued session token (README "Sessions that end"; exposed to browsers by CORS). */
+/** Response header carrying a re-issued session token (docs/architecture.md "Sessions"; exposed to browsers by CORS). */
 export const SESSION_TOKEN_HEADER = "x-session-token";
 
 /**

@@ -1,39 +1,15 @@
 /**
  * Request bodies, bounded per route and per content type before anything parses them (the global
- * MAX_BODY_BYTES in app.ts stays the outer bound). A route needs a few hundred bytes to tens of KB;
- * nothing beyond that is read, and nesting is bounded before `JSON.parse` sees the text, so no
- * request spends more than a few microseconds of CPU per KB it is allowed to send. A non-empty
- * body of a type the route does not take is a 415 before it is read; an empty body of any type
- * (or none) always passes, as classic clients send their bodiless POSTs with or without one.
+ * MAX_BODY_BYTES in app.ts stays the outer bound): nothing beyond a route's limit is read, nesting
+ * is bounded before `JSON.parse` sees the text, and a non-empty body of a type the route does not
+ * take is a 415 before it is read. An empty body of any type always passes (classic clients send
+ * bodiless POSTs with or without a type).
  *
  *   .post("/login", jsonBody(BODY_LIMITS.login), v("json", LoginBody), handler)
  *
- * Every route with a body method, what it takes and its limit (the middleware on each route
- * documents the same in /openapi.json as `x-body-limits`; tests/http/content-types.test.ts walks
- * the document, so a new body route without one fails):
- *
- * | route                                               | takes (non-empty bodies)          | limit                                   | middleware        |
- * |-----------------------------------------------------|-----------------------------------|-----------------------------------------|-------------------|
- * | POST /api/user/login (public)                       | application/json                  | 1 KiB (`login`)                         | jsonBody          |
- * | POST /api/user/code (public; query only)            | application/json (ignored)        | 1 KiB (`none`)                          | jsonBody          |
- * | POST /api/user/logout, /api/user/sign               | application/json (ignored)        | 1 KiB (`none`)                          | jsonBody          |
- * | PUT /api/blog/like/{id}, /api/follow/{id}/{isFollow} | application/json (ignored)       | 1 KiB (`none`)                          | jsonBody          |
- * | POST /api/voucher-order/seckill/{id}, …/{id}/pay    | application/json (ignored)        | 1 KiB (`none`)                          | jsonBody          |
- * | POST /admin/console/revoke-sessions, /admin/reconcile | application/json (ignored)      | 1 KiB (`none`)                          | jsonBody          |
- * | POST /api/blog                                      | application/json                  | 32 KiB (`note`)                         | jsonBody          |
- * | POST, PUT /api/shop; POST /api/voucher, …/seckill   | application/json                  | 8 KiB (`operator`)                      | jsonBody          |
- * | POST /api/upload/blog                               | multipart/form-data               | UPLOAD_MAX_BYTES + 16 KiB, 8 parts      | multipartBody     |
- * | POST /console/login (public), /console/logout, /console/vouchers, /console/vouchers/seckill, /console/ops/reconcile | application/x-www-form-urlencoded | 16 KiB, 64 pairs (MAX_FORM_*) | formBody + boundedForm |
- * | POST ORDER_DRAIN_PATH (QStash)                      | application/json, raw until verified | 1 KiB (`drain`)                      | signedBody        |
- * | POST ORDER_WRITE_PATH (QStash, legacy)              | application/json, raw until verified | 4 KiB (`legacyWrite`)                | signedBody        |
- * | POST ORDER_CLOSE_PATH (QStash)                      | application/json, raw until verified | 128 KiB (`close`)                    | signedBody        |
- * | POST /internal/payments/webhook (provider)          | application/json, raw until verified | 8 KiB (`webhook`)                    | signedBody        |
- *
- * "(ignored)": the route takes no body; a small JSON one (`{}`, `null`) is tolerated, as clients
- * that always send one do. Why JSON only for the API: the classic front-end (axios) sends objects
- * as JSON and its bodiless calls without a body or a type; multipart is for the upload only; the
- * console's HTML forms are url-encoded; QStash delivers `publishJSON`/`batchJSON` bodies, and the
- * payment provider its events, as application/json.
+ * Every body route documents its limit in /openapi.json (`x-body-limits`), and
+ * tests/http/content-types.test.ts fails on a body route without one. The table of every route, its
+ * types and its limit: docs/modules.md "http/body.ts".
  */
 import type { Context } from "hono";
 import { createMiddleware } from "hono/factory";
@@ -362,7 +338,7 @@ function concatBytes(...parts: Uint8Array[]): Uint8Array {
 const MULTIPART = /^multipart\/form-data\s*;.*?\bboundary=(?:"([^"]{1,70})"|([^\s;]{1,70}))/i;
 
 /**
- * A multipart body bounded in bytes and in parts *before* anything parses it (issue 16: a 78,000-part
+ * A multipart body bounded in bytes and in parts *before* anything parses it (measured: a 78,000-part
  * upload cost tens of ms of CPU in the parser, before the file check, and stalled every request of
  * the isolate). A non-empty body of another type is a 415 before it is read; the body is read
  * through `maxBytes` (413 past it: Content-Length first, else while it streams in), refused when
@@ -450,7 +426,7 @@ export function formBody() {
 /**
  * A url-encoded form, read through MAX_FORM_BYTES (413 past it) and counted in pairs before
  * URLSearchParams sees it (MAX_FORM_PAIRS; null past it, as for any other unreadable form): a 1 MB
- * form of 110,000 pairs cost 60–78 ms of CPU per request (issue 16). First value of a name wins.
+ * form of 110,000 pairs cost 60–78 ms of CPU per request. First value of a name wins.
  */
 export async function boundedForm(req: Request): Promise<Record<string, string> | null> {
   const type = req.headers.get("content-type") ?? "";

@@ -1,33 +1,14 @@
 /**
  * `Idempotency-Key` on the mutating routes a client may retry (draft-ietf-httpapi-idempotency-key-header,
- * Stripe's practice). Only a request that sends the header pays anything; without it the
- * middleware is one header read.
- *
- * Protocol, per (caller, method, route pattern, key) — the *scope*:
- *   1. claim  (lua/idempotency-claim.lua, 1 command): a free key becomes "running" under a lease
- *      (IDEMPOTENCY_LOCK_MS) holding the request's fingerprint; a taken key comes back as it is.
- *   2. the route runs;
- *   3. finish (lua/idempotency-finish.lua, 1 command): a final response (status < 400) is stored
- *      for IDEMPOTENCY_TTL_SECONDS; anything else releases the key, so a retry runs again.
- * A taken key answers: stored + same fingerprint → the stored status/body/content-type with
- * `Idempotent-Replayed: true`; running + same fingerprint → 409 with `Retry-After`; a different
- * fingerprint (running or stored) → 422. Redis commands: 2 for a keyed request that runs, 1 for a
- * replay, a 409 or a 422.
- *
- * What is not stored (the key is released): a business refusal (`success:false` with 200 — an
- * unknown shop, a sold-out or "try again" outcome: the routes answer those before writing anything,
- * and the same request may succeed later, so a day-long replay of the refusal would be wrong);
- * every 4xx the route answers — in this API a handler's
- * 4xx (validation 400, 409, 413, 429) is a refusal before anything was written, and Stripe likewise
- * saves no result for a request that failed validation or conflicted — and every 5xx/503 (the draft
- * and Stripe treat these as retryable; see the window below). 401/403 never reach the claim: the
- * guard runs first, so a forged caller cannot take or read anyone's key.
- *
- * Windows, honestly: a process that dies between claim and finish holds the key until the lease
- * ends (duplicates get 409 meanwhile, then one runs again — the work itself may have happened); a
- * route slower than the lease loses its claim (a duplicate may run; neither is then stored); a
- * 5xx after a partial write is not stored, so the retry runs the route again; a failed finish
- * answers the client normally and leaves the key running until the lease ends.
+ * Stripe's practice). A request without the header pays one header read.
+ * Per (caller, method, route pattern, key): claim (lua/idempotency-claim.lua, 1 command, a lease of
+ * IDEMPOTENCY_LOCK_MS) → the route runs → finish (lua/idempotency-finish.lua, 1 command) stores a
+ * final response (status < 400, not a business refusal) for IDEMPOTENCY_TTL_SECONDS, or releases
+ * the key. A taken key answers the stored response (`Idempotent-Replayed: true`), 409 + Retry-After
+ * while it runs, 422 for a different request. 401/403 never reach the claim.
+ * Windows: a process that dies mid-request holds the key until the lease ends; a route slower than
+ * the lease loses its claim; a 5xx after a partial write is not stored, so a retry runs again.
+ * Details: docs/modules.md "http/idempotency.ts".
  */
 import type { Context, Next } from "hono";
 import { createMiddleware } from "hono/factory";

@@ -1,26 +1,13 @@
 /**
- * Per-IP sliding window on the anonymous listing and search routes (issue 11: crawlers):
- * GET /api/shop/of/type, /api/shop/of/name, /api/blog/hot, /api/voucher/list/:shopId and
- * /api/shop-type/list share one budget per client address (http/client-ip.ts): LISTING_IP_LIMIT
- * requests per LISTING_IP_WINDOW_MS. GET /api/shop/:id is a lookup, not a listing: not limited
- * (and it is the hot read path, which must stay at zero Redis commands and no added work).
- *
- * Why not @upstash/ratelimit's slidingWindow: it costs one Redis command per allowed request,
- * which would turn the voucher list's and shop types' 0-Redis L1 hits into 1-Redis reads. Here:
- *  - Each isolate counts per address in the current and previous epoch-aligned window (aligned,
- *    so every isolate agrees on the windows) and estimates the sliding count the way
- *    @upstash/ratelimit does: current + previous × (share of the previous window still inside
- *    the sliding one). Over the limit → 429 RATE_LIMITED + Retry-After from memory, no Redis;
- *    blocked requests are not counted (a caller who waits gets in again).
- *  - At most one background command per isolate per LISTING_SYNC_MS (lua/listing-sync.lua) adds
- *    the counts this isolate allowed since its last sync and returns each address's global
- *    counts, so the limit holds across isolates one sync after an address's next request.
- *    Overshoot is bounded by what the isolates allow between two syncs.
- *  - IPv6 callers are counted per /64 (limitKeyOf).
- *  - Memory: an LRU of LISTING_IP_MAX addresses (~150 B each) and a dirty set no larger.
- *    Counts of a window not yet sent when it ends stay local (they still count here, as the
- *    previous window); a failed sync keeps them for the next one.
- * Hand-written for those reasons; lru-cache holds the addresses.
+ * Per-address sliding window on the anonymous listing and search routes (crawlers): the shop
+ * listings, the hot notes, a shop's vouchers and the shop types share one budget per client
+ * address, LISTING_IP_LIMIT requests per LISTING_IP_WINDOW_MS (IPv6 per LIMIT_IPV6_PREFIX).
+ * GET /api/shop/:id is a lookup, not a listing, and stays at zero Redis commands.
+ * Each isolate counts per address in epoch-aligned windows and refuses from memory (429 +
+ * Retry-After, no Redis); at most one background command per LISTING_SYNC_MS (lua/listing-sync.lua)
+ * sends its counts and reads the global ones, so the limit holds across isolates one sync later.
+ * Memory: an LRU of LISTING_IP_MAX addresses. Why not @upstash/ratelimit (one command per allowed
+ * request): docs/modules.md "http/listing-limit.ts".
  */
 import type { MiddlewareHandler } from "hono";
 import { LRUCache } from "lru-cache";

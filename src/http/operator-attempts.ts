@@ -1,5 +1,5 @@
 /**
- * Failed operator sign-ins per client address (issue 16 item 7): a wrong ADMIN_TOKEN on `/admin/*`,
+ * Failed operator sign-ins per client address: a wrong ADMIN_TOKEN on `/admin/*`,
  * on operator routes or on `POST /console/login` counts against the caller's address
  * (@upstash/ratelimit sliding window, OPERATOR_AUTH_FAILURES per OPERATOR_AUTH_WINDOW_SECONDS,
  * across isolates); past it the address is refused with 429 + Retry-After — right token or not —

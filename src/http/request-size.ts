@@ -8,7 +8,7 @@
  * for the request line and headers), so every request a runtime hands us past them gets the
  * envelope. Past a runtime's own limit the runtime answers without calling us and cannot be made
  * to use our body: Bun a bare 431 (`connection: close`), Deno a bare 400 (hyper: past 20–70 KiB, measured), and
- * on Workers Cloudflare's edge with its own 414/431 page (README "Oversized requests").
+ * on Workers Cloudflare's edge with its own 414/431 page (docs/security.md "Oversized requests").
  */
 import { requestIdOf } from "./edge.ts";
 

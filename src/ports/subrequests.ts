@@ -1,27 +1,14 @@
 /**
- * Subrequest budgets: Cloudflare Workers lets one invocation (a request with its `waitUntil` work,
- * a scheduled event) make at most WORKERS_SUBREQUEST_LIMIT fetches; past it every further fetch
- * throws ("Too many subrequests"), which our guards would count as the dependency failing. The
- * loops whose length depends on data — the order drain (groups), close-expired (pages), refund
- * retry (due refunds), the sweep (shops), reconcile (vouchers) — therefore run on *metered* ports
- * and plan each step against a budget:
- *
- *   - `metered(deps, budget)`: the same deps whose Redis, MySQL, QStash and payment ports charge
- *     the budget one subrequest per HTTP request they make (a Redis command, pipeline or script
- *     EVALSHA/EVAL; a PlanetScale statement, with BEGIN and COMMIT/ROLLBACK charged when a
- *     transaction starts; a QStash publish or batch; a provider call). A call that would pass the
- *     cap is refused *before* anything is sent (SubrequestBudgetExceeded), so a metered loop can
- *     never push the invocation past the platform's limit.
- *   - `hold(n)` / `unhold(n)`: before a step, its worst case is held; a step that does not fit is
- *     not started, and the loop hands the rest on (a continuation drain, the next cron run).
- *
- * The cap is the limit minus a headroom (HEADROOM_SHARE, at least MIN_HEADROOM) for what an
- * invocation spends outside a metered loop: the edge's background flushes (cache metrics, UV,
- * session upkeep), a script's NOSCRIPT fallback, a claim handed back after a failure.
- *
- * Counting is exact on workerd, where auto-pipelining is off (src/deps.ts) and each command is its
- * own fetch; on Bun/Deno commands issued in one tick may share a request, so the meter over-counts
- * there (safe).
+ * Subrequest budgets: a Cloudflare Workers invocation (a request with its `waitUntil` work, or a
+ * scheduled event) may make at most WORKERS_SUBREQUEST_LIMIT fetches; past it every fetch throws.
+ * The loops whose length depends on data (order drain, close-expired, refund retry, sweep,
+ * reconcile) run on *metered* ports: `metered(deps, budget)` charges one subrequest per HTTP request
+ * a port makes and refuses a call that would pass the cap *before* sending it
+ * (SubrequestBudgetExceeded); `hold(n)` / `unhold(n)` reserve a step's worst case, and a step that
+ * does not fit is handed on (a continuation drain, the next cron run).
+ * Invariant: a metered loop never pushes an invocation past the platform's limit. The cap keeps a
+ * headroom (HEADROOM_SHARE, at least MIN_HEADROOM) for work outside the loops. Counting is exact on
+ * workerd and over-counts (safely) on Bun and Deno. Details: docs/modules.md "ports/subrequests.ts".
  */
 import type { Config } from "../env.ts";
 import type { Deps } from "../deps.ts";

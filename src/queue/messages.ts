@@ -1,34 +1,15 @@
 /**
- * The order pipeline's edges in one place: for every message this app sends itself through
- * QStash (and the payment provider's webhook), the route path it targets, the zod schema that
- * route parses its body with, and the builder publishers use. routes/internal.ts registers its
- * routes at these paths with these schemas; tests/queue/messages.test.ts checks that every built
- * message parses with its route's schema and targets a registered route. A path is spelled here
- * only — tests and scripts import the constants too.
- *
- * - drain `{ shopId, shard? }` → ORDER_DRAIN_PATH: "this shop's outbox has due reservations". The
- *   writer claims them from the outbox in groups (the body carries no reservation). Isolates send
- *   at most one per shop per one-second window, not before the window's end (`notBefore`, whole
- *   seconds) and with a deduplication id naming the window, so however many isolates and buyers a
- *   sale has, QStash delivers about one drain per shop per second, after every reservation of that
- *   window is in the outbox. A drain that found work announces the next window the same way (see
- *   writer.ts), which catches reservations a skewed isolate clock filed into a window already
- *   drained; the chain ends one quiet window after the last reservation. The sweep and a writer
- *   handing on its backlog send one to deliver at once (`drainNowMessage`).
- *   `shard` (issue 18, services/seckill/shards.ts): the outbox is the shop's in that seckill shard
- *   database (`deps.seckillShards[shard]`); absent, the main database's, exactly as before shards.
- *   Drains are per (shop, shard): each shard's has its own deduplication id.
- * - close `{ shopId, orderIds, shard? }` → ORDER_CLOSE_PATH, delayed by the payment timeout: one
- *   message per written group. The closer re-reads every order from MySQL (or the outbox: of the
- *   shard named, for ids MySQL does not have).
- * - payment webhook `{ type, paymentId | refundId, providerRef }` → PAYMENT_WEBHOOK_PATH, sent by
- *   the payment provider (payments/provider.ts builds the local provider's), signed with
- *   PAYMENT_WEBHOOK_SECRET rather than by QStash.
- *
- * Legacy shapes (messages of the per-order pipeline, replaced on 2026-12-01, that QStash may
- * still deliver from its retries or a dead-letter replay): `{ shopId, orderId }` at
- * ORDER_WRITE_PATH and the single-order close `{ orderId, shopId? }`. Nothing builds them any
- * more; remove both after LEGACY_ORDER_MESSAGES_UNTIL.
+ * The order pipeline's edges in one place: for every message this app sends itself through QStash
+ * (and the payment provider's webhook), the route path it targets, the zod schema that route parses
+ * its body with, and the builder publishers use. A path is spelled here only; routes/internal.ts
+ * registers these paths with these schemas, and tests/queue/messages.test.ts checks that every built
+ * message parses with its route's schema and targets a registered route.
+ * - drain `{ shopId, shard? }` → ORDER_DRAIN_PATH: "this shop's outbox has due reservations"
+ *   (at most one per shop, shard and one-second window; the body carries no reservation);
+ * - close `{ shopId, orderIds, shard? }` → ORDER_CLOSE_PATH, delayed by the payment timeout;
+ * - payment webhook → PAYMENT_WEBHOOK_PATH, signed with PAYMENT_WEBHOOK_SECRET.
+ * Legacy per-order shapes are still accepted until LEGACY_ORDER_MESSAGES_UNTIL; nothing builds them.
+ * Details: docs/modules.md "queue/messages.ts".
  */
 import { z } from "zod";
 import type { Deps } from "../deps.ts";

@@ -46,6 +46,6 @@ export async function checkEvictionAll(deps: Pick<Deps, "redis" | "seckillShards
   ];
   for (const [name, redis] of dbs) {
     if ((await checkEviction(redis, name)) === null)
-      deps.log.warn("redis eviction policy unknown: make sure eviction is off (README, deploy)", { database: name });
+      deps.log.warn("redis eviction policy unknown: make sure eviction is off (docs/deploying.md)", { database: name });
   }
 }

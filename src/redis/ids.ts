@@ -1,28 +1,14 @@
 /**
  * Order ids (also payment and refund ids): 64-bit, roughly time-ordered, unique across every
  * isolate that ever lived, sent to clients as decimal strings.
- *
- * Layout (63 bits, so the value is a positive signed BIGINT):
- *   41 bits  milliseconds since 2024-01-01T00:00:00Z at which the block was drawn (until 2093)
- *   10 bits  block within that millisecond (the 1,025th draw of one ms borrows the next ms)
- *   12 bits  sequence within the block (4,096 ids)
- * The upper 51 bits are one block number B handed out by lua/id-block.lua from one Redis counter
- * that only moves forward: no two draws ever get the same B, so no two ids are ever equal.
- *
- * Why blocks and not leased worker ids (the earlier design, issue 15): a worker id had to be one
- * of 1,024 slots leased for an hour per isolate. Workers start and drop isolates freely, so a few
- * thousand short-lived isolates — or a burst of lease commands that ran in Redis while their
- * replies were lost — held every slot, and every reservation, /pay and payment webhook failed. A
- * block is never held: an isolate that dies, or a draw whose reply is lost, burns block numbers,
- * of which there are 1,024 per millisecond.
- *
- * Cost: one EVALSHA per 4,096 ids per isolate, and one per BLOCK_MAX_AGE_MS while it issues (so
- * an id's time is at most that old); drawn in the background (`waitUntil`) before the block in use
- * runs out, so a warm isolate's reservation stays one Redis command. A cold isolate's first id
- * waits for one draw.
- *
- * Guessability: as before (a snowflake-like id; the time and a counter). Ownership checks, not
- * secrecy of ids, protect orders (every order route checks the caller).
+ * Layout (63 bits, a positive signed BIGINT): 41 bits of milliseconds since 2024-01-01 at which the
+ * block was drawn, 10 bits of block within that millisecond, 12 bits of sequence (4,096 ids).
+ * The upper 51 bits are one block number handed out by lua/id-block.lua from one Redis counter
+ * that only moves forward, so no two ids are ever equal. Nothing is leased: an isolate that dies,
+ * or a draw whose reply is lost, burns block numbers (1,024 per millisecond).
+ * Cost: one EVALSHA per 4,096 ids or per BLOCK_MAX_AGE_MS, drawn in the background before the block
+ * runs out, so a warm isolate's reservation stays one Redis command.
+ * Why: docs/decisions/ids-without-leases.md.
  */
 import type { Deps, RedisPort } from "../deps.ts";
 import { keys } from "./keys.ts";

@@ -1,26 +1,12 @@
 /**
- * Coalesces concurrent calls of one Lua script into one Upstash `/pipeline` request.
- *
- * Why (bench group seckill, rows seckill-sale vs seckill-evalsha): a reservation is exactly one
- * Redis command, but buyers arrive one HTTP request at a time, so every EVALSHA travelled in its
- * own REST round trip (1.01 round trips per attempt) and the on-sale endpoint ran at 0.15 of the
- * same script driven by closed loops, whose commands @upstash/redis auto-pipelines because they
- * are issued in the same tick (0.005 round trips per command). Here calls that arrive within one
- * turn of the event loop (a `setTimeout(0)`: under a crowd, the requests parsed in one read of the
- * sockets) share one pipeline. Upstash bills a pipeline of N as N commands, so the command count
- * per attempt is unchanged (one); only round trips and their CPU are shared. A lone call goes out
- * alone through `Script.exec`, with no extra wait beyond that one turn.
- *
- * NOSCRIPT (after a Redis restart or SCRIPT FLUSH) comes back per command; those calls fall back
- * to `Script.exec` (EVALSHA, then EVAL) one by one, so the script is loaded once again.
- *
- * Only where requests may share in-flight I/O (src/runtime.ts `sharesIo`: Bun, Deno). On workerd
- * a shared pipeline settles every buyer's promise from the one request whose timer sent it, which
- * the runtime refuses (issue 15: 9 of 100 units answered, the rest cancelled or "hung"); there each
- * call is its own EVALSHA on its own request's fetch — one round trip per attempt. Decision
- * (README "Deploying to Workers"): a crowd on Workers is spread over many isolates, each seeing
- * few buyers per event-loop turn, so the batch would rarely hold more than one anyway, and the
- * Redis command count per attempt (what Upstash bills and limits) is one either way.
+ * Coalesces concurrent calls of one Lua script into one Upstash `/pipeline` request: calls that
+ * arrive within one turn of the event loop share a round trip; a lone call goes out alone through
+ * `Script.exec` after that one turn. Upstash bills a pipeline of N as N commands, so the command
+ * count per attempt stays one; only round trips and their CPU are shared. NOSCRIPT comes back per
+ * command, and those calls fall back to `Script.exec` one by one.
+ * Only where requests may share in-flight I/O (src/runtime.ts `sharesIo`: Bun, Deno); on workerd
+ * each call is its own EVALSHA on its own request's fetch.
+ * Why, with the numbers: docs/decisions/per-runtime-batching.md, docs/modules.md "redis/script-batch.ts".
  */
 import { errors as redisErrors, type Redis } from "@upstash/redis";
 import { sha1Hex } from "../util/crypto.ts";

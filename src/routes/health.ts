@@ -33,7 +33,7 @@ export const health = new Hono<AppEnv>().get(
   "/",
   doc(HEALTH, async (c) => {
     const deps = c.get("deps");
-    // Dependency errors and breaker internals are for operators only (issue 16: they leaked tokens);
+    // Dependency errors and breaker internals are for operators only (they once leaked tokens);
     // operators always get a fresh probe.
     if (isOperator(c.req.header("authorization"), deps.config.ADMIN_TOKEN)) {
       const report = await checkHealth(deps);

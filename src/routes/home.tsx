@@ -5,7 +5,7 @@ import { doc } from "../openapi/describe.ts";
 import type { AppEnv } from "../types.ts";
 import { Page } from "./site.tsx";
 
-/** Where the front door points. `/console` is the operators' console (issue 10, item 2). */
+/** Where the front door points. `/console` is the operators' console. */
 export const HOME_LINKS = [
   {
     href: "/console",

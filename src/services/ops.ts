@@ -1,28 +1,13 @@
 /**
  * What operators read, as typed snapshots: /admin renders them as JSON (routes/admin.ts), the
- * console as HTML (routes/console.tsx, console/views.tsx), so both show the same numbers and
- * neither runs a query of its own. Times are epoch ms; the renderings format them.
- *
- * - salesOverview: the seckill sales of the jobs' registry with their Redis stock (one statement,
- *   one pipeline per database: the main one and each seckill shard, sent at once).
- * - saleNumbers: one sale's Redis and MySQL numbers (one MULTI per database the voucher lives in,
- *   one statement, per tick of the console's live view; console/sale.ts adds the attempt counters).
- * - seckillView: GET /admin/seckill/{voucherId}, one sale in full — its configuration, its stock
- *   and buyers per shard, sold, MySQL's side, and its reservations waiting in each shard's outbox.
- * - pipelineBacklog: reservations waiting for MySQL per shop (and per shard) and how late the
- *   oldest is.
- * - opsSnapshot: the operations page. Breakers and limiters are this isolate's memory and always
- *   answer; every Redis- or MySQL-backed section falls back on its own (named in `unavailable`,
- *   with the scrubbed error), so the snapshot still renders while a dependency is down — which is
- *   when an operator opens it.
- * - orderById / ordersOfUser: the order lookup, queued reservations (outbox, not yet in MySQL)
- *   included.
- *
- * Sharded vouchers (issue 18, services/seckill/shards.ts): their keys are in their shard databases
- * only, under the usual names, and each shop has an outbox in every database its vouchers' buyers
- * reserve in; every number here is summed over those databases. A shard this deployment does not
- * have (SECKILL_SHARD_URLS lost one a live voucher uses) is left out of the overviews and named
- * (`unreadShards`, the log), and makes the one-sale views answer ShardUnavailable.
+ * console as HTML (routes/console.tsx), so both show the same numbers and neither runs a query of
+ * its own. Times are epoch ms. salesOverview, saleNumbers, seckillView (GET /admin/seckill/{id}),
+ * pipelineBacklog, opsSnapshot, orderById / ordersOfUser.
+ * Invariant: a snapshot still renders while a dependency is down — each Redis- or MySQL-backed
+ * section falls back on its own and is named in `unavailable` with the scrubbed error — because
+ * that is when an operator opens it. Sharded vouchers are summed over their databases; a shard
+ * this deployment lacks is named (`unreadShards`). Each snapshot's cost and contents:
+ * docs/modules.md "services/ops.ts".
  */
 import type { Deps, RedisPort } from "../deps.ts";
 import type { HotReport } from "../cache/hot.ts";

@@ -1,43 +1,15 @@
 /**
  * The isolate's session cache: what one isolate may believe about sessions without asking Redis,
- * and the one background command per interval that keeps that belief honest.
- *
- * On a request, a token this isolate already holds is answered from memory (a Map lookup: no HMAC,
- * no Redis). A signed token it has not seen is verified (CPU only) and answered from its claims,
- * and queued to be confirmed. A legacy token it has not seen costs one HMGET; one with no record is
- * a miss its caller's address pays for (isolate.missMeter, MISS_PER_ADDRESS per MISS_WINDOW_MS):
- * past the budget, unseen legacy tokens from that address are refused (LegacyLookupRefused) before
- * any command. Malformed or forged tokens cost nothing but the shape check and at most two HMACs.
- *
- * The upkeep ("sync", lua/session-sync.lua, ONE command whatever the number of sessions) runs at
- * most once per SESSION_SYNC_MS per isolate, started by a request when due ("flush if due", as
- * src/cache/metrics.ts does; never a module-scope timer) and run through `deps.waitUntil`. It
- *   - EXPIREs the sessions queued since the last run: the ones first seen here (confirming them:
- *     a missing key means expired or revoked → remembered as dead) and the ones used whose last
- *     renewal by this isolate is SESSION_RENEW_SECONDS old (sliding the idle timeout);
- *   - reads the revocations recorded since its cursor (logout anywhere) and marks them dead.
- *
- * Trust bound (README "Sessions: what an isolate trusts"): memory is used only while the last
- * successful sync *began* less than SESSION_TRUST_MS ago (≥ 2 × SESSION_SYNC_MS); past that, the
- * request waits for a sync (shared by concurrent requests). Hence:
- *   - a logout anywhere is refused by every isolate within SESSION_TRUST_MS (typically within
- *     SESSION_SYNC_MS plus one round trip, under steady traffic);
- *   - a token an isolate never saw is accepted on its signature until the next sync confirms it:
- *     within SESSION_TRUST_MS of its first use there (typically SESSION_SYNC_MS);
- *   - idle expiry is never overlooked: an entry confirmed at time c is trusted for at most the
- *     idle timeout after c (the key cannot expire before c + TTL); used past c + RENEW it is
- *     re-confirmed, and past c + TTL it counts as never seen;
- *   - a key deleted behind the app's back (manual DEL, eviction — not through logout) is
- *     noticed at that session's next renewal: within SESSION_RENEW_SECONDS of use.
- * Memory is bounded by SESSION_CACHE_MAX entries (LRU; an evicted session is simply verified and
- * confirmed again on next use). A Redis failure never widens the bound: past it, requests fail.
- *
- * Re-issue (`reissue`, README "Sessions that end"): a request whose token has less than half of
- * SESSION_MAX_AGE_SECONDS left is handed a fresh token for the same session (same `jti`, later
- * `exp`, never past `auth_time` + SESSION_HARD_CAP_SECONDS). Deciding costs one comparison; the
- * re-issue itself costs one EXPIRE, which proves the record still exists (a logged-out or expired
- * session is never re-issued) and slides its idle timeout. Several tokens of one session may then
- * be held here at once: everything that ends a session ends it by sid, for all of them.
+ * and the one background command per SESSION_SYNC_MS (lua/session-sync.lua) that keeps it honest:
+ * it confirms sessions first seen here, renews idle timeouts due, and reads the revocations.
+ * A known token is answered from memory; an unseen signed one is verified (CPU only) and queued for
+ * confirmation; an unseen legacy one costs one HMGET, metered per address.
+ * Invariants: memory is trusted only while the last successful sync *began* less than
+ * SESSION_TRUST_MS ago — so a logout anywhere is honoured everywhere within that bound — and a
+ * Redis failure never widens it (past it, requests wait for a sync or fail). Memory is bounded by
+ * SESSION_CACHE_MAX (LRU). Re-issue (`reissue`) costs one EXPIRE, which proves the record still
+ * exists; every token of a session ends with it, by sid.
+ * The full reasoning: docs/modules.md "services/session-cache.ts", docs/architecture.md "Sessions".
  */
 import { LRUCache } from "lru-cache";
 import type { Deps } from "../deps.ts";
@@ -137,7 +109,7 @@ export class SessionCache {
   /**
    * Session ids this isolate knows are dead (revoked anywhere, or found expired by a sync): refused
    * before any signature work. Filled only by sync and logout — never by what a caller sends — so a
-   * flood of junk tokens cannot evict a logout (issue 16: 12,000 random tokens evicted the dead
+   * flood of junk tokens cannot evict a logout (measured: 12,000 random tokens evicted the dead
    * entry and the revoked token worked again). At most REVOKED_MEMORY (LRU); a sid evicted from
    * here is refused again by the next sync that meets its token (≤ SESSION_TRUST_MS).
    */

@@ -1,22 +1,13 @@
 /**
- * Sessions: signed tokens, with the record in Redis (`login:token:j:<jti>`, a hash {id, nickName,
- * icon} whose TTL is the idle timeout) — the classic contract, so revocation and idle expiry live
- * where every isolate sees them.
- *
- * A token is a compact JWT (HS256, `hono/jwt` over Web Crypto) carrying what a request needs:
- * `sub` (user id), `nick`, `icon`, `iat` and `exp` (seconds), `auth_time` (the sign-in, seconds)
- * and a random `jti` (128 bits: tokens stay unique and unguessable, as the classic 32-hex ones
- * were). The `jti` names the session: a token re-issued for it (`SessionKeys.reissue`) keeps the
- * `jti` and `auth_time` and gets a later `exp`, so it shares the record, the logout and the cap.
- * An isolate verifies the signature itself, so a forged, truncated or garbage token is refused
- * without a Redis call, and a verified one identifies its user without one; whether the session
- * still *exists* is what the isolate's session cache checks against Redis, in the background
- * (src/services/session-cache.ts).
- *
- * Keys: `SESSION_SECRET` signs and verifies, `SESSION_SECRET_PREVIOUS` (rotation) only verifies.
- * Both are imported as CryptoKeys once per isolate (`SessionKeys`, held by `deps.isolate.sessions`):
- * the import costs about as much as a verify, and hono/jwt re-imports a string key on every call.
- * Tokens issued before signing (32 hex, unsigned) are still looked up in Redis as before.
+ * Sessions: signed tokens, with the record in Redis (`login:token:j:<jti>`, a hash whose TTL is the
+ * idle timeout), so revocation and idle expiry live where every isolate sees them.
+ * A token is a compact HS256 JWT carrying `sub`, `nick`, `icon`, `iat`, `exp`, `auth_time` and a
+ * random 128-bit `jti` that names the session; a re-issued token keeps `jti` and `auth_time`.
+ * An isolate verifies signatures itself (a forged token costs no Redis call); whether the session
+ * still exists is the session cache's job (services/session-cache.ts).
+ * Keys: SESSION_SECRET signs and verifies, SESSION_SECRET_PREVIOUS only verifies; both are imported
+ * once per isolate (`deps.isolate.sessions`). Legacy 32-hex tokens are looked up in Redis.
+ * Details: docs/modules.md "services/session.ts".
  */
 import { sign } from "hono/jwt";
 import type { RedisPort } from "../deps.ts";

@@ -3,7 +3,7 @@
  * ~12 KB at most each, standard error 0.81 % (exact-ish for small counts). A visitor is
  * `u:<user id>` when the request resolved a session, otherwise `a:<sha-256 of the address>` — the
  * limit key, so an IPv6 /64 is one visitor (the raw address never reaches Redis). Not the user
- * agent: a client that rotates it would count as a new visitor per request (issue 16: +296 from
+ * agent: a client that rotates it would count as a new visitor per request (measured: +296 from
  * 300 requests); people behind one NAT count once, the undercount a UV count prefers. A range count is PFCOUNT over the days' keys, i.e. the
  * size of their union: someone seen on three days counts once.
  */

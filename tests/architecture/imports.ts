@@ -3,7 +3,7 @@
  * re-export with its specifier, and whether it carries a value (a type-only import — `import type`,
  * or every named specifier marked `type` — runs no code and creates no load-order edge).
  *
- * Layers, top to bottom (../shared/docs/architecture.md): entry → app → the composition root
+ * Layers, top to bottom (docs/architecture.md §3): entry → app → the composition root
  * (deps.ts, isolate.ts) → routes → console → jobs → http and openapi → services → cache →
  * redis / db / queue / blob / sms / payments / ports → util and the ground files (env, log, errors, …).
  * A value import may run down or sideways, never up.

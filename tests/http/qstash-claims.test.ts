@@ -1,6 +1,6 @@
 /**
  * What a QStash delivery must carry to reach /internal/*: every claim QStash signs (iss, sub, iat,
- * nbf, exp, jti, body; /work/shared/docs/protocols.md §3.5), an expiry no further off than a
+ * nbf, exp, jti, body; docs/protocols.md §3.5), an expiry no further off than a
  * delivery's, and a token id not seen before — a captured delivery sent again is refused before
  * its handler runs (no MySQL query), while QStash's own retry (signed anew: a new jti, the same
  * message id) is processed.

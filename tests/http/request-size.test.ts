@@ -2,7 +2,7 @@
  * Oversized requests: a URL or a header block past what the app takes is answered 431 in the
  * envelope (code HEADERS_TOO_LARGE, request id) before routing, on every path including the fast
  * lane. Past the runtime's own parser limit the runtime answers by itself (Bun: a bare 431 with
- * `connection: close` past 16 KiB, over a real Bun.serve below): README "Oversized requests".
+ * `connection: close` past 16 KiB, over a real Bun.serve below): docs/security.md "Oversized requests".
  */
 import { describe, expect, test } from "bun:test";
 import { MAX_HEADER_BYTES, MAX_URL_BYTES } from "../../src/http/request-size.ts";

@@ -47,5 +47,7 @@ if (!globalThis.__cityhubStack) {
     const stack = await globalThis.__cityhubStack?.catch(() => undefined);
     await stack?.stop();
     rmSync(dir, { recursive: true, force: true });
-  });
+    // A file that finishes before the stack has started waits here for the start and the stop:
+    // seconds on a loaded machine, past the 5 s default of a hook.
+  }, 60_000);
 }

@@ -1,5 +1,5 @@
 /**
- * Workers smoke test (style.md item 14): build the bundle offline with `wrangler deploy --dry-run`
+ * Workers smoke test (docs/runtimes.md): build the bundle offline with `wrangler deploy --dry-run`
  * — proving the bundle, the Lua text modules and `nodejs_compat` — then boot that exact output in
  * workerd through miniflare, bound to the per-process test stack, and exercise fetch + scheduled.
  */

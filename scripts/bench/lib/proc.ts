@@ -74,7 +74,7 @@ export async function spawnBunServer(opts: SpawnBunOptions): Promise<BunChild> {
   const stop = async (): Promise<void> => {
     if (proc.exitCode === null && proc.signalCode === null) {
       proc.kill("SIGTERM");
-      // Bun takes up to ~1 s to exit on SIGTERM (toolchain.md); do not wait longer than 3 s.
+      // Bun takes up to ~1 s to exit on SIGTERM (docs/development.md "Toolchain"); do not wait longer than 3 s.
       const done = await Promise.race([proc.exited.then(() => true), sleep(3000).then(() => false)]);
       if (!done) {
         proc.kill("SIGKILL");

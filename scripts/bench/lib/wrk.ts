@@ -2,7 +2,7 @@
  * Runs wrk (a C load generator, its own process) against an HTTP target and parses its report.
  *
  * wrk rather than an in-process generator: a JS load generator would compete with the server for
- * the same runtime and tops out well below what Bun.serve can answer (see toolchain.md).
+ * the same runtime and tops out well below what Bun.serve can answer (see docs/development.md "Toolchain").
  */
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";

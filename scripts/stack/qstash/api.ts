@@ -1,6 +1,6 @@
 /**
  * The QStash v2 HTTP API of the stand-in, as the unmodified `@upstash/qstash` 2.12.0 SDK calls it
- * (wire format: /work/shared/docs/protocols.md §3): publish, batch, messages get/cancel, the DLQ
+ * (wire format: docs/protocols.md §3): publish, batch, messages get/cancel, the DLQ
  * (list, get, delete, re-drive) and `GET /v2/keys`. Validates each request, turns publishes into
  * drafts for the store, and answers in the hosted API's shapes.
  *

@@ -2,7 +2,7 @@
  * Local QStash v2 stand-in: an HTTP server that the unmodified `@upstash/qstash` 2.12.0 SDK talks
  * to (publish, publishJSON, batch, batchJSON, messages.get/cancel, dlq.listMessages/delete/retry,
  * and `GET /v2/keys`), which delivers signed requests to the destinations with retries, backoff and
- * a dead-letter queue. Wire format: /work/shared/docs/protocols.md §3.
+ * a dead-letter queue. Wire format: docs/protocols.md §3.
  *
  *   store.ts       all state, in Redis (layout and invariants there), so instances can share it
  *   delivery.ts    the poller: claim, sign, deliver, retry with backoff, DLQ, callbacks

@@ -1,31 +1,15 @@
 /**
- * Seckill admission (issue 11): at most R attempts per second per voucher reach Redis, across all
- * isolates, and callers Redis has rate-limited are answered from the isolate until their window
- * ends. Both refusals are answered from memory with no Redis call.
- *
- * Why leases (and not a counter per attempt): a global limit needs a shared counter, but asking
- * it once per attempt would double the cost of an admitted attempt (today exactly one command, the
- * reserve EVALSHA) and still cost one command per refused attempt — the very load the limit is
- * there to shed. So each isolate leases tokens in chunks (lua/seckill-admission.lua: one command
- * grants up to `want` tokens of the voucher's current second and says whether any are left) and
- * spends them locally. A refused attempt costs 0 Redis: the isolate knows the second's budget is
- * spent (the script said so) and answers 429 until the next second.
- *
- * Chunk size adapts to this isolate's demand: about a tenth of a second's worth of its attempts
- * (so a busy isolate leases ~10 times a second, an idle one once per burst), at least the callers
- * waiting, and never more than a tenth of R — so one isolate holds at most R/10 unspent tokens at
- * a time and cannot starve the others for more than a fraction of a second. The lease overhead is
- * then ≤ ~10 commands per second per busy isolate and voucher (≤ 0.2% of R = 8,000).
- *
- * Tokens belong to one epoch second (the isolate's clock; isolates are NTP-synced, so skew is a few
- * ms): leftovers die with the second (never spent in the next one, which would let that second
- * pass R), and a lease whose reply arrives after its second ended is void. Unspent tokens are lost
- * admissions, never extra ones: the cap holds whatever the isolates do.
- *
- * Several vouchers on sale at once: the script also counts a total across all vouchers (each lease
- * counts as one command there), capped at floor(REDIS_COMMANDS_PER_SECOND × SECKILL_ADMISSION_SHARE),
- * so their sum can never pass the database's budget; SECKILL_ADMISSION_PER_SECOND (default: that
- * whole cap) keeps one hot sale from taking all of it.
+ * Seckill admission: at most R attempts per second per voucher reach Redis, across all isolates,
+ * and callers Redis has rate-limited are answered from the isolate until their window ends; both
+ * refusals (429 + Retry-After) cost no Redis call.
+ * Each isolate leases tokens of the current epoch second in chunks (lua/seckill-admission.lua) and
+ * spends them locally: about a tenth of a second of its demand, never more than R/10, so the lease
+ * overhead stays ≤ ~10 commands per second per busy isolate and voucher.
+ * Invariants: tokens die with their second and a lease answered late is void, so unspent tokens
+ * are lost admissions, never extra ones; a total across vouchers, floor(REDIS_COMMANDS_PER_SECOND ×
+ * SECKILL_ADMISSION_SHARE), keeps their sum within the database's budget.
+ * Why leases and not a counter per attempt: docs/modules.md "services/seckill/admission.ts",
+ * docs/decisions/limits.md.
  */
 import { LRUCache } from "lru-cache";
 import type { Deps } from "../../deps.ts";
@@ -107,7 +91,7 @@ const MESSAGES = {
  */
 export class SeckillAdmission {
   readonly limits: AdmissionLimits | null;
-  /** Gates by "voucherId" (unsharded) or "voucherId:shard" (each shard database its own budget, issue 18). */
+  /** Gates by "voucherId" (unsharded) or "voucherId:shard" (each shard database its own budget). */
   readonly gates = new LRUCache<string, Gate>({ max: 1_000 });
   readonly blocks = new LRUCache<string, number>({ max: 100_000 });
   /** Leases sent, tokens granted, attempts refused from memory (admission, rate-limit blocks). */

@@ -11,7 +11,7 @@
  * `deadlineMs` (when given) spares orders created at or after it: a close arriving early, or
  * naming a fresh order, closes nothing.
  *
- * Sharded vouchers (issue 18, shards.ts): an order's unit goes back to its buyer's home shard,
+ * Sharded vouchers (shards.ts): an order's unit goes back to its buyer's home shard,
  * recomputed from the order's user (homeShard), which is where it was reserved: the orders of a
  * voucher are grouped by home shard, one release-stock-many per shard (commands per shard, never
  * per order). Reservations closed before they reached MySQL are read from the outbox of their

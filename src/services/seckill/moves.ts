@@ -1,5 +1,5 @@
 /**
- * Stock moving between the shards of a sharded voucher (issue 18 item 3, shards.ts): "when a shard
+ * Stock moving between the shards of a sharded voucher (shards.ts): "when a shard
  * runs dry while others hold stock, buyers homed there must still be able to buy".
  *
  * Decision: stock moves to the buyers, buyers never move. When the home shard answers SOLD_OUT,

@@ -7,7 +7,7 @@
  * Everything that acts on a reservation reads it from here (or from MySQL), never from a message
  * body: message bodies name shops and order ids, the outbox says what was reserved.
  *
- * Where (issue 18, shards.ts): a shop has one outbox per database its seckill vouchers live in —
+ * Where (shards.ts): a shop has one outbox per database its seckill vouchers live in —
  * the main database's (`deps.redis`: every unsharded voucher's reservations, exactly as before
  * shards) and one in each seckill shard (`deps.seckillShards[i]`: the reservations of buyers homed
  * there), under the same key names. An OutboxRef names one; the functions taking

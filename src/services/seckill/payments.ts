@@ -1,25 +1,13 @@
 /**
  * Paying for an order. The owner starts a payment (a tb_payment row, then the provider); the
- * provider's signed webhook settles it. Pay and close race on one condition — the order's status
- * CAS `unpaid → paid` vs `unpaid → cancelled` — so exactly one wins:
- * - payment wins: the order is paid; a later close finds it not unpaid and does nothing;
- * - close wins: the money arrived for a cancelled order → the order becomes `refunding`, a refund
- *   row is recorded (one per payment) and requested from the provider, `refunded` on its webhook;
- * - the order row does not exist yet (writer behind): it is created from the reservation as paid
- *   (found through the order index, in its shard's outbox for a sharded voucher, and acknowledged
- *   there).
- *
- * Invariants:
- * - At most one pending payment per order, across isolates: the unique key on the generated
- *   column `tb_payment.pending_order_id` (migration 005). Concurrent pay calls race on the INSERT;
- *   the losers answer with the winner's payment and never reach the provider.
- * - Money is never dropped: `payment.succeeded` is applied to a pending *or failed* payment (a
- *   failure can be forged, lost-reply, or simply delivered first), exactly once (status moves to
- *   succeeded only once). `payment.failed` only moves a pending payment.
- * - A refund is retried until the provider confirms it: each request is an attempt claimed by a
- *   CAS on `attempts`, failures schedule the next one (bounded backoff), and the refund-retry job
- *   (retryRefunds, below) asks for every due one. The provider dedupes refunds on `refundId`.
- * - No MySQL transaction is open across a Redis or provider call.
+ * provider's signed webhook settles it. Pay and close race on the order's status CAS
+ * (`unpaid → paid` vs `unpaid → cancelled`), so exactly one wins; money that arrives for a
+ * cancelled order is refunded, and an order not yet in MySQL is created from its reservation as paid.
+ * Invariants: at most one pending payment per order across isolates (a unique key on
+ * `tb_payment.pending_order_id`); `payment.succeeded` is applied exactly once, even after a failure;
+ * a refund is retried until the provider confirms it (the refund-retry job, bounded backoff); no
+ * MySQL transaction is open across a Redis or provider call.
+ * The cases in full: docs/modules.md "services/seckill/payments.ts".
  */
 import type { Deps } from "../../deps.ts";
 import { withLockRetry } from "./mysql-retry.ts";

@@ -1,30 +1,14 @@
 /**
- * The reserving isolate's half of the batched order pipeline (architecture.md §5).
- *
- * Decision (measured, see README "Order pipeline"): reservations are NOT carried in messages.
- * The reservation script already wrote each one to the shop's Redis outbox, atomically with the
- * stock; the isolate only tells the writer "drain this shop", at most once per shop per one-second
- * window, and the writer pulls groups from the outbox. Compared with isolates micro-batching
- * reservations into message bodies, this keeps group sizes independent of how many isolates a
- * sale is spread over (on Workers, many), bounds QStash messages by time rather than by orders,
- * and leaves nothing to lose with an isolate: the outbox entry exists before the buyer has an
- * answer, and a lost drain message is replaced by the next window's or by the sweep.
- *
- * What this isolate remembers (`deps.isolate.orderGroups`, built once per isolate):
- * - the last drain window published per outbox (so a crowd costs one publish per shop — and per
- *   seckill shard, for a sharded voucher — per second);
- * - the order-id → shop index entries not yet written (flushed every INDEX_FLUSH_MS as one HSET
- *   per hour key, so that GET /api/voucher-order/{id} finds a queued order in two commands);
- * - counters for operators.
- *
- * Sharded vouchers (issue 18, shards.ts): a reservation sits in its buyer's home shard's outbox, so
- * drains are announced per (shop, shard) — keyed "shop:shard", the message carrying `shard` — and
- * the index value is "shopId:shard" (outbox.ts indexValueOf). The index itself stays in the main
- * database: one place to look an order id up. Unsharded reservations are keyed, indexed and
- * announced exactly as before shards.
- *
- * The sweep (sweepOutbox, a cron job: jobs/index.ts) is this pipeline's repair path: it re-sends
- * a drain for every outbox (shop, and shard) holding overdue entries.
+ * The reserving isolate's half of the batched order pipeline (docs/architecture.md §5).
+ * Reservations are NOT carried in messages: the reservation script already wrote each one to the
+ * shop's Redis outbox; the isolate only announces "drain this shop", at most once per shop (and
+ * shard) per one-second window, and the writer pulls groups from the outbox. Group sizes stay
+ * independent of how many isolates a sale is spread over, QStash messages are bounded by time, and
+ * nothing is lost with an isolate (decision and numbers: docs/architecture.md "Order pipeline").
+ * This isolate remembers (`deps.isolate.orderGroups`) the last window announced per outbox, the
+ * order-id → shop index entries not yet written (flushed every INDEX_FLUSH_MS), and counters.
+ * The sweep (sweepOutbox, a cron job) is the repair path: it re-announces every outbox holding
+ * overdue entries. Sharded vouchers: docs/modules.md "services/seckill/pipeline.ts".
  */
 import type { Deps } from "../../deps.ts";
 import { type Runtime, runtimes } from "../../runtime.ts";

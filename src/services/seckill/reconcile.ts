@@ -1,30 +1,13 @@
 /**
  * Reconcile: per seckill voucher in the registry (MySQL), compare Redis (stock, buyers, outbox)
  * with MySQL (stock, orders), repair what is safe to repair and store a report for
- * GET /admin/reconcile.
- *
- * It runs at any moment of a live sale, against concurrent reservations, writes, closes and
- * releases, so it never reasons from two reads taken at different moments as if they were one.
- * The facts it builds on (each kept by one atomic step elsewhere):
- *
- * - Redis, per voucher: reserve-stock.lua takes a unit, adds the buyer and writes the outbox entry
- *   in one step; release-stock.lua gives the unit back, removes the buyer and the outbox entry and
- *   records the order in the released set in one step, once per order. So
- *   sum(buckets) + |buyers| = initial holds at every instant, and a buyer is in the set exactly
- *   while its latest reservation holds a unit.
- * - MySQL, per voucher: the writer inserts order rows and decrements tb_seckill_voucher.stock in
- *   one transaction; close flips unpaid → cancelled and increments stock in one transaction. So
- *   stock + active orders (unpaid, paid, used) = initial in every committed state.
- * - Order states are monotone: an order never becomes active again once cancelled (cancelled →
- *   refunding → refunded only), and a row, once written, stays.
- * - Order of effects per reservation: outbox entry (Redis) → row committed (MySQL) → outbox entry
- *   acknowledged (Redis); and for a close: cancellation committed (MySQL) → release (Redis). So an
- *   entry missing from the outbox means its row was already committed, and a buyer whose order is
- *   cancelled but not in the released set still holds the unit until that release.
- *
- * Which reads are consistent: a single MySQL statement (one read view), a Redis MULTI or script
- * (atomic). Everything else is combined only through the monotone facts above; the reasoning is
- * written next to each step.
+ * GET /admin/reconcile. It runs during live sales, so it never treats two reads taken at different
+ * moments as one: it combines them only through facts each kept by one atomic step elsewhere —
+ * sum(buckets) + |buyers| = initial in Redis; stock + active orders = initial in MySQL; order
+ * states are monotone; and effects happen in one order (outbox entry → row committed → entry
+ * acknowledged; cancellation committed → release). Consistent reads are one MySQL statement or one
+ * Redis MULTI or script; the reasoning is written next to each step.
+ * The facts in full: docs/modules.md "services/seckill/reconcile.ts".
  */
 import type { Deps } from "../../deps.ts";
 import { keys } from "../../redis/keys.ts";
@@ -607,7 +590,7 @@ async function reconcileView(deps: Deps, cfg: SeckillConfig, view: View): Promis
           released++;
       } else {
         // The order is cancelled either way, so it gives back its quotas — its purchase-rule log
-        // entries and its daily shop counter (issue 16: the counter was kept) — in the same atomic,
+        // entries and its daily shop counter (an earlier version kept the counter) — in the same atomic,
         // once-only step as the mark, so a crash cannot leave it marked released while still
         // holding quota (lua/mark-released.lua).
         const day = serviceDay(o.reservedAt, deps.config.SERVICE_TIME_ZONE);

@@ -1,28 +1,14 @@
 /**
- * Purchase-limit rules of a seckill voucher (issue 11 point 5, "the Ctrip case"): "at most K
- * seckill orders per user across this shop / this campaign over the last N days", set when the
- * voucher is created, immutable after, checked atomically inside reserve-stock.lua and given
- * back by the releases (release-stock*.lua) when an order is cancelled.
- *
- * Model
- * - A rule log is a ZSET per (scope, user): member = order id, score = reservation time (epoch
- *   ms). A rule counts the log's entries reserved in its window `(now − N days, now]` (rolling
- *   24 h days, not calendar days); "K-th allowed, K+1-th refused".
- * - Only vouchers carrying a rule of a scope record into that scope's log (as with the daily shop
- *   limit): a voucher without rules costs no Redis command for them. So "across this shop" means
- *   across the shop's vouchers that carry a shop rule, and a campaign is the set of vouchers that
- *   name it (a campaign rule is required iff a campaign is named).
- * - Campaigns are per shop: the campaign log lives under the shop's hash tag like every other key
- *   the reservation script touches, so the script stays valid on a Redis Cluster. A campaign id
- *   used by two shops names two campaigns. (A cross-shop campaign would need a key outside the
- *   shop's slot: fine on Upstash, which does not shard a script's keys, but it would break the
- *   cluster invariant every seckill script keeps; see keys.ts.)
- * - Vouchers of one scope may carry different K and N: the log is shared and each rule counts its
- *   own window (ZCOUNT), so entries are trimmed only past the longest window any rule may have
- *   (PURCHASE_RULE_MAX_DAYS), and a log's TTL is only ever extended.
- * - Paid orders keep their quota. Refunds do not give it back either: today a refund only follows
- *   a payment for an already cancelled order (whose close gave the quota back) or a double
- *   payment (the order stays paid); a limit against resellers must not be reset by buy → refund.
+ * Purchase-limit rules of a seckill voucher ("the Ctrip case"): "at most K seckill orders per user
+ * across this shop / this campaign over the last N days", set when the voucher is created, immutable
+ * after, checked atomically inside reserve-stock.lua and given back by the releases when an order
+ * is cancelled.
+ * A rule log is a ZSET per (scope, user): member = order id, score = reservation time; a rule counts
+ * the entries in its rolling window (ZCOUNT). Only vouchers carrying a rule of a scope record into
+ * it. Campaigns are per shop (their logs carry the shop's hash tag, so the script stays valid on a
+ * cluster). Logs are trimmed only past PURCHASE_RULE_MAX_DAYS and their TTL only ever extended.
+ * Paid and refunded orders keep their quota: buy → refund → buy must not reset a limit.
+ * The model in full: docs/modules.md "services/seckill/rules.ts", docs/decisions/limits.md.
  */
 import { z } from "zod";
 import type { Config } from "../../env.ts";

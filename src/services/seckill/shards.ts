@@ -1,5 +1,5 @@
 /**
- * Where a seckill voucher's keys live (issue 18): one Upstash database serves at most ~10,000
+ * Where a seckill voucher's keys live: one Upstash database serves at most ~10,000
  * commands per second, so a sale bigger than that has its stock sharded across databases.
  *
  * - A voucher created with SECKILL_SHARD_URLS set takes that many shards (`cfg.shards`, fixed for

@@ -1,24 +1,13 @@
 /**
- * The order writer: turns a shop's outbox into MySQL rows, a group at a time
- * (QStash drain message → ORDER_DRAIN_PATH, queue/messages.ts → drainShop).
- *
- * Per group (up to ORDER_GROUP_MAX reservations claimed from the outbox in one command):
- * - per voucher in the group, one MySQL transaction: one multi-row `INSERT IGNORE` (the primary
- *   key is the order id, so redelivery, a re-claimed group after a crash, or another writer that
- *   got part of the same entries inserts nothing twice) and ONE stock update for the rows actually
- *   inserted (`stock = stock - n WHERE stock >= n`) — the "merge many orders into one hot-row
- *   update" done in the application. Four PlanetScale round trips per group instead of per order;
- * - then one Redis command acknowledges the group, and one delayed close message covers it (one
- *   per closeVouchersPerInvocation vouchers, in the same batch, when a group spans that many).
- * Subrequests per group: 3 + 4 per voucher (groupCost); a delivery stops at the invocation's
- * subrequest budget or ORDER_DRAIN_BUDGET_MS and hands the rest on (drainShop).
- * No MySQL transaction is open while Redis or QStash is called. A crash anywhere leaves the
- * entries in the outbox, claimable again after the lease: at most a repeated (idempotent) write.
- *
- * Sharded vouchers (issue 18, shards.ts): a drain names one outbox — the shop's in the main
- * database, or in seckill shard `shard` (DrainBody.shard). It claims, hands back and acknowledges
- * in that database only, and every message it publishes (the close of its groups, the
- * continuation, the next window's drain) names the same shard. MySQL is written as for any group.
+ * The order writer: turns a shop's outbox into MySQL rows, a group at a time (QStash drain
+ * message → ORDER_DRAIN_PATH → drainShop). Per group of up to ORDER_GROUP_MAX reservations claimed
+ * in one command: per voucher one transaction — a multi-row `INSERT IGNORE` keyed by order id and
+ * ONE stock update for the rows inserted (`stock = stock - n WHERE stock >= n`) — then one command
+ * acknowledges the group and one delayed close message covers it.
+ * Invariants: redelivery, a re-claimed group or a concurrent writer inserts nothing twice; no MySQL
+ * transaction is open while Redis or QStash is called; a crash leaves the entries claimable after
+ * the lease. A delivery stops at its subrequest budget or ORDER_DRAIN_BUDGET_MS and hands the rest
+ * on. Sharded vouchers: docs/modules.md "services/seckill/writer.ts".
  */
 import type { Deps, RedisPort } from "../../deps.ts";
 import {
