@@ -5,7 +5,7 @@
  * shop read is answered from:
  *
  *   l1     default caches: GET /api/shop/{id} from the in-process L1 once warm (no Redis call);
- *   l2     shop cache with l1TtlMs 0: GET /api/shop/{id} reads Redis on every request, through
+ *   l2     shop cache with l1TtlMs 0 and no stale window: GET /api/shop/{id} reads Redis on every request, through
  *          @upstash/redis → Upstash-REST stand-in → redis-server (single-flight and
  *          auto-pipelining still apply, as in production);
  *   miss   default caches and MISS_PER_ADDRESS from MISS_PER_ADDRESS (0 = the meter off): the
@@ -53,7 +53,7 @@ const track = (p: Promise<unknown>) => {
 const deps = createDeps(config, { waitUntil: track });
 if (mode === "l2")
   deps.isolate.caches = createCaches(
-    { shop: { l1TtlMs: 0 } },
+    { shop: { l1TtlMs: 0, l1StaleMs: 0 } },
     { degraded: () => deps.isolate.resilience.redis.degraded },
   );
 const app = createApp(deps);
