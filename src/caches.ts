@@ -13,6 +13,11 @@
  * - user card: plain — small, per user, no hot spot.
  * - seckill config: plain with a long L1 — immutable after creation and read on every
  *   reservation, so an L1 hit keeps the reservation at exactly one Redis round trip.
+ * Stale windows (CachePolicy.l1StaleMs: a value past its L1 freshness answered from memory while one
+ * background refresh per key runs; the value served was read from L2 at most l1TtlMs + l1StaleMs
+ * ago, and under steady traffic one L2 round trip after its freshness ends it is replaced):
+ * shop 30 s, shop types 5 min, vouchers 5 s (operator edits show within 6 s at worst, inside their
+ * 60 s L2 TTL), user card 1 min, seckill config 1 h (immutable). Known-missing ids: none.
  * Shops and seckill configs have auto-increment ids and a `ceiling` (cache/policy.ts): a lookup of
  * an id above the largest one is one Redis command and no MySQL query.
  */
@@ -69,7 +74,14 @@ export function createCaches(overrides: CacheOverrides = {}, opts: CachesOptions
     {
       name: "shop",
       subject: "shop data",
-      policy: { strategy: "logical", l2TtlSeconds: 30 * 60, l1TtlMs: 2_000, nullTtlSeconds: 120, ...overrides.shop },
+      policy: {
+        strategy: "logical",
+        l2TtlSeconds: 30 * 60,
+        l1TtlMs: 2_000,
+        l1StaleMs: 30_000,
+        nullTtlSeconds: 120,
+        ...overrides.shop,
+      },
       load: (deps, id) => loadShop(deps, id),
       ceiling: (deps) => maxShopId(deps),
       prepare: (found) => prepareJson(found ? ok(found) : fail("NOT_FOUND", "shop not found")),
@@ -80,7 +92,13 @@ export function createCaches(overrides: CacheOverrides = {}, opts: CachesOptions
     {
       name: "shop-type",
       subject: "shop types",
-      policy: { strategy: "plain", l2TtlSeconds: 24 * 3600, l1TtlMs: 60_000, ...overrides.shopTypes },
+      policy: {
+        strategy: "plain",
+        l2TtlSeconds: 24 * 3600,
+        l1TtlMs: 60_000,
+        l1StaleMs: 5 * 60_000,
+        ...overrides.shopTypes,
+      },
       load: (deps) => loadShopTypes(deps),
       prepare: (types) => prepareJson(ok(types ?? [])),
     },
@@ -90,7 +108,7 @@ export function createCaches(overrides: CacheOverrides = {}, opts: CachesOptions
     {
       name: "voucher-list",
       subject: "vouchers",
-      policy: { strategy: "mutex", l2TtlSeconds: 60, l1TtlMs: 1_000, ...overrides.vouchers },
+      policy: { strategy: "mutex", l2TtlSeconds: 60, l1TtlMs: 1_000, l1StaleMs: 5_000, ...overrides.vouchers },
       load: (deps, shopId) => loadVouchersOfShop(deps, shopId),
       prepare: (list) => prepareJson(ok(list ?? [])),
     },
@@ -100,7 +118,7 @@ export function createCaches(overrides: CacheOverrides = {}, opts: CachesOptions
     {
       name: "user",
       subject: "user data",
-      policy: { strategy: "plain", l2TtlSeconds: 10 * 60, l1TtlMs: 5_000, ...overrides.userCard },
+      policy: { strategy: "plain", l2TtlSeconds: 10 * 60, l1TtlMs: 5_000, l1StaleMs: 60_000, ...overrides.userCard },
       load: (deps, id) => getUserCard(deps, id),
     },
     wiring,
@@ -113,6 +131,7 @@ export function createCaches(overrides: CacheOverrides = {}, opts: CachesOptions
         strategy: "plain",
         l2TtlSeconds: 24 * 3600,
         l1TtlMs: 5 * 60_000,
+        l1StaleMs: 3_600_000,
         nullTtlSeconds: 5,
         ...overrides.seckill,
       },

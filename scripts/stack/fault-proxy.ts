@@ -12,6 +12,10 @@
  *                 late). A caller that gives up meanwhile never hears it, although the command ran:
  *                 the "timeout is not a no" case. `match` limits the mode to requests whose body
  *                 contains the string, or one of the strings (e.g. scripts' SHA-1s); others pass.
+ *   hold(ms)      a gate: matching requests wait until `release()` (or, as a safety bound so a test
+ *                 can never hang, `ms`), then go on. A test learns which trips a response waited
+ *                 for without timing it: an answer that arrives while the gate is shut did not
+ *                 wait for any held request (`holding` = requests waiting at the gate now).
  *
  * Requests seen (and forwarded) are counted, so a test can prove that an open breaker makes no
  * calls. Bench scenarios use it too (scripts/bench/scenarios/slow-redis.ts).
@@ -22,7 +26,8 @@ export type ProxyMode =
   | { kind: "pass" }
   | { kind: "delay"; ms: number; match?: string | string[] }
   | { kind: "fail"; match?: string | string[] }
-  | { kind: "replyDelay"; ms: number; match?: string | string[] };
+  | { kind: "replyDelay"; ms: number; match?: string | string[] }
+  | { kind: "hold"; ms: number; match?: string | string[] };
 
 export interface FaultProxy {
   url: string;
@@ -33,14 +38,24 @@ export interface FaultProxy {
   readonly held: number;
   /** Requests held in delay mode, counted when their hold starts (not yet forwarded then). */
   readonly delayed: number;
+  /** Requests waiting at a `hold` gate now. */
+  readonly holding: number;
   set(mode: ProxyMode): void;
+  /** Opens the `hold` gate: every request waiting there goes on (the mode stays until `set`). */
+  release(): void;
   stop(): Promise<void>;
 }
 
 class FaultRelay extends HttpRelay implements FaultProxy {
   held = 0;
   delayed = 0;
+  holding = 0;
   #mode: ProxyMode = { kind: "pass" };
+  #gate: (() => void)[] = [];
+
+  release(): void {
+    for (const open of this.#gate.splice(0)) open();
+  }
 
   set(next: ProxyMode): void {
     this.#mode = next;
@@ -58,6 +73,18 @@ class FaultRelay extends HttpRelay implements FaultProxy {
     };
     if (m.kind === "fail" && matches(m.match))
       return new Response("502 Bad Gateway", { status: 502, headers: { "content-type": "text/plain" } });
+    if (m.kind === "hold" && matches(m.match)) {
+      this.holding++;
+      let open: () => void = () => {};
+      const opened = new Promise<void>((r) => {
+        open = r;
+      });
+      this.#gate.push(open);
+      await Promise.race([opened, holdUnlessAborted(m.ms)]);
+      this.#gate = this.#gate.filter((o) => o !== open);
+      this.holding--;
+      if (req.signal.aborted) return CLIENT_CLOSED();
+    }
     const holdReply = m.kind === "replyDelay" && matches(m.match);
     if (m.kind === "delay" && matches(m.match)) {
       this.delayed++;

@@ -6,7 +6,10 @@ import type { CachePolicy } from "./policy.ts";
 
 export interface L1Entry<V, P> {
   value: V | null;
-  /** Until when this isolate may serve it without asking L2, epoch ms (L1 clock). */
+  /**
+   * Until when this isolate may serve it without asking L2, epoch ms (L1 clock); until
+   * `freshUntil + l1StaleMs` it may serve it while refreshing. 0: the write log named the key.
+   */
   freshUntil: number;
   /** def.prepare(value), computed when the entry was stored. */
   prepared: P | undefined;
@@ -30,12 +33,12 @@ export interface L1Entry<V, P> {
 export const NULL_L1_MAX = 1_000;
 
 /**
- * The L1 of a module with `policy`. Entries are kept past their freshness (ttl = 10× plus a floor)
- * so a MySQL outage can still be answered with the last value this isolate saw; `freshUntil`
- * decides what is fresh.
+ * The L1 of a module with `policy`. Entries are kept past their freshness (ttl = 10× plus a floor,
+ * and at least the stale window) so a MySQL outage can still be answered with the last value this
+ * isolate saw; `freshUntil` decides what is fresh, `freshUntil + l1StaleMs` what may be served stale.
  */
-export function createL1<V, P>(policy: Pick<CachePolicy, "l1Max" | "l1TtlMs">): SplitL1<L1Entry<V, P>> {
-  const ttl = Math.max(policy.l1TtlMs * 10, 60_000);
+export function createL1<V, P>(policy: Pick<CachePolicy, "l1Max" | "l1TtlMs" | "l1StaleMs">): SplitL1<L1Entry<V, P>> {
+  const ttl = Math.max(policy.l1TtlMs * 10, 60_000, policy.l1TtlMs + policy.l1StaleMs);
   return new SplitL1<L1Entry<V, P>>(
     new LRUCache<string, L1Entry<V, P>>({ max: policy.l1Max, ttl, ttlAutopurge: false }),
     new LRUCache<string, L1Entry<V, P>>({ max: NULL_L1_MAX, ttl, ttlAutopurge: false }),

@@ -9,9 +9,11 @@
  * Redis tier, per-key single-flight, a cross-isolate rebuild lock, logical expiry with background
  * refresh through the runtime's `waitUntil`, null caching and fallbacks.
  *
- * Here: the L1 hit path and single-flight — concurrent misses for one key in one isolate share one
- * load where the runtime lets requests share I/O — and the write path (MySQL first, then this
- * overwrites L2 and L1 and names the key on the write log).
+ * Here: the L1 hit path, the stale window (a value past its L1 freshness but within
+ * `l1StaleMs` is answered from memory while one background refresh per key runs: Tiers.refreshStale),
+ * single-flight — concurrent misses for one key in one isolate share one load where the runtime
+ * lets requests share I/O — and the write path (MySQL first, then this overwrites L2 and L1 and
+ * names the key on the write log).
  */
 import type { Deps } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
@@ -97,6 +99,12 @@ export class CacheModule<K extends string | number, V, P = never> {
     const id = String(key);
     const cached = this.l1.get(id);
     if (cached && this.promotion.isFreshHit(id, cached)) return this.hit(cached).value;
+    if (cached && this.servableStale(cached)) {
+      // From memory now; one refresh per key runs behind (Redis degraded: from origin).
+      if (this.degraded()) return this.tiers.staleWhileRedisDown(deps, key, cached.value);
+      this.tiers.refreshStale(deps, key, cached.value);
+      return cached.value;
+    }
     // Concurrent misses of one key share one load where requests may share in-flight I/O; on
     // workerd each request loads for itself (src/runtime.ts) — a `mutex` module still collapses
     // the origin loads across requests through its Redis lock, and what a load brings back lands
@@ -122,10 +130,10 @@ export class CacheModule<K extends string | number, V, P = never> {
     return fresh !== undefined ? fresh : this.serveSlow(deps, key, onSlowValue);
   }
 
-  /** Would a read of `key` be answered from L1 right now? No counter, no recency, no hot-key tick. */
+  /** Would a read of `key` be answered from L1 right now (fresh, or in its stale window)? No counter, no recency, no hot-key tick. */
   inMemory(key: K): boolean {
     const e = this.l1.peek(String(key));
-    return e !== undefined && e.freshUntil > this.now();
+    return e !== undefined && (e.freshUntil > this.now() || this.servableStale(e));
   }
 
   /** A fresh L1 hit's prepared response (counted as a hit), or undefined: no load is started. */
@@ -198,6 +206,14 @@ export class CacheModule<K extends string | number, V, P = never> {
   /** Forget this isolate's L1 (tests; a deploy-time cache flush). */
   clearL1(): void {
     this.l1.clear();
+  }
+
+  /**
+   * Past its freshness but inside the stale window: a value (a known-missing id is never served
+   * stale, so a create shows within its L1 TTL) not named by the write log since (freshUntil 0).
+   */
+  private servableStale(e: L1Entry<V, P>): boolean {
+    return e.value !== null && e.freshUntil > 0 && this.now() < e.freshUntil + this.policy.l1StaleMs;
   }
 
   /** Counts a fresh L1 hit. */

@@ -17,6 +17,15 @@ export interface CachePolicy {
   jitter: number;
   /** L1 freshness, milliseconds. Bounds how stale another isolate's write can look here. */
   l1TtlMs: number;
+  /**
+   * L1 stale window, ms: how long past its L1 freshness a value (never a known-missing id) is
+   * still answered from this isolate's memory while one background refresh per key runs (in the
+   * `waitUntil` of the request that found it stale; other requests only read memory). A value so
+   * served was read from L2 at most l1TtlMs + l1StaleMs ago; under steady traffic it is replaced
+   * one refresh (one L2 round trip) after its freshness ends. A key the write log names loses this
+   * window with its freshness. 0: off, a read past freshness waits for L2.
+   */
+  l1StaleMs: number;
   /** L1 capacity, entries. */
   l1Max: number;
   /** How long a known-missing id is remembered, seconds (L2; L1 uses min(l1TtlMs, this)). */
@@ -35,6 +44,7 @@ export const defaultPolicy: CachePolicy = {
   l2TtlSeconds: 30 * 60,
   jitter: 0.1,
   l1TtlMs: 2_000,
+  l1StaleMs: 0,
   l1Max: 10_000,
   nullTtlSeconds: 120,
   lockTtlMs: 5_000,

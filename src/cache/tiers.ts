@@ -8,6 +8,10 @@
  * - `logical` L2 entries carry their own expiry and no (short) Redis TTL; an expired entry is
  *             served at once ("stale") while exactly one background rebuild, under the lock,
  *             refreshes it. Hot keys therefore never stampede MySQL and never block on it.
+ * A read that loads from origin answers with the value as soon as it has it: the L2 write after the
+ * load (the fill, which also releases the rebuild lock) is sent at once but runs in the request's
+ * `waitUntil`, so a cold read costs the probe and the load, not a third trip. The lock is held
+ * until the fill lands (other readers keep waiting for the entry, no herd) or its TTL ends.
  * Everywhere: known-missing ids are cached as null for `nullTtlSeconds`; a Redis failure falls
  * through to MySQL; a MySQL failure serves the stale L1/L2 value if there is one. One command
  * where it saves some (lua/cache-probe.lua: entry, ceiling and lock in one step; lua/cache-fill.lua:
@@ -70,9 +74,10 @@ export class Tiers<K extends string | number, V, P> {
 
   /**
    * The read after an L1 miss: L2 (one probe), then origin by the strategy. `stale`: the L1 value
-   * past its freshness, if any (served when origin fails).
+   * past its freshness, if any (served when origin fails). `bg`: this read is itself background
+   * work (refreshStale), so it does its writes and rebuilds inline instead of deferring them.
    */
-  async read(deps: Deps, key: K, stale: V | null | undefined): Promise<V | null> {
+  async read(deps: Deps, key: K, stale: V | null | undefined, bg = false): Promise<V | null> {
     const id = String(key);
     // Captured before the read: a write seen while it runs keeps what it brings back unpromotable.
     const gen = this.l1.gen();
@@ -83,7 +88,7 @@ export class Tiers<K extends string | number, V, P> {
       // Redis down: fall through to MySQL (each isolate still single-flights its own loads).
       this.counters.errors++;
       deps.log.warn("cache L2 read failed", { module: this.def.name, err });
-      return await this.loadOrStale(deps, key, stale, false, gen);
+      return await this.loadOrStale(deps, key, stale, false, gen, bg);
     }
     const { entry } = probe;
     if (probe.above) {
@@ -100,16 +105,30 @@ export class Tiers<K extends string | number, V, P> {
         this.l1.remember(id, entry.d, gen);
         return entry.d;
       }
-      // Logical expiry: serve the stale value now, refresh once in the background.
+      // Logical expiry: serve the stale value now, refresh once in the background (already there: inline).
       this.counters.staleServes++;
-      this.startBackgroundRebuild(deps, key);
+      if (bg) await this.rebuild(deps, key, id, gen);
+      else this.startBackgroundRebuild(deps, key);
       return entry.d;
     }
     const fill = { ceilingKnown: probe.ceilingKnown };
-    if (this.policy.strategy === "plain") return await this.loadOrStale(deps, key, stale, true, gen, fill);
-    if (probe.lock) return await this.loadOrStale(deps, key, stale, true, gen, { ...fill, lock: probe.lock });
-    if (probe.lock === undefined) return await this.rebuildUnderLock(deps, key, stale, gen); // a foreign entry: no lock was asked
-    return await this.awaitRebuild(deps, key, stale, gen);
+    if (this.policy.strategy === "plain") return await this.loadOrStale(deps, key, stale, true, gen, bg, fill);
+    if (probe.lock) return await this.loadOrStale(deps, key, stale, true, gen, bg, { ...fill, lock: probe.lock });
+    if (probe.lock === undefined) return await this.rebuildUnderLock(deps, key, stale, gen, bg); // a foreign entry: no lock was asked
+    return await this.awaitRebuild(deps, key, stale, gen, bg);
+  }
+
+  /**
+   * An L1 value past its freshness but inside its stale window (CachePolicy.l1StaleMs) is being
+   * served from memory: one refresh per key per isolate (`rebuilding`) reads it again through L2
+   * (and origin, by the strategy) in the `waitUntil` of the request that found it stale. Nobody
+   * awaits it; what it brings back lands in L1 for later requests. A failure keeps the old value.
+   */
+  refreshStale(deps: Deps, key: K, stale: V | null): void {
+    this.counters.staleServes++;
+    this.inBackgroundOnce(deps, key, "cache refresh failed (stale value kept)", async () => {
+      await this.read(deps, key, stale, true);
+    });
   }
 
   /**
@@ -149,6 +168,11 @@ export class Tiers<K extends string | number, V, P> {
     return this.policy.strategy === "logical" && entry.d !== null && (entry.x ?? 0) <= this.now();
   }
 
+  /** Whether the module keeps a ceiling for this key (numeric keys of a module with `ceiling`). */
+  private bounded(key: K): boolean {
+    return this.def.ceiling !== undefined && typeof key === "number";
+  }
+
   private jittered(seconds: number): number {
     const j = this.policy.jitter;
     return Math.max(1, Math.round(seconds * (1 - j + Math.random() * 2 * j)));
@@ -181,7 +205,7 @@ export class Tiers<K extends string | number, V, P> {
    */
   private async probe(redis: RedisPort, key: K): Promise<Probe<V>> {
     const locking = this.policy.strategy !== "plain";
-    const bounded = this.def.ceiling !== undefined && typeof key === "number";
+    const bounded = this.bounded(key);
     if (!locking && !bounded) return { entry: await this.readL2(redis, key), ceilingKnown: false };
     const token = locking ? crypto.randomUUID() : "";
     const lockKey = keys.cacheLock(this.def.name, key);
@@ -197,16 +221,23 @@ export class Tiers<K extends string | number, V, P> {
   }
 
   /** mutex (and a cold logical key) when the probe could not take the lock itself: take it, double-check, load. */
-  private async rebuildUnderLock(deps: Deps, key: K, stale: V | null | undefined, gen: number): Promise<V | null> {
+  private async rebuildUnderLock(
+    deps: Deps,
+    key: K,
+    stale: V | null | undefined,
+    gen: number,
+    bg: boolean,
+  ): Promise<V | null> {
     let lock: LockHandle | null = null;
     try {
       lock = await tryLockKey(deps.redis, keys.cacheLock(this.def.name, key), this.policy.lockTtlMs);
     } catch (err) {
       this.counters.errors++;
       deps.log.warn("cache lock failed", { module: this.def.name, err });
-      return await this.loadOrStale(deps, key, stale, false, gen);
+      return await this.loadOrStale(deps, key, stale, false, gen, bg);
     }
-    if (!lock) return await this.awaitRebuild(deps, key, stale, gen);
+    if (!lock) return await this.awaitRebuild(deps, key, stale, gen, bg);
+    let handedOver = false;
     try {
       // Double-check: the previous holder may have written L2 between our read and our lock.
       const again = await this.readL2(deps.redis, key);
@@ -215,14 +246,23 @@ export class Tiers<K extends string | number, V, P> {
         this.l1.remember(String(key), again.d, gen);
         return again.d;
       }
-      return await this.loadOrStale(deps, key, stale, true, gen);
+      // From here the load owns the lock: its fill releases it with the write (or it is released on
+      // failure). No ceiling write on this path (`ceilingKnown`): it never had the probe's finding.
+      handedOver = true;
+      return await this.loadOrStale(deps, key, stale, true, gen, bg, { lock, ceilingKnown: true });
     } finally {
-      await lock.release().catch(() => {});
+      if (!handedOver) await lock.release().catch(() => {});
     }
   }
 
   /** Someone else rebuilds: poll L2 with short sleeps (10 → 80 ms), bounded by waitMs, then load ourselves. */
-  private async awaitRebuild(deps: Deps, key: K, stale: V | null | undefined, gen: number): Promise<V | null> {
+  private async awaitRebuild(
+    deps: Deps,
+    key: K,
+    stale: V | null | undefined,
+    gen: number,
+    bg: boolean,
+  ): Promise<V | null> {
     const deadline = this.now() + this.policy.waitMs;
     let pause = 10;
     while (this.now() < deadline) {
@@ -235,27 +275,30 @@ export class Tiers<K extends string | number, V, P> {
         return entry.d;
       }
     }
-    return await this.loadOrStale(deps, key, stale, true, gen);
+    return await this.loadOrStale(deps, key, stale, true, gen, bg);
   }
 
   private startBackgroundRebuild(deps: Deps, key: K): void {
-    this.inBackgroundOnce(deps, key, "cache background rebuild failed", async (id, gen) => {
-      const lock = await tryLockKey(deps.redis, keys.cacheLock(this.def.name, key), this.policy.lockTtlMs);
-      if (!lock) return; // another isolate is rebuilding it
-      try {
-        const fresh = await this.readL2(deps.redis, key);
-        if (fresh && !this.expired(fresh)) {
-          this.l1.remember(id, fresh.d, gen);
-          return;
-        }
-        this.counters.originLoads++;
-        const value = await this.def.load(deps, key);
-        await this.writeL2(deps.redis, key, value);
-        this.l1.remember(id, value, gen);
-      } finally {
-        await lock.release().catch(() => {});
+    this.inBackgroundOnce(deps, key, "cache background rebuild failed", (id, gen) => this.rebuild(deps, key, id, gen));
+  }
+
+  /** A logical entry's rebuild (background work): under the lock, double-check L2, load, write L2 and L1. */
+  private async rebuild(deps: Deps, key: K, id: string, gen: number): Promise<void> {
+    const lock = await tryLockKey(deps.redis, keys.cacheLock(this.def.name, key), this.policy.lockTtlMs);
+    if (!lock) return; // another isolate is rebuilding it
+    try {
+      const fresh = await this.readL2(deps.redis, key);
+      if (fresh && !this.expired(fresh)) {
+        this.l1.remember(id, fresh.d, gen);
+        return;
       }
-    });
+      this.counters.originLoads++;
+      const value = await this.def.load(deps, key);
+      await this.writeL2(deps.redis, key, value);
+      this.l1.remember(id, value, gen);
+    } finally {
+      await lock.release().catch(() => {});
+    }
   }
 
   /**
@@ -288,10 +331,11 @@ export class Tiers<K extends string | number, V, P> {
   }
 
   /**
-   * Origin load; on success writes L2 (when `writeBack`) and L1. On origin failure serves the
-   * stale value if any (counted as a stale serve), else throws CacheUnavailableError. `fill`: the
-   * probe's findings — the write goes through lua/cache-fill.lua, which also releases `fill.lock`
-   * and, for a key found absent with no ceiling known, writes the module's ceiling.
+   * Origin load; on success writes L1 and answers, and writes L2 (when `writeBack`) in the
+   * request's `waitUntil` (inline when `bg`: already background work). On origin failure serves
+   * the stale value if any (counted as a stale serve), else throws CacheUnavailableError. `fill`:
+   * the probe's findings — the write goes through lua/cache-fill.lua, which also releases
+   * `fill.lock` and, for a key found absent with no ceiling known, writes the module's ceiling.
    */
   private async loadOrStale(
     deps: Deps,
@@ -299,6 +343,7 @@ export class Tiers<K extends string | number, V, P> {
     stale: V | null | undefined,
     writeBack: boolean,
     gen: number,
+    bg: boolean,
     fill?: Fill,
   ): Promise<V | null> {
     const id = String(key);
@@ -321,17 +366,25 @@ export class Tiers<K extends string | number, V, P> {
       }
       throw new CacheUnavailableError(this.def.name, err, this.def.subject);
     }
-    if (writeBack) {
-      try {
-        if (fill) await this.fill(deps, key, value, fill);
-        else await this.writeL2(deps.redis, key, value);
-      } catch (err) {
-        await fill?.lock?.release().catch(() => {});
-        this.counters.errors++;
-        deps.log.warn("cache L2 write failed", { module: this.def.name, err });
-      }
-    }
     this.l1.remember(id, value, gen);
+    if (writeBack) {
+      // Sent now either way (the same moment as an awaited write): only the wait leaves the answer's path.
+      const write = (async () => {
+        try {
+          if (fill) await this.fill(deps, key, value, fill);
+          else await this.writeL2(deps.redis, key, value);
+        } catch (err) {
+          await fill?.lock?.release().catch(() => {});
+          this.counters.errors++;
+          deps.log.warn("cache L2 write failed", { module: this.def.name, err });
+        }
+      })();
+      // Awaited when already in the background, and when it establishes the module's ceiling (a key
+      // found absent, none known): the reads of unknown ids right behind it must find the ceiling, or
+      // each would query MySQL — a cost paid once per null TTL, not per read.
+      if (bg || (value === null && fill && !fill.ceilingKnown && this.bounded(key))) await write;
+      else deps.waitUntil(write);
+    }
     return value;
   }
 
@@ -339,7 +392,7 @@ export class Tiers<K extends string | number, V, P> {
   private async fill(deps: Deps, key: K, value: V | null, fill: Fill): Promise<void> {
     const [k, json, { ex }] = this.l2Write(key, value);
     let ceiling = "";
-    if (value === null && !fill.ceilingKnown && this.def.ceiling && typeof key === "number") {
+    if (value === null && !fill.ceilingKnown && this.def.ceiling && this.bounded(key)) {
       // Read after the load found the key absent, so it is at least every id that existed then.
       ceiling = String(await this.def.ceiling(deps).catch(() => ""));
     }

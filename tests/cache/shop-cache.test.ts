@@ -150,7 +150,7 @@ describe("cache modules on the real stack", () => {
     expect(t.caches.shop.counters.l1Hits).toBeGreaterThanOrEqual(50);
   });
 
-  test("a shop update made in one isolate is visible in another after the L1 TTL at the latest", async () => {
+  test("a shop update made in one isolate is visible in another one refresh after the L1 TTL, and at once past the stale window", async () => {
     const l1TtlMs = 300;
     // b's L1 clock stands still until moved, so its TTL is crossed exactly.
     const clock = frozenClock();
@@ -164,9 +164,16 @@ describe("cache modules on the real stack", () => {
     // Until its L1 TTL ends b answers from memory (the bound is the L1 TTL, not some other path)...
     clock.advance(l1TtlMs - 1);
     expect((await call<{ name: string }>(b.app, "GET", `/api/shop/${shopId}`)).body.data?.name).toBe("before");
-    // ...and from then on it reads the update.
+    // ...then, in the stale window, the first read is still answered from memory while one refresh runs behind it...
     clock.advance(1);
+    expect((await call<{ name: string }>(b.app, "GET", `/api/shop/${shopId}`)).body.data?.name).toBe("before");
+    await b.settle();
+    // ...and once that refresh landed, b reads the update.
     expect((await call<{ name: string }>(b.app, "GET", `/api/shop/${shopId}`)).body.data?.name).toBe("after");
+    // Past freshness and stale window together, a read waits for L2: never older than l1TtlMs + l1StaleMs.
+    await call(a.app, "PUT", "/api/shop", { token: operator(a), json: { id: shopId, name: "later" } });
+    clock.advance(l1TtlMs + b.caches.shop.policy.l1StaleMs);
+    expect((await call<{ name: string }>(b.app, "GET", `/api/shop/${shopId}`)).body.data?.name).toBe("later");
   });
 
   test("with Redis down a shop is still served from MySQL", async () => {

@@ -5,9 +5,11 @@
  * shop read is answered from:
  *
  *   l1     default caches: GET /api/shop/{id} from the in-process L1 once warm (no Redis call);
- *   l2     shop cache with l1TtlMs 0: GET /api/shop/{id} reads Redis on every request, through
+ *   l2     shop cache with l1TtlMs 0 and no stale window: GET /api/shop/{id} reads Redis on every request, through
  *          @upstash/redis → Upstash-REST stand-in → redis-server (single-flight and
  *          auto-pipelining still apply, as in production);
+ *   stale  shop cache with l1TtlMs 0 and its default stale window: every value is past its L1
+ *          freshness and answered from memory while one background refresh per key reads Redis;
  *   miss   default caches and MISS_PER_ADDRESS from MISS_PER_ADDRESS (0 = the meter off): the
  *          shop-miss rows request ids no shop has, so every request is a lookup of an unknown id;
  *   mysql  GET /bench/shop-origin/{id}: the same handler with `loadShop` instead of the cache, so
@@ -31,7 +33,7 @@ import { fail, ok } from "../../../src/errors.ts";
 import { IdParam, v } from "../../../src/http/validate.ts";
 import { loadShop } from "../../../src/services/shops.ts";
 
-const MODES = ["l1", "l2", "mysql", "miss"] as const;
+const MODES = ["l1", "l2", "stale", "mysql", "miss"] as const;
 const mode = process.env.MODE as (typeof MODES)[number];
 if (!MODES.includes(mode)) throw new Error(`MODE must be one of ${MODES.join(", ")}, got ${String(process.env.MODE)}`);
 const stackEnv = JSON.parse(process.env.BENCH_STACK_ENV ?? "null") as Record<string, string> | null;
@@ -52,6 +54,11 @@ const track = (p: Promise<unknown>) => {
 };
 const deps = createDeps(config, { waitUntil: track });
 if (mode === "l2")
+  deps.isolate.caches = createCaches(
+    { shop: { l1TtlMs: 0, l1StaleMs: 0 } },
+    { degraded: () => deps.isolate.resilience.redis.degraded },
+  );
+if (mode === "stale")
   deps.isolate.caches = createCaches(
     { shop: { l1TtlMs: 0 } },
     { degraded: () => deps.isolate.resilience.redis.degraded },
