@@ -60,7 +60,7 @@ export const EnvSchema = z.object({
   LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),
   /**
    * Who gets the `Server-Timing` header (the request's trips to Redis, the database and QStash:
-   * count and ms, src/ports/trips.ts): "all" (default: a developer sees them in the browser's
+   * count and ms, src/util/trips.ts): "all" (default: a developer sees them in the browser's
    * network panel; the counts tell no more than the response's latency already does),
    * "operators" (only requests carrying `Bearer <ADMIN_TOKEN>`), or "off".
    */

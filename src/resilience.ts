@@ -15,7 +15,7 @@ import { QstashError } from "@upstash/qstash";
 import { errors as redisErrors, type Redis } from "@upstash/redis";
 import type { Config } from "./env.ts";
 
-import { tripScope } from "./ports/trips.ts";
+import { tripScope } from "./util/trips.ts";
 import { scrubbedMessage } from "./util/scrub.ts";
 
 /**
@@ -417,7 +417,7 @@ export class Guard {
     }
     this.inFlight++;
     const started = performance.now();
-    // The request this call is made for (src/ports/trips.ts: Server-Timing); none outside a request.
+    // The request this call is made for (src/util/trips.ts: Server-Timing); none outside a request.
     const trips = tripScope.getStore();
     const depth = trips === undefined ? 0 : trips.begin();
     try {

@@ -27,7 +27,7 @@ import { etagMatches, type PreparedResponse } from "../cache/prepared.ts";
 import type { Deps } from "../deps.ts";
 import type { Logger } from "../log.ts";
 import type { AppEnv } from "../types.ts";
-import { NO_TRIPS, RequestTrips, tripScope } from "../ports/trips.ts";
+import { NO_TRIPS, RequestTrips, tripScope } from "../util/trips.ts";
 import { isOperator } from "./auth.ts";
 import { trackVisit } from "./uv.ts";
 
@@ -191,7 +191,7 @@ export function createEdge(deps: Deps): MiddlewareHandler<AppEnv> {
       return res;
     }
     // Every dependency call made for this request (its handler's and the isolate's clients') is
-    // counted in `trips` (src/ports/trips.ts); what is still in flight at the answer is background.
+    // counted in `trips` (src/util/trips.ts); what is still in flight at the answer is background.
     if (timed(c)) {
       const trips = new RequestTrips();
       await tripScope.run(trips, next);

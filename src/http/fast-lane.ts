@@ -29,7 +29,7 @@ import { fail, ok } from "../errors.ts";
 import { seckillEnvelope } from "./envelopes.ts";
 import { answerFromMemory } from "../services/seckill/reserve.ts";
 import type { SessionUser } from "../services/session.ts";
-import { NO_TRIPS } from "../ports/trips.ts";
+import { NO_TRIPS } from "../util/trips.ts";
 import { bearer, isOperator } from "./auth.ts";
 import { type ClientEnv, limitAddressOf } from "./client-ip.ts";
 import { CORS_EXPOSE, requestDepsMemo, requestIdOf, SECURITY_HEADERS } from "./edge.ts";

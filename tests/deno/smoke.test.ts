@@ -101,7 +101,7 @@ describe("Deno entry (deno run src/entry/deno.ts)", () => {
     if (res.status !== 200) throw new Error(`health ${res.status}: ${JSON.stringify(body)}\n${recentOutput()}`);
     expect(body).toEqual({ success: true, data: { ok: true, redis: "up", mysql: "up" } });
     expect(res.headers.get("x-request-id")).toBeString();
-    // Its dependency trips (src/ports/trips.ts; AsyncLocalStorage from node:async_hooks on Deno).
+    // Its dependency trips (src/util/trips.ts; AsyncLocalStorage from node:async_hooks on Deno).
     expect(res.headers.get("server-timing")).toMatch(/trips;desc="\d+ in sequence"/);
   }, 10_000);
 

@@ -3,7 +3,7 @@
  * users and ids, may make at most its budget of SEQUENTIAL dependency trips on its critical path.
  *
  * Counted at the ports, not by timing: every guarded call (one HTTP request to Redis, PlanetScale,
- * QStash, SMS or payments) records itself in the request's trips (src/ports/trips.ts), which the
+ * QStash, SMS or payments) records itself in the request's trips (src/util/trips.ts), which the
  * response reports in `Server-Timing`. Sequential trips = the longest chain of calls in which each
  * call started after the previous one had answered (a call's depth is 1 + the deepest call already
  * answered when it started; calls made together — Promise.all, one pipeline — share a depth). Calls
