@@ -79,34 +79,63 @@ function mapBlog(r: Row, zone: string): Blog {
 }
 
 /**
- * Sets `isLike` for `viewerId` (one explicit pipeline for the whole list: one request on every
- * runtime, also on workerd where auto-pipelining is off and ten parallel commands would queue
- * behind its six connections per request). Anonymous
- * viewers get false without touching Redis; a Redis failure degrades to false too — the classic
- * hot list failed for anonymous callers, personalisation must never break a list.
+ * Which of `ids` `viewerId` has liked (one explicit pipeline for the whole list: one request on
+ * every runtime, also on workerd where auto-pipelining is off and ten parallel commands would queue
+ * behind its six connections per request). Anonymous viewers get an empty set without touching
+ * Redis; a Redis failure degrades to "none" too — the classic hot list failed for anonymous
+ * callers, personalisation must never break a list.
  */
-async function withIsLike(deps: Deps, blogs: Blog[], viewerId: number | null): Promise<Blog[]> {
-  if (viewerId === null || blogs.length === 0) return blogs;
+async function likedBy(deps: Deps, ids: number[], viewerId: number | null): Promise<Set<number>> {
+  const liked = new Set<number>();
+  if (viewerId === null || ids.length === 0) return liked;
   try {
     const p = deps.redis.pipeline();
-    for (const b of blogs) p.zscore(keys.blogLiked(b.id), viewerId);
+    for (const id of ids) p.zscore(keys.blogLiked(id), viewerId);
     const scores = (await p.exec()) as (number | null)[];
-    blogs.forEach((b, i) => {
-      b.isLike = scores[i] !== null && scores[i] !== undefined;
+    ids.forEach((id, i) => {
+      if (scores[i] !== null && scores[i] !== undefined) liked.add(id);
     });
   } catch (err) {
     deps.log.warn("isLike lookup failed; answering false", { err });
   }
-  return blogs;
+  return liked;
 }
 
+function mapWithLikes(deps: Deps, rows: Row[], liked: Set<number>): Blog[] {
+  return rows.map((r) => {
+    const b = mapBlog(r, deps.config.SERVICE_TIME_ZONE);
+    b.isLike = liked.has(b.id);
+    return b;
+  });
+}
+
+/** Notes of a query whose ids are known only from its rows: the likes lookup follows it. */
 async function query(deps: Deps, sql: string, args: unknown[], viewerId: number | null): Promise<Blog[]> {
   const rows = (await deps.db.execute(sql, args)).rows as Row[];
-  return await withIsLike(
+  return mapWithLikes(
     deps,
-    rows.map((r) => mapBlog(r, deps.config.SERVICE_TIME_ZONE)),
-    viewerId,
+    rows,
+    await likedBy(
+      deps,
+      rows.map((r) => Number(r.id)),
+      viewerId,
+    ),
   );
+}
+
+/**
+ * Notes of a query among `ids` known in advance: the likes lookup runs beside the query (one
+ * round trip for both), at the cost of asking for ids the query may then drop.
+ */
+async function queryByIds(
+  deps: Deps,
+  sql: string,
+  args: unknown[],
+  ids: number[],
+  viewerId: number | null,
+): Promise<Blog[]> {
+  const [res, liked] = await Promise.all([deps.db.execute(sql, args), likedBy(deps, ids, viewerId)]);
+  return mapWithLikes(deps, res.rows as Row[], liked);
 }
 
 /**
@@ -129,7 +158,7 @@ export async function insertBlog(
 }
 
 export async function getBlog(deps: Deps, id: number, viewerId: number | null): Promise<Blog | null> {
-  return (await query(deps, `${BLOG_SELECT} WHERE b.id = ?`, [id], viewerId))[0] ?? null;
+  return (await queryByIds(deps, `${BLOG_SELECT} WHERE b.id = ?`, [id], [id], viewerId))[0] ?? null;
 }
 
 /** Most liked first; ties newest first, so pages are stable. */
@@ -164,10 +193,11 @@ export async function blogsOfUser(
  */
 export async function followedBlogsByIds(deps: Deps, ids: number[], followerId: number): Promise<Blog[]> {
   if (ids.length === 0) return [];
-  const rows = await query(
+  const rows = await queryByIds(
     deps,
     `${BLOG_SELECT} JOIN tb_follow f ON f.follow_user_id = b.user_id AND f.user_id = ? WHERE b.id IN (${ids.map(() => "?").join(", ")})`,
     [followerId, ...ids],
+    ids,
     followerId,
   );
   const byId = new Map(rows.map((b) => [b.id, b]));
