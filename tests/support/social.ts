@@ -34,8 +34,11 @@ export async function postBlog(
   return res.body.data;
 }
 
+/** Follows or unfollows through the route, then waits for the background work it started (the inbox backfill). */
 export async function setFollow(t: TestApp, who: TestUser, target: number, on = true) {
-  return await call(t.app, "PUT", `/api/follow/${target}/${on}`, { token: who.token });
+  const res = await call(t.app, "PUT", `/api/follow/${target}/${on}`, { token: who.token });
+  await t.settle();
+  return res;
 }
 
 /** A clock tests can move: `now` is epoch ms. */
