@@ -22,7 +22,6 @@ import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
 import { formatInZone, parseSqlUtc, toSqlUtc } from "../util/time.ts";
 import type { SessionUser } from "./session.ts";
-import { shopExists } from "./shops.ts";
 
 /** The classic hmdp note shape, with the author's `name`/`icon` and the caller's `isLike`. */
 export interface Blog {
@@ -140,20 +139,22 @@ async function queryByIds(
 
 /**
  * Stores a note (MySQL only; publishing it to followers' feeds is services/notes.ts publishNote's
- * next step). `at`: its creation time, epoch ms (the feed score).
+ * next step). `at`: its creation time, epoch ms (the feed score). One statement: the INSERT selects
+ * the shop, so an unknown shop inserts nothing (its own existence check).
  */
 export async function insertBlog(
   deps: Deps,
   authorId: number,
   input: BlogInput,
 ): Promise<{ ok: true; id: number; at: number } | { ok: false; reason: "UNKNOWN_SHOP" }> {
-  if (!(await shopExists(deps, input.shopId))) return { ok: false, reason: "UNKNOWN_SHOP" };
   const now = deps.clock.now();
   const at = toSqlUtc(now);
   const res = await deps.db.execute(
-    "INSERT INTO tb_blog (shop_id, user_id, title, images, content, create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?)",
-    [input.shopId, authorId, input.title, input.images, input.content, at, at],
+    `INSERT INTO tb_blog (shop_id, user_id, title, images, content, create_time, update_time)
+     SELECT id, ?, ?, ?, ?, ?, ? FROM tb_shop WHERE id = ?`,
+    [authorId, input.title, input.images, input.content, at, at, input.shopId],
   );
+  if (res.rowsAffected === 0) return { ok: false, reason: "UNKNOWN_SHOP" };
   return { ok: true, id: Number(res.insertId), at: now };
 }
 

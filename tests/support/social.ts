@@ -31,6 +31,8 @@ export async function postBlog(
   });
   if (!res.body.success || typeof res.body.data !== "number")
     throw new Error(`post failed: ${JSON.stringify(res.body)}`);
+  // The push into the followers' inboxes runs in the background.
+  await t.settle();
   return res.body.data;
 }
 
