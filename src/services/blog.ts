@@ -9,9 +9,10 @@
  * `liked_version` is older. So
  * - concurrent toggles, even by the same user, never double count: Redis serialises them, and
  *   whichever MySQL write lands last with the newest version wins, in any arrival order;
- * - a MySQL write that fails after the Redis change leaves the column behind only until the next
- *   successful write for that note: we retry once in the background (`syncLikedCount`), and any
- *   later toggle by anyone writes the then-current count. The toggle itself still answers
+ * - the MySQL write runs after the answer (in the background); one that fails, or is lost with the
+ *   isolate, leaves the column behind only until the next successful write for that note: a
+ *   failure is retried once (`syncLikedCount`), and any later toggle by anyone writes the
+ *   then-current count. The toggle itself still answers
  *   success, because it did happen (Redis is the record of who liked what); answering an error
  *   would make the client toggle again, i.e. undo it.
  * We chose absolute, versioned writes over `liked = liked + delta`: deltas are order-free but a
@@ -244,20 +245,36 @@ export async function syncLikedCount(deps: Deps, blogId: number): Promise<void> 
 
 export type LikeOutcome = { ok: true; liked: boolean; count: number } | { ok: false; reason: "NOT_FOUND" };
 
-/** Likes the note if the user has not, unlikes it otherwise (see the header for consistency). */
+/**
+ * Likes the note if the user has not, unlikes it otherwise (see the header for consistency). One
+ * round trip: the note's existence check runs beside the toggle, and the column write runs in the
+ * background (it is derived: the toggle is the record, the next write of the note's count repairs
+ * a lost one). A toggle that turns out to have been for a missing note is taken back (its keys are
+ * dropped: no note has them); one whose check failed is undone, so an error means nothing changed.
+ */
 export async function toggleLike(deps: Deps, blogId: number, userId: number): Promise<LikeOutcome> {
-  const exists = (await deps.db.execute("SELECT 1 FROM tb_blog WHERE id = ?", [blogId])).rows.length > 0;
-  if (!exists) return { ok: false, reason: "NOT_FOUND" };
-  const [delta, count, version] = await scriptsFor(deps.redis).blogLikeToggle.exec(
-    [keys.blogLiked(blogId), keys.blogLikedVersion(blogId)],
-    [String(userId), String(deps.clock.now())],
-  );
-  try {
-    await writeLikedCount(deps, blogId, Number(count), Number(version));
-  } catch (err) {
-    deps.log.error("liked count write failed; retrying in the background", { err, blogId });
-    deps.waitUntil(syncLikedCount(deps, blogId));
+  const likeKeys = [keys.blogLiked(blogId), keys.blogLikedVersion(blogId)];
+  const toggle = () => scriptsFor(deps.redis).blogLikeToggle.exec(likeKeys, [String(userId), String(deps.clock.now())]);
+  const [found, toggled] = await Promise.allSettled([
+    deps.db.execute("SELECT 1 FROM tb_blog WHERE id = ?", [blogId]),
+    toggle(),
+  ]);
+  if (toggled.status === "rejected") throw toggled.reason;
+  if (found.status === "rejected") {
+    await toggle();
+    throw found.reason;
   }
+  if (found.value.rows.length === 0) {
+    await deps.redis.del(...likeKeys);
+    return { ok: false, reason: "NOT_FOUND" };
+  }
+  const [delta, count, version] = toggled.value;
+  deps.waitUntil(
+    writeLikedCount(deps, blogId, Number(count), Number(version)).catch((err: unknown) => {
+      deps.log.error("liked count write failed; retrying in the background", { err, blogId });
+      return syncLikedCount(deps, blogId);
+    }),
+  );
   return { ok: true, liked: Number(delta) > 0, count: Number(count) };
 }
 
