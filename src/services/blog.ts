@@ -9,9 +9,10 @@
  * `liked_version` is older. So
  * - concurrent toggles, even by the same user, never double count: Redis serialises them, and
  *   whichever MySQL write lands last with the newest version wins, in any arrival order;
- * - a MySQL write that fails after the Redis change leaves the column behind only until the next
- *   successful write for that note: we retry once in the background (`syncLikedCount`), and any
- *   later toggle by anyone writes the then-current count. The toggle itself still answers
+ * - the MySQL write runs after the answer (in the background); one that fails, or is lost with the
+ *   isolate, leaves the column behind only until the next successful write for that note: a
+ *   failure is retried once (`syncLikedCount`), and any later toggle by anyone writes the
+ *   then-current count. The toggle itself still answers
  *   success, because it did happen (Redis is the record of who liked what); answering an error
  *   would make the client toggle again, i.e. undo it.
  * We chose absolute, versioned writes over `liked = liked + delta`: deltas are order-free but a
@@ -22,7 +23,6 @@ import { keys } from "../redis/keys.ts";
 import { scriptsFor } from "../redis/scripts.ts";
 import { formatInZone, parseSqlUtc, toSqlUtc } from "../util/time.ts";
 import type { SessionUser } from "./session.ts";
-import { shopExists } from "./shops.ts";
 
 /** The classic hmdp note shape, with the author's `name`/`icon` and the caller's `isLike`. */
 export interface Blog {
@@ -79,57 +79,88 @@ function mapBlog(r: Row, zone: string): Blog {
 }
 
 /**
- * Sets `isLike` for `viewerId` (one explicit pipeline for the whole list: one request on every
- * runtime, also on workerd where auto-pipelining is off and ten parallel commands would queue
- * behind its six connections per request). Anonymous
- * viewers get false without touching Redis; a Redis failure degrades to false too — the classic
- * hot list failed for anonymous callers, personalisation must never break a list.
+ * Which of `ids` `viewerId` has liked (one explicit pipeline for the whole list: one request on
+ * every runtime, also on workerd where auto-pipelining is off and ten parallel commands would queue
+ * behind its six connections per request). Anonymous viewers get an empty set without touching
+ * Redis; a Redis failure degrades to "none" too — the classic hot list failed for anonymous
+ * callers, personalisation must never break a list.
  */
-async function withIsLike(deps: Deps, blogs: Blog[], viewerId: number | null): Promise<Blog[]> {
-  if (viewerId === null || blogs.length === 0) return blogs;
+async function likedBy(deps: Deps, ids: number[], viewerId: number | null): Promise<Set<number>> {
+  const liked = new Set<number>();
+  if (viewerId === null || ids.length === 0) return liked;
   try {
     const p = deps.redis.pipeline();
-    for (const b of blogs) p.zscore(keys.blogLiked(b.id), viewerId);
+    for (const id of ids) p.zscore(keys.blogLiked(id), viewerId);
     const scores = (await p.exec()) as (number | null)[];
-    blogs.forEach((b, i) => {
-      b.isLike = scores[i] !== null && scores[i] !== undefined;
+    ids.forEach((id, i) => {
+      if (scores[i] !== null && scores[i] !== undefined) liked.add(id);
     });
   } catch (err) {
     deps.log.warn("isLike lookup failed; answering false", { err });
   }
-  return blogs;
+  return liked;
 }
 
+function mapWithLikes(deps: Deps, rows: Row[], liked: Set<number>): Blog[] {
+  return rows.map((r) => {
+    const b = mapBlog(r, deps.config.SERVICE_TIME_ZONE);
+    b.isLike = liked.has(b.id);
+    return b;
+  });
+}
+
+/** Notes of a query whose ids are known only from its rows: the likes lookup follows it. */
 async function query(deps: Deps, sql: string, args: unknown[], viewerId: number | null): Promise<Blog[]> {
   const rows = (await deps.db.execute(sql, args)).rows as Row[];
-  return await withIsLike(
+  return mapWithLikes(
     deps,
-    rows.map((r) => mapBlog(r, deps.config.SERVICE_TIME_ZONE)),
-    viewerId,
+    rows,
+    await likedBy(
+      deps,
+      rows.map((r) => Number(r.id)),
+      viewerId,
+    ),
   );
 }
 
 /**
+ * Notes of a query among `ids` known in advance: the likes lookup runs beside the query (one
+ * round trip for both), at the cost of asking for ids the query may then drop.
+ */
+async function queryByIds(
+  deps: Deps,
+  sql: string,
+  args: unknown[],
+  ids: number[],
+  viewerId: number | null,
+): Promise<Blog[]> {
+  const [res, liked] = await Promise.all([deps.db.execute(sql, args), likedBy(deps, ids, viewerId)]);
+  return mapWithLikes(deps, res.rows as Row[], liked);
+}
+
+/**
  * Stores a note (MySQL only; publishing it to followers' feeds is services/notes.ts publishNote's
- * next step). `at`: its creation time, epoch ms (the feed score).
+ * next step). `at`: its creation time, epoch ms (the feed score). One statement: the INSERT selects
+ * the shop, so an unknown shop inserts nothing (its own existence check).
  */
 export async function insertBlog(
   deps: Deps,
   authorId: number,
   input: BlogInput,
 ): Promise<{ ok: true; id: number; at: number } | { ok: false; reason: "UNKNOWN_SHOP" }> {
-  if (!(await shopExists(deps, input.shopId))) return { ok: false, reason: "UNKNOWN_SHOP" };
   const now = deps.clock.now();
   const at = toSqlUtc(now);
   const res = await deps.db.execute(
-    "INSERT INTO tb_blog (shop_id, user_id, title, images, content, create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?)",
-    [input.shopId, authorId, input.title, input.images, input.content, at, at],
+    `INSERT INTO tb_blog (shop_id, user_id, title, images, content, create_time, update_time)
+     SELECT id, ?, ?, ?, ?, ?, ? FROM tb_shop WHERE id = ?`,
+    [authorId, input.title, input.images, input.content, at, at, input.shopId],
   );
+  if (res.rowsAffected === 0) return { ok: false, reason: "UNKNOWN_SHOP" };
   return { ok: true, id: Number(res.insertId), at: now };
 }
 
 export async function getBlog(deps: Deps, id: number, viewerId: number | null): Promise<Blog | null> {
-  return (await query(deps, `${BLOG_SELECT} WHERE b.id = ?`, [id], viewerId))[0] ?? null;
+  return (await queryByIds(deps, `${BLOG_SELECT} WHERE b.id = ?`, [id], [id], viewerId))[0] ?? null;
 }
 
 /** Most liked first; ties newest first, so pages are stable. */
@@ -164,10 +195,11 @@ export async function blogsOfUser(
  */
 export async function followedBlogsByIds(deps: Deps, ids: number[], followerId: number): Promise<Blog[]> {
   if (ids.length === 0) return [];
-  const rows = await query(
+  const rows = await queryByIds(
     deps,
     `${BLOG_SELECT} JOIN tb_follow f ON f.follow_user_id = b.user_id AND f.user_id = ? WHERE b.id IN (${ids.map(() => "?").join(", ")})`,
     [followerId, ...ids],
+    ids,
     followerId,
   );
   const byId = new Map(rows.map((b) => [b.id, b]));
@@ -213,20 +245,36 @@ export async function syncLikedCount(deps: Deps, blogId: number): Promise<void> 
 
 export type LikeOutcome = { ok: true; liked: boolean; count: number } | { ok: false; reason: "NOT_FOUND" };
 
-/** Likes the note if the user has not, unlikes it otherwise (see the header for consistency). */
+/**
+ * Likes the note if the user has not, unlikes it otherwise (see the header for consistency). One
+ * round trip: the note's existence check runs beside the toggle, and the column write runs in the
+ * background (it is derived: the toggle is the record, the next write of the note's count repairs
+ * a lost one). A toggle that turns out to have been for a missing note is taken back (its keys are
+ * dropped: no note has them); one whose check failed is undone, so an error means nothing changed.
+ */
 export async function toggleLike(deps: Deps, blogId: number, userId: number): Promise<LikeOutcome> {
-  const exists = (await deps.db.execute("SELECT 1 FROM tb_blog WHERE id = ?", [blogId])).rows.length > 0;
-  if (!exists) return { ok: false, reason: "NOT_FOUND" };
-  const [delta, count, version] = await scriptsFor(deps.redis).blogLikeToggle.exec(
-    [keys.blogLiked(blogId), keys.blogLikedVersion(blogId)],
-    [String(userId), String(deps.clock.now())],
-  );
-  try {
-    await writeLikedCount(deps, blogId, Number(count), Number(version));
-  } catch (err) {
-    deps.log.error("liked count write failed; retrying in the background", { err, blogId });
-    deps.waitUntil(syncLikedCount(deps, blogId));
+  const likeKeys = [keys.blogLiked(blogId), keys.blogLikedVersion(blogId)];
+  const toggle = () => scriptsFor(deps.redis).blogLikeToggle.exec(likeKeys, [String(userId), String(deps.clock.now())]);
+  const [found, toggled] = await Promise.allSettled([
+    deps.db.execute("SELECT 1 FROM tb_blog WHERE id = ?", [blogId]),
+    toggle(),
+  ]);
+  if (toggled.status === "rejected") throw toggled.reason;
+  if (found.status === "rejected") {
+    await toggle();
+    throw found.reason;
   }
+  if (found.value.rows.length === 0) {
+    await deps.redis.del(...likeKeys);
+    return { ok: false, reason: "NOT_FOUND" };
+  }
+  const [delta, count, version] = toggled.value;
+  deps.waitUntil(
+    writeLikedCount(deps, blogId, Number(count), Number(version)).catch((err: unknown) => {
+      deps.log.error("liked count write failed; retrying in the background", { err, blogId });
+      return syncLikedCount(deps, blogId);
+    }),
+  );
   return { ok: true, liked: Number(delta) > 0, count: Number(count) };
 }
 

@@ -236,6 +236,8 @@ describe("likes", () => {
     expect((await call(t.app, "PUT", `/api/blog/like/${id}`, { token: fan.token })).body).toEqual({ success: true });
     const score = await t.deps.redis.zscore(keys.blogLiked(id), fan.id);
     expect(score).toBeGreaterThanOrEqual(before);
+    // The column is written after the answer.
+    await t.settle();
     expect(await likedColumn(t.deps, id)).toBe(1);
     const seen = await call<BlogOut>(t.app, "GET", `/api/blog/${id}`, { token: fan.token });
     expect(seen.body.data).toMatchObject({ liked: 1, isLike: true });
@@ -245,6 +247,7 @@ describe("likes", () => {
 
     await call(t.app, "PUT", `/api/blog/like/${id}`, { token: fan.token });
     expect(await t.deps.redis.zscore(keys.blogLiked(id), fan.id)).toBeNull();
+    await t.settle();
     expect(await likedColumn(t.deps, id)).toBe(0);
     expect((await call<BlogOut>(t.app, "GET", `/api/blog/${id}`, { token: fan.token })).body.data).toMatchObject({
       liked: 0,
@@ -258,6 +261,7 @@ describe("likes", () => {
     const id = await postBlog(t, author, await newShop(t));
     await t.deps.db.execute("UPDATE tb_blog SET update_time = '2020-01-01 00:00:00' WHERE id = ?", [id]);
     await call(t.app, "PUT", `/api/blog/like/${id}`, { token: author.token });
+    await t.settle();
     const row = (await t.deps.db.execute("SELECT update_time, liked FROM tb_blog WHERE id = ?", [id])).rows[0] as {
       update_time: string;
       liked: string;
@@ -288,9 +292,11 @@ describe("likes", () => {
       const card = await t.deps.redis.zcard(keys.blogLiked(id));
       // 25 toggles from "not liked" end liked; 40 more end liked again (even count).
       expect(card).toBe(1);
+      await t.settle();
       expect(await likedColumn(t.deps, id)).toBe(card);
     }
     await call(t.app, "PUT", `/api/blog/like/${id}`, { token: fan.token });
+    await t.settle();
     expect(await likedColumn(t.deps, id)).toBe(0);
   });
 
@@ -304,6 +310,7 @@ describe("likes", () => {
       fans.flatMap((f) => [1, 2, 3].map(() => call(t.app, "PUT", `/api/blog/like/${id}`, { token: f.token }))),
     );
     expect(await t.deps.redis.zcard(keys.blogLiked(id))).toBe(12);
+    await t.settle();
     expect(await likedColumn(t.deps, id)).toBe(12);
   });
 
@@ -340,6 +347,7 @@ describe("likes", () => {
     expect(await likedColumn(t.deps, id)).toBe(0);
     // The next toggle by anyone writes the then-current count.
     await call(t.app, "PUT", `/api/blog/like/${id}`, { token: b.token });
+    await t.settle();
     expect(await likedColumn(t.deps, id)).toBe(2);
 
     // Only the first write fails: the background retry repairs it.
@@ -348,6 +356,40 @@ describe("likes", () => {
     // retry may already have run by the time a check here could look.)
     await call(t.app, "PUT", `/api/blog/like/${id}`, { token: a.token });
     await t.settle();
+    expect(await likedColumn(t.deps, id)).toBe(1);
+  });
+
+  test("when the note check fails beside the toggle, the toggle is undone and the caller gets an error", async () => {
+    let failChecks = 0;
+    const t = await createTestApp(
+      {},
+      {
+        wrap: (deps) => ({
+          ...deps,
+          db: {
+            execute: ((sql: string, args?: unknown) => {
+              if (failChecks > 0 && sql.startsWith("SELECT 1 FROM tb_blog")) {
+                failChecks--;
+                return Promise.reject(new Error("injected: MySQL unavailable"));
+              }
+              return deps.db.execute(sql, args as never);
+            }) as Deps["db"]["execute"],
+            transaction: deps.db.transaction.bind(deps.db),
+          },
+        }),
+      },
+    );
+    const id = await postBlog(t, await newUser(t), await newShop(t));
+    const fan = await newUser(t);
+    failChecks = 1;
+    const res = await call(t.app, "PUT", `/api/blog/like/${id}`, { token: fan.token });
+    expect(res.status).toBeGreaterThanOrEqual(500);
+    expect(res.body.success).toBe(false);
+    expect(await t.deps.redis.zscore(keys.blogLiked(id), fan.id)).toBeNull();
+    // The retry likes it, once.
+    expect((await call(t.app, "PUT", `/api/blog/like/${id}`, { token: fan.token })).body.success).toBe(true);
+    await t.settle();
+    expect(await t.deps.redis.zcard(keys.blogLiked(id))).toBe(1);
     expect(await likedColumn(t.deps, id)).toBe(1);
   });
 

@@ -31,11 +31,16 @@ export async function postBlog(
   });
   if (!res.body.success || typeof res.body.data !== "number")
     throw new Error(`post failed: ${JSON.stringify(res.body)}`);
+  // The push into the followers' inboxes runs in the background.
+  await t.settle();
   return res.body.data;
 }
 
+/** Follows or unfollows through the route, then waits for the background work it started (the inbox backfill). */
 export async function setFollow(t: TestApp, who: TestUser, target: number, on = true) {
-  return await call(t.app, "PUT", `/api/follow/${target}/${on}`, { token: who.token });
+  const res = await call(t.app, "PUT", `/api/follow/${target}/${on}`, { token: who.token });
+  await t.settle();
+  return res;
 }
 
 /** A clock tests can move: `now` is epoch ms. */
