@@ -19,6 +19,7 @@
  */
 import type { Deps } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
+import { readNearest } from "../redis/read.ts";
 import { scriptsFor } from "../redis/scripts.ts";
 import { formatInZone, parseSqlUtc, toSqlUtc } from "../util/time.ts";
 import type { SessionUser } from "./session.ts";
@@ -88,9 +89,11 @@ function mapBlog(r: Row, zone: string): Blog {
 async function withIsLike(deps: Deps, blogs: Blog[], viewerId: number | null): Promise<Blog[]> {
   if (viewerId === null || blogs.length === 0) return blogs;
   try {
-    const p = deps.redis.pipeline();
-    for (const b of blogs) p.zscore(keys.blogLiked(b.id), viewerId);
-    const scores = (await p.exec()) as (number | null)[];
+    const scores = (await readNearest(deps, (r) => {
+      const p = r.pipeline();
+      for (const b of blogs) p.zscore(keys.blogLiked(b.id), viewerId);
+      return p.exec();
+    })) as (number | null)[];
     blogs.forEach((b, i) => {
       b.isLike = scores[i] !== null && scores[i] !== undefined;
     });
@@ -232,6 +235,8 @@ export async function toggleLike(deps: Deps, blogId: number, userId: number): Pr
 
 /** The first likers in like order (ZSET score = like time), as public user cards. */
 export async function firstLikers(deps: Deps, blogId: number, n = LIKERS_SHOWN): Promise<SessionUser[]> {
-  const ids = (await deps.redis.zrange<(string | number)[]>(keys.blogLiked(blogId), 0, n - 1)).map(Number);
+  const ids = (await readNearest(deps, (r) => r.zrange<(string | number)[]>(keys.blogLiked(blogId), 0, n - 1))).map(
+    Number,
+  );
   return await userCards(deps, ids);
 }
