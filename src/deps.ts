@@ -36,12 +36,13 @@ export interface Deps {
   config: Config;
   redis: RedisPort;
   /**
-   * Reads that may be a moment stale (docs/decisions/read-replicas.md: cache entries, feeds, GEO,
-   * like marks): the read region when UPSTASH_REDIS_READ_URL is set, else `redis` itself. Its
-   * requests carry the main client's sync token, so a read after this isolate's write sees it.
-   * Never for writes, scripts, or anything that decides (stock, buyers, revocations, locks).
+   * The read region for reads that may be a moment stale (docs/decisions/read-replicas.md: cache
+   * entries, feeds, GEO, like marks), through src/redis/read.ts; null without UPSTASH_REDIS_READ_URL
+   * (everything reads `redis`). Its requests carry the main client's sync token, so a read after
+   * this isolate's write sees it. Never for writes, scripts, or anything that decides (stock,
+   * buyers, revocations, locks).
    */
-  redisRead: RedisPort;
+  redisRead: RedisPort | null;
   /**
    * The seckill shard databases (SECKILL_SHARD_URLS), in configured order, each with its
    * own deadline and breaker; empty when none are configured (every voucher in `redis`). Which
@@ -128,7 +129,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
         redis,
         createShardGuard(config, () => clock.now()),
       )
-    : redis;
+    : null;
   const shardTokens = config.SECKILL_SHARD_TOKENS.split(",").map((t) => t.trim());
   const seckillShards = config.SECKILL_SHARD_URLS.split(",")
     .map((u) => u.trim())

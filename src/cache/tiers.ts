@@ -204,7 +204,7 @@ export class Tiers<K extends string | number, V, P> {
    * primary, since the probe may take the rebuild lock (a write). Without one: the probe alone.
    */
   private async probeNearest(deps: Deps, key: K): Promise<Probe<V>> {
-    if (deps.redisRead !== deps.redis) {
+    if (deps.redisRead !== null) {
       const entry = await this.readL2(deps.redisRead, key).catch((err: unknown) => {
         deps.log.warn("cache L2 read from the read region failed; probing the primary", { module: this.def.name, err });
         return undefined;
