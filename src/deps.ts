@@ -36,6 +36,14 @@ export interface Deps {
   config: Config;
   redis: RedisPort;
   /**
+   * The read region for reads that may be a moment stale (docs/decisions/read-replicas.md: cache
+   * entries, feeds, GEO, like marks), through src/redis/read.ts; null without UPSTASH_REDIS_READ_URL
+   * (everything reads `redis`). Its requests carry the main client's sync token, so a read after
+   * this isolate's write sees it. Never for writes, scripts, or anything that decides (stock,
+   * buyers, revocations, locks).
+   */
+  redisRead: RedisPort | null;
+  /**
    * The seckill shard databases (SECKILL_SHARD_URLS), in configured order, each with its
    * own deadline and breaker; empty when none are configured (every voucher in `redis`). Which
    * database a voucher's keys live in: services/seckill/shards.ts.
@@ -62,6 +70,21 @@ export interface Deps {
    * outside a request (cron on Bun, tests).
    */
   waitUntil(p: Promise<unknown>): void;
+}
+
+/**
+ * The read-region client: each request carries the primary client's latest sync token (the SDK's
+ * `readYourWritesSyncToken`, copied just before the request leaves), so the region answers only
+ * once it has what this isolate last wrote or read at the primary. Its own deadline and breaker
+ * (the primary's would open on a lagging region); callers fall back to the primary
+ * (src/redis/read.ts).
+ */
+function readRegion(read: Redis, primary: Redis, guard: Parameters<typeof guardRedis>[1]): Redis {
+  read.use((req, next) => {
+    read.readYourWritesSyncToken = primary.readYourWritesSyncToken;
+    return next(req);
+  });
+  return guardRedis(read, guard);
 }
 
 export const systemClock: Clock = { now: () => Date.now() };
@@ -100,6 +123,13 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     redisClient(config.UPSTASH_REDIS_REST_URL, config.UPSTASH_REDIS_REST_TOKEN),
     resilience.redis,
   );
+  const redisRead = config.UPSTASH_REDIS_READ_URL
+    ? readRegion(
+        redisClient(config.UPSTASH_REDIS_READ_URL, config.UPSTASH_REDIS_READ_TOKEN || config.UPSTASH_REDIS_REST_TOKEN),
+        redis,
+        createShardGuard(config, () => clock.now()),
+      )
+    : null;
   const shardTokens = config.SECKILL_SHARD_TOKENS.split(",").map((t) => t.trim());
   const seckillShards = config.SECKILL_SHARD_URLS.split(",")
     .map((u) => u.trim())
@@ -143,6 +173,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   return {
     config,
     redis,
+    redisRead,
     seckillShards,
     db,
     queue,

@@ -26,6 +26,14 @@ export const EnvSchema = z.object({
    */
   SECKILL_SHARD_URLS: z.string().default(""),
   SECKILL_SHARD_TOKENS: z.string().default(""),
+  /**
+   * A read region of the main database (a replica's REST endpoint): the reads that may be a moment
+   * stale go there (docs/decisions/read-replicas.md), with read-your-writes through the sync token
+   * of the main client. Unset: every read goes to UPSTASH_REDIS_REST_URL. The token defaults to
+   * UPSTASH_REDIS_REST_TOKEN (a region shares its database's token; a secret on Workers).
+   */
+  UPSTASH_REDIS_READ_URL: z.union([z.literal(""), z.url({ protocol: /^https?$/ })]).default(""),
+  UPSTASH_REDIS_READ_TOKEN: z.string().default(""),
   /** PlanetScale connection URL; `http://` is kept as is (local stand-in), anything else means https. */
   DATABASE_URL: z.string().min(1),
   /** QStash API base (hosted, or the local stand-in). */

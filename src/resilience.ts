@@ -625,9 +625,9 @@ export function createResilience(config: ResilienceConfig, now: () => number = D
 }
 
 /**
- * The guard of one seckill shard database: a deadline and breaker of its own, so a failing shard
- * fails its own buyers' attempts fast without opening the main Redis breaker (sessions, caches,
- * everything else) — or the other shards'.
+ * The guard of one seckill shard database (or of the read region): a deadline and breaker of its
+ * own, so a failing shard fails its own buyers' attempts fast without opening the main Redis
+ * breaker (sessions, caches, everything else) — or the other shards'.
  */
 export function createShardGuard(config: ResilienceConfig, now: () => number = Date.now): Guard {
   return new Guard("redis", guardOptions(config, config.REDIS_TIMEOUT_MS, now, isRedisFailure));

@@ -184,9 +184,15 @@ async function stopChild(child: ChildProcess, graceMs = 3000): Promise<void> {
 
 /**
  * Starts a private redis-server. `dir` holds its files; with `persist` it snapshots there (the
- * dev stack keeps data across runs), otherwise it is purely in memory (tests).
+ * dev stack keeps data across runs), otherwise it is purely in memory (tests). `args`: further
+ * flags (a read region's replica: `--replicaof host port`).
  */
-export async function startRedis(opts: { dir: string; port?: number; persist?: boolean }): Promise<Engine> {
+export async function startRedis(opts: {
+  dir: string;
+  port?: number;
+  persist?: boolean;
+  args?: readonly string[];
+}): Promise<Engine> {
   const bin = findBinary("redis-server");
   if (!bin) throw new Error("redis-server is not installed (apt-get install -y redis-server)");
   mkdirSync(opts.dir, { recursive: true });
@@ -210,6 +216,7 @@ export async function startRedis(opts: { dir: string; port?: number; persist?: b
       "--pidfile",
       pidFile,
       ...persistence,
+      ...(opts.args ?? []),
     ],
     { stdio: ["ignore", "pipe", "pipe"] },
   );

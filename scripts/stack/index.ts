@@ -12,10 +12,12 @@ import { startPlanetscaleHttp, type PlanetscaleHttpServer } from "./planetscale-
 import { startLocalQstash, type LocalQstashServer } from "./qstash/index.ts";
 import { startUpstashRest, type UpstashRestServer } from "./upstash-rest.ts";
 import { checkDistance, type Distance, type LatencyProxy, startLatencyProxy } from "./latency-proxy.ts";
+import { type ReadRegion, startReadRegion } from "./read-region.ts";
 import { randomSecret } from "./secrets.ts";
 import { MAX_LOCAL_SHARDS, shardEnv, startShards, validShardCount, type StackShard } from "./shards.ts";
 
 export type { StackShard } from "./shards.ts";
+export type { ReadRegion } from "./read-region.ts";
 
 /**
  * The QStash SDK's dev-mode credentials (docs/protocols.md §3.8). Using them locally means the SDK's
@@ -73,6 +75,13 @@ export interface StackOptions {
    * LOCAL_* settings (tools, benches) stay direct. Default: none (the app talks to the stand-ins).
    */
   distance?: Distance;
+  /**
+   * A read region beside the primary (read-region.ts): a replica redis-server behind its own
+   * stand-in, at `distance` (default: near, whatever the stack's distance), refusing a request whose
+   * sync token it cannot reach within `maxWaitMs`. The main stand-in then answers with offset sync
+   * tokens, and the env gains UPSTASH_REDIS_READ_URL and UPSTASH_REDIS_READ_TOKEN. Default: none.
+   */
+  readRegion?: { distance?: Distance; maxWaitMs?: number };
   log?: (msg: string) => void;
 }
 
@@ -100,6 +109,8 @@ export interface Stack {
   shards: StackShard[];
   /** The latency proxies, when started with a distance > 0; stopped by `stop`. */
   distance?: StackDistance;
+  /** The read region, when started with `readRegion`. */
+  readRegion?: ReadRegion;
   database: string;
   /** Stops everything it started, shards included. */
   stop(): Promise<void>;
@@ -196,7 +207,13 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
 
     log("starting the Upstash-REST, PlanetScale-HTTP and QStash stand-ins");
     const [rest, planetscale, qstash] = await Promise.all([
-      startUpstashRest({ redisHost: redis.host, redisPort: redis.port, token: redisToken, port: opts.ports?.rest }),
+      startUpstashRest({
+        redisHost: redis.host,
+        redisPort: redis.port,
+        token: redisToken,
+        port: opts.ports?.rest,
+        syncTokens: opts.readRegion ? "offset" : "counter",
+      }),
       startPlanetscaleHttp({
         mysql: { host: maria.host, port: maria.port, user: maria.user, password: maria.password },
         database,
@@ -216,6 +233,18 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       }),
     ]);
     started.push(rest, planetscale, qstash);
+    let readRegion: ReadRegion | undefined;
+    if (opts.readRegion) {
+      log("starting a read region (replica redis-server and its stand-in)");
+      readRegion = await startReadRegion({
+        primary: redis,
+        dir: join(opts.dir, "read-region"),
+        token: redisToken,
+        distance: opts.readRegion.distance,
+        maxWaitMs: opts.readRegion.maxWaitMs,
+      });
+      started.push(readRegion);
+    }
 
     // Only the app's calls cross the distance: QStash's deliveries to the app (callbacks to
     // PUBLIC_URL) leave the stand-in directly and are not delayed.
@@ -251,6 +280,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       LOCAL_REDIS_URL: `redis://${redis.host}:${redis.port}`,
       LOCAL_MYSQL_URL: `mysql://${maria.user}@${maria.host}:${maria.port}/${database}`,
       ...shardEnv(stackShards),
+      ...readRegion?.env,
     };
     return {
       env,
@@ -261,6 +291,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       qstash,
       shards: stackShards,
       distance: proxies,
+      readRegion,
       database,
       stop: stopAll,
     };

@@ -22,6 +22,13 @@
  * request that would take the second past the cap is refused whole, before Redis sees it, with
  * {@link THROTTLED_STATUS} and an `{"error"}` body in the form Upstash uses for its quota refusals —
  * see `throttledError` for the evidence and what `@upstash/redis` makes of it.
+ *
+ * Sync tokens (`upstash-sync-token`, docs/protocols.md §1.8): by default an increasing counter per
+ * answer. With `syncTokens: "offset"` (the primary of a read region, read-region.ts) the token is the
+ * primary's replication offset after the request; a stand-in with `replica` set (in front of a
+ * `replicaof` redis-server) answers a request carrying such a token only once its own offset has
+ * reached it — polling `INFO replication` every `pollMs`, at most `maxWaitMs`, then refusing with
+ * {@link REPLICA_BEHIND_STATUS} — so a client that echoes the token reads its own writes.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import {
@@ -51,6 +58,14 @@ export interface UpstashRestOptions {
   maxCommandsPerSecond?: number;
   /** Clock in ms since the epoch (tests pin the second windows); default `Date.now`. */
   now?: () => number;
+  /** "counter" (default): an increasing number per answer; "offset": the Redis replication offset after it. */
+  syncTokens?: "counter" | "offset";
+  /**
+   * This stand-in serves a replica (read region): tokens are offsets, and a request whose token is
+   * ahead of the replica waits for it (poll every `pollMs`, default 2; give up after `maxWaitMs`,
+   * default 2000).
+   */
+  replica?: { pollMs?: number; maxWaitMs?: number };
 }
 
 export interface UpstashRestLimits {
@@ -76,6 +91,10 @@ export interface UpstashRestStats {
   maxPerSecond: number;
   /** Commands offered (served + throttled) in the busiest second: the demand, cap or not. */
   maxOfferedPerSecond: number;
+  /** Replica only: requests that arrived with a sync token ahead of the replica and waited for it. */
+  syncWaits: number;
+  /** Replica only: those given up on (the replica did not catch up within `maxWaitMs`). */
+  syncTimeouts: number;
 }
 
 export interface UpstashRestServer {
@@ -99,6 +118,12 @@ export interface UpstashRestServer {
  * refusals (daily/monthly request limits) reach `@upstash/redis` through the SDK's non-2xx branch.
  */
 export const THROTTLED_STATUS = 400;
+
+/**
+ * Status of a replica request refused because the replica did not reach the request's sync token
+ * in time. Upstash documents no status for it; ours is 503 (try again, or read the primary).
+ */
+export const REPLICA_BEHIND_STATUS = 503;
 
 /** Prefix of a throttled request's error text (what tests and classifiers can match on). */
 export const THROTTLED_ERROR_PREFIX = "ERR max commands per second limit exceeded";
@@ -130,6 +155,8 @@ function emptyStats(): UpstashRestStats {
     throttledCommands: 0,
     maxPerSecond: 0,
     maxOfferedPerSecond: 0,
+    syncWaits: 0,
+    syncTimeouts: 0,
   };
 }
 
@@ -287,6 +314,8 @@ interface Plan {
 interface Out {
   status: number;
   body: string;
+  /** The sync token to answer with (offset tokens); the counter's next value when absent. */
+  sync?: string;
 }
 
 class BadRequest extends Error {}
@@ -404,6 +433,41 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
     stats = emptyStats();
     statServed = 0;
     statOffered = 0;
+  }
+
+  const offsetTokens = opts.syncTokens === "offset" || opts.replica !== undefined;
+  const pollMs = opts.replica?.pollMs ?? 2;
+  const maxWaitMs = opts.replica?.maxWaitMs ?? 2000;
+
+  /**
+   * This engine's replication offset: a primary's `master_repl_offset` (bytes of the replication
+   * stream it has produced), a replica's `slave_repl_offset` (bytes of it applied), so the two compare.
+   */
+  async function replicationOffset(): Promise<number> {
+    const info = await client.command(["INFO", "replication"]);
+    const text = info instanceof Buffer ? info.toString("latin1") : String(info);
+    const m = /^slave_repl_offset:(\d+)/m.exec(text) ?? /^master_repl_offset:(\d+)/m.exec(text);
+    return m ? Number(m[1]) : 0;
+  }
+
+  /**
+   * Replica: waits until the replica has applied `want` (a primary's offset token), polling; the
+   * offset reached, or null when `maxWaitMs` passed first.
+   */
+  async function catchUp(want: number): Promise<number | null> {
+    let at = await replicationOffset();
+    if (at >= want) return at;
+    stats.syncWaits++;
+    const deadline = Date.now() + maxWaitMs;
+    while (at < want) {
+      if (Date.now() >= deadline) {
+        stats.syncTimeouts++;
+        return null;
+      }
+      await new Promise((r) => setTimeout(r, pollMs));
+      at = await replicationOffset();
+    }
+    return at;
   }
 
   /** The entry for a script that needs rewriting (remembered under its original SHA), else null. */
@@ -667,16 +731,36 @@ export async function startUpstashRest(opts: UpstashRestOptions): Promise<Upstas
     stats.commands += cmds.length;
     stats.byPath[path] = (stats.byPath[path] ?? 0) + 1;
 
+    let reached = 0;
+    if (opts.replica) {
+      // Empty (a client's first request) or not ours: nothing to wait for.
+      const want = Number(req.headers.get("upstash-sync-token") ?? "");
+      if (Number.isSafeInteger(want) && want > 0) {
+        const at = await catchUp(want);
+        if (at === null)
+          return {
+            status: REPLICA_BEHIND_STATUS,
+            body: errorBody(`ERR replica has not reached sync token ${want} within ${maxWaitMs} ms`),
+          };
+        reached = at;
+      }
+    }
     const b64 = req.headers.get("upstash-encoding")?.toLowerCase() === "base64";
-    if (one !== null) return await single(one, b64, req, server);
-    if (path === "/pipeline") return await pipeline(cmds, b64, req, server);
-    return await multiExec(cmds, b64);
+    const out =
+      one !== null
+        ? await single(one, b64, req, server)
+        : path === "/pipeline"
+          ? await pipeline(cmds, b64, req, server)
+          : await multiExec(cmds, b64);
+    // After the request: a primary's offset then includes its writes; a replica's is what it has read.
+    if (offsetTokens) out.sync = String(Math.max(reached, await replicationOffset()));
+    return out;
   }
 
   function respond(out: Out): Response {
     return new Response(out.body, {
       status: out.status,
-      headers: { "content-type": "application/json", "upstash-sync-token": String(++syncToken) },
+      headers: { "content-type": "application/json", "upstash-sync-token": out.sync ?? String(++syncToken) },
     });
   }
 

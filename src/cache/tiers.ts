@@ -83,7 +83,7 @@ export class Tiers<K extends string | number, V, P> {
     const gen = this.l1.gen();
     let probe: Probe<V>;
     try {
-      probe = await this.probe(deps.redis, key);
+      probe = await this.probeNearest(deps, key);
     } catch (err) {
       // Redis down: fall through to MySQL (each isolate still single-flights its own loads).
       this.counters.errors++;
@@ -196,6 +196,22 @@ export class Tiers<K extends string | number, V, P> {
     if (e === null || typeof e !== "object" || (e as L2Entry<V>).v !== this.policy.version || !("d" in e))
       return undefined;
     return e as L2Entry<V>;
+  }
+
+  /**
+   * With a read region (deps.redisRead): a GET there first, and an entry found is the answer (the
+   * region holds this isolate's own writes, src/deps.ts); a miss, or a failing region, probes the
+   * primary, since the probe may take the rebuild lock (a write). Without one: the probe alone.
+   */
+  private async probeNearest(deps: Deps, key: K): Promise<Probe<V>> {
+    if (deps.redisRead !== null) {
+      const entry = await this.readL2(deps.redisRead, key).catch((err: unknown) => {
+        deps.log.warn("cache L2 read from the read region failed; probing the primary", { module: this.def.name, err });
+        return undefined;
+      });
+      if (entry) return { entry, ceilingKnown: false };
+    }
+    return await this.probe(deps.redis, key);
   }
 
   /**

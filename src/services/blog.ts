@@ -20,6 +20,7 @@
  */
 import type { Deps } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
+import { readNearest } from "../redis/read.ts";
 import { scriptsFor } from "../redis/scripts.ts";
 import { formatInZone, parseSqlUtc, toSqlUtc } from "../util/time.ts";
 import type { SessionUser } from "./session.ts";
@@ -89,9 +90,11 @@ async function likedBy(deps: Deps, ids: number[], viewerId: number | null): Prom
   const liked = new Set<number>();
   if (viewerId === null || ids.length === 0) return liked;
   try {
-    const p = deps.redis.pipeline();
-    for (const id of ids) p.zscore(keys.blogLiked(id), viewerId);
-    const scores = (await p.exec()) as (number | null)[];
+    const scores = (await readNearest(deps, (r) => {
+      const p = r.pipeline();
+      for (const id of ids) p.zscore(keys.blogLiked(id), viewerId);
+      return p.exec();
+    })) as (number | null)[];
     ids.forEach((id, i) => {
       if (scores[i] !== null && scores[i] !== undefined) liked.add(id);
     });
@@ -280,6 +283,8 @@ export async function toggleLike(deps: Deps, blogId: number, userId: number): Pr
 
 /** The first likers in like order (ZSET score = like time), as public user cards. */
 export async function firstLikers(deps: Deps, blogId: number, n = LIKERS_SHOWN): Promise<SessionUser[]> {
-  const ids = (await deps.redis.zrange<(string | number)[]>(keys.blogLiked(blogId), 0, n - 1)).map(Number);
+  const ids = (await readNearest(deps, (r) => r.zrange<(string | number)[]>(keys.blogLiked(blogId), 0, n - 1))).map(
+    Number,
+  );
   return await userCards(deps, ids);
 }

@@ -11,6 +11,7 @@
  */
 import type { Deps } from "../deps.ts";
 import { keys } from "../redis/keys.ts";
+import { readNearest } from "../redis/read.ts";
 import { parseSqlUtc } from "../util/time.ts";
 import { type Blog, followedBlogsByIds } from "./blog.ts";
 
@@ -144,13 +145,16 @@ export async function readFeedPage(
   let at = cursor;
   for (let round = 0; round < MAX_ROUNDS && list.length < pageSize; round++) {
     const need = pageSize - list.length;
-    const raw = await deps.redis.zrange<(string | number)[]>(key, at.minTime, 0, {
-      byScore: true,
-      rev: true,
-      withScores: true,
-      offset: at.offset,
-      count: need,
-    });
+    const from = at;
+    const raw = await readNearest(deps, (r) =>
+      r.zrange<(string | number)[]>(key, from.minTime, 0, {
+        byScore: true,
+        rev: true,
+        withScores: true,
+        offset: from.offset,
+        count: need,
+      }),
+    );
     const ids: number[] = [];
     const scores: number[] = [];
     for (let i = 0; i + 1 < raw.length; i += 2) {

@@ -5,6 +5,7 @@
 import type { Deps } from "../deps.ts";
 import { formatInZone, parseSqlUtc, toSqlUtc } from "../util/time.ts";
 import { keys } from "../redis/keys.ts";
+import { readNearest } from "../redis/read.ts";
 import { addShopToGeo } from "./shop-geo.ts";
 
 export interface Shop {
@@ -241,12 +242,14 @@ export async function searchNearby(
   radiusM: number,
 ): Promise<NearbyHit[]> {
   const end = page * pageSize;
-  const raw = (await deps.redis.geosearch(
-    keys.shopGeo(typeId),
-    { type: "FROMLONLAT", coordinate: { lon: x, lat: y } },
-    { type: "BYRADIUS", radius: radiusM, radiusType: "M" },
-    "ASC",
-    { count: { limit: end }, withDist: true },
+  const raw = (await readNearest(deps, (r) =>
+    r.geosearch(
+      keys.shopGeo(typeId),
+      { type: "FROMLONLAT", coordinate: { lon: x, lat: y } },
+      { type: "BYRADIUS", radius: radiusM, radiusType: "M" },
+      "ASC",
+      { count: { limit: end }, withDist: true },
+    ),
   )) as { member: string | number; dist?: number }[];
   return raw
     .slice(end - pageSize, end)

@@ -114,6 +114,8 @@ test("the stats endpoint reports requests and commands and can be reset over HTT
     throttledCommands: 0,
     maxPerSecond: 2,
     maxOfferedPerSecond: 2,
+    syncWaits: 0,
+    syncTimeouts: 0,
   });
   expect((await fetch(`${standin.url}/__standin/stats`)).status).toBe(401);
 });
