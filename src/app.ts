@@ -10,6 +10,7 @@ import { AppError, fail, handleError } from "./errors.ts";
 import { health } from "./routes/health.ts";
 import { user } from "./routes/user.ts";
 import { admin } from "./routes/admin.ts";
+import { metrics } from "./routes/metrics.ts";
 import { shop, shopType } from "./routes/shop.ts";
 import { voucher } from "./routes/voucher.ts";
 import { voucherOrder } from "./routes/voucher-order.ts";
@@ -70,6 +71,7 @@ export function createApp(deps: Deps): Hono<AppEnv> {
   app.route("/internal", internal);
   app.route("/admin/uv", uv);
   app.route("/admin", admin);
+  app.route("/metrics", metrics);
   app.route("/console", consolePages);
   // The front door and the API reference (HTML pages, /openapi.json); last, as the reference
   // documents the route table above.

@@ -54,6 +54,8 @@ export interface RouteDoc {
   outcomes?: readonly ErrorCode[];
   /** Codes answered at their `codeToStatus` status (400s, 401, 403, 409, 413, 429, 503). */
   errors?: readonly ErrorCode[];
+  /** A 200 answer that is not the JSON envelope (a text format), as OpenAPI content; error statuses are still generated. */
+  okContent?: Record<string, unknown>;
   /** Replaces the generated responses (pages, images, /health). */
   responses?: Record<string, unknown>;
 }
@@ -144,7 +146,7 @@ function responsesOf(spec: RouteDoc, implied: readonly ErrorCode[]): Record<stri
       description: outcomes.length
         ? `Success, or a business outcome with \`success:false\`: ${outcomes.join(", ")}`
         : "Success",
-      content: json(outcomes.length ? { oneOf: [ok, failure(outcomes)] } : ok),
+      content: spec.okContent ?? json(outcomes.length ? { oneOf: [ok, failure(outcomes)] } : ok),
     },
   };
   const byStatus = new Map<number, ErrorCode[]>();
