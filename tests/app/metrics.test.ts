@@ -29,7 +29,7 @@ async function scrape(app: TestApp): Promise<Map<string, ParsedFamily>> {
 }
 
 /** The value of the one sample of `name` whose labels include `labels` (throws when there is not exactly one). */
-function valueOf(families: Map<string, ParsedFamily>, name: string, labels: Record<string, string | number>): number {
+function sampleValue(families: Map<string, ParsedFamily>, name: string, labels: Record<string, string | number>): number {
   const want = Object.entries(labels).map(([k, v]) => [k, String(v)]);
   const hits = (families.get(name)?.metrics ?? []).filter((m) => want.every(([k, v]) => m.labels?.[k ?? ""] === v));
   if (hits.length !== 1) throw new Error(`${name} ${JSON.stringify(labels)}: ${hits.length} samples`);
@@ -65,25 +65,25 @@ describe("GET /metrics", () => {
     const sold = { voucher_id: sale.voucherId, shop_id: sale.shopId };
 
     const attempts = Object.fromEntries(
-      OUTCOMES.map((o) => [o, valueOf(m, "cityhub_seckill_attempts_total", { ...sold, outcome: o })]),
+      OUTCOMES.map((o) => [o, sampleValue(m, "cityhub_seckill_attempts_total", { ...sold, outcome: o })]),
     );
     expect(attempts).toMatchObject({ ok: 3, SOLD_OUT: 2, DUPLICATE_ORDER: 1, RATE_LIMITED: 0 });
     expect(m.get("cityhub_seckill_attempts_total")?.type).toBe("COUNTER");
     // The counters agree with the sale's state as the operator route reads it.
     expect(attempts.ok).toBe(view.sold);
     expect(attempts.ok).toBe(view.buyers);
-    expect(valueOf(m, "cityhub_seckill_sold", sold)).toBe(view.sold);
-    expect(valueOf(m, "cityhub_seckill_initial_stock", sold)).toBe(view.initialStock);
+    expect(sampleValue(m, "cityhub_seckill_sold", sold)).toBe(view.sold);
+    expect(sampleValue(m, "cityhub_seckill_initial_stock", sold)).toBe(view.initialStock);
     for (const shard of view.shards) {
-      expect(valueOf(m, "cityhub_seckill_stock", { ...sold, shard: shard.shard })).toBe(shard.stock);
-      expect(valueOf(m, "cityhub_seckill_buyers", { ...sold, shard: shard.shard })).toBe(shard.buyers);
+      expect(sampleValue(m, "cityhub_seckill_stock", { ...sold, shard: shard.shard })).toBe(shard.stock);
+      expect(sampleValue(m, "cityhub_seckill_buyers", { ...sold, shard: shard.shard })).toBe(shard.buyers);
     }
-    expect(valueOf(m, "cityhub_seckill_state", { ...sold, state: view.state })).toBe(1);
-    expect(valueOf(m, "cityhub_seckill_state", { ...sold, state: "upcoming" })).toBe(0);
+    expect(sampleValue(m, "cityhub_seckill_state", { ...sold, state: view.state })).toBe(1);
+    expect(sampleValue(m, "cityhub_seckill_state", { ...sold, state: "upcoming" })).toBe(0);
     // The three reservations wait in the shop's outbox (no writer runs in this test app).
     const pending = view.shards.reduce((a, s) => a + s.outbox.shopPending, 0);
-    expect(valueOf(m, "cityhub_outbox_pending", { shop_id: sale.shopId })).toBe(pending);
-    expect(valueOf(m, "cityhub_writer_lag_seconds", { shop_id: sale.shopId })).toBeGreaterThanOrEqual(0);
+    expect(sampleValue(m, "cityhub_outbox_pending", { shop_id: sale.shopId })).toBe(pending);
+    expect(sampleValue(m, "cityhub_writer_lag_seconds", { shop_id: sale.shopId })).toBeGreaterThanOrEqual(0);
   });
 
   test("breakers, dependency guards and shedding per dependency, as GET /admin/resilience shows them; cache counters as GET /admin/cache", async () => {
@@ -95,14 +95,14 @@ describe("GET /metrics", () => {
     ).body.data;
     for (const d of DEPENDENCIES) {
       const g = resilience?.[d];
-      expect([d, valueOf(m, "cityhub_breaker_state", { dependency: d, state: g?.state ?? "" })]).toEqual([d, 1]);
-      expect([d, valueOf(m, "cityhub_breaker_trips_total", { dependency: d })]).toEqual([d, g?.opened ?? -1]);
+      expect([d, sampleValue(m, "cityhub_breaker_state", { dependency: d, state: g?.state ?? "" })]).toEqual([d, 1]);
+      expect([d, sampleValue(m, "cityhub_breaker_trips_total", { dependency: d })]).toEqual([d, g?.opened ?? -1]);
       // The scrape itself called Redis and MySQL after it read the guards: never fewer now.
-      expect(valueOf(m, "cityhub_dependency_calls_total", { dependency: d })).toBeLessThanOrEqual(g?.calls ?? -1);
+      expect(sampleValue(m, "cityhub_dependency_calls_total", { dependency: d })).toBeLessThanOrEqual(g?.calls ?? -1);
     }
-    expect(valueOf(m, "cityhub_shed_requests_total", { reason: "in_flight" })).toBe(t.deps.isolate.shed.shed.inFlight);
+    expect(sampleValue(m, "cityhub_shed_requests_total", { reason: "in_flight" })).toBe(t.deps.isolate.shed.shed.inFlight);
     for (const section of ["sales", "outbox", "cache"])
-      expect([section, valueOf(m, "cityhub_metrics_section_up", { section })]).toEqual([section, 1]);
+      expect([section, sampleValue(m, "cityhub_metrics_section_up", { section })]).toEqual([section, 1]);
     const cache = S.CacheReport.parse((await call(t.app, "GET", "/admin/cache", { token })).body.data);
     const modules = Object.keys(cache.modules);
     expect(modules.length).toBeGreaterThan(0);
