@@ -223,6 +223,8 @@ test("stats report the busiest second's commands and the throttled ones, over HT
     throttledRequests: 3,
     throttledCommands: 3,
     maxPerSecond: 10,
+    syncWaits: 0,
+    syncTimeouts: 0,
     maxOfferedPerSecond: 13,
   });
   capped.resetStats();
