@@ -29,7 +29,11 @@ async function scrape(app: TestApp): Promise<Map<string, ParsedFamily>> {
 }
 
 /** The value of the one sample of `name` whose labels include `labels` (throws when there is not exactly one). */
-function sampleValue(families: Map<string, ParsedFamily>, name: string, labels: Record<string, string | number>): number {
+function sampleValue(
+  families: Map<string, ParsedFamily>,
+  name: string,
+  labels: Record<string, string | number>,
+): number {
   const want = Object.entries(labels).map(([k, v]) => [k, String(v)]);
   const hits = (families.get(name)?.metrics ?? []).filter((m) => want.every(([k, v]) => m.labels?.[k ?? ""] === v));
   if (hits.length !== 1) throw new Error(`${name} ${JSON.stringify(labels)}: ${hits.length} samples`);
@@ -100,7 +104,9 @@ describe("GET /metrics", () => {
       // The scrape itself called Redis and MySQL after it read the guards: never fewer now.
       expect(sampleValue(m, "cityhub_dependency_calls_total", { dependency: d })).toBeLessThanOrEqual(g?.calls ?? -1);
     }
-    expect(sampleValue(m, "cityhub_shed_requests_total", { reason: "in_flight" })).toBe(t.deps.isolate.shed.shed.inFlight);
+    expect(sampleValue(m, "cityhub_shed_requests_total", { reason: "in_flight" })).toBe(
+      t.deps.isolate.shed.shed.inFlight,
+    );
     for (const section of ["sales", "outbox", "cache"])
       expect([section, sampleValue(m, "cityhub_metrics_section_up", { section })]).toEqual([section, 1]);
     const cache = S.CacheReport.parse((await call(t.app, "GET", "/admin/cache", { token })).body.data);
