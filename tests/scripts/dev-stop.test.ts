@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { killOnExit } from "../../scripts/stack/engines.ts";
 import { repoRoot } from "../../scripts/stack/workerd.ts";
-import { pollUntil, tcpOpen } from "../support/child.ts";
+import { descendants, pollUntil, running, tcpOpen } from "../support/child.ts";
 
 const READY_MS = 120_000;
 let dir = "";
@@ -36,46 +36,12 @@ afterAll(() => {
   else if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-/** Whether `pid` runs (exists and is not a zombie). */
-function running(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat[stat.lastIndexOf(")") + 2] !== "Z";
-  } catch {
-    return false;
-  }
-}
-
 function comm(pid: number): string {
   try {
     return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
   } catch {
     return "";
   }
-}
-
-/** Pids of `root`'s descendants (Linux /proc). */
-function descendants(root: number): number[] {
-  const parentOf = new Map<number, number>();
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      parentOf.set(Number(name), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
-    } catch {
-      /* gone meanwhile */
-    }
-  }
-  const out: number[] = [];
-  const walk = (p: number) => {
-    for (const [pid, ppid] of parentOf)
-      if (ppid === p) {
-        out.push(pid);
-        walk(pid);
-      }
-  };
-  walk(root);
-  return out;
 }
 
 interface Dev {

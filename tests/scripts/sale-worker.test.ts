@@ -12,7 +12,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { repoRoot } from "../../scripts/stack/workerd.ts";
-import { pidAlive, pollUntil, tcpOpen, within } from "../support/child.ts";
+import { descendants, pidAlive, pollUntil, running, tcpOpen, within } from "../support/child.ts";
 import { startWranglerDev, type WranglerDev } from "../support/wrangler-dev.ts";
 
 const SALE_TIMEOUT_MS = 150_000;
@@ -73,40 +73,6 @@ async function runSale(args: string[]): Promise<{ code: number | null; stdout: s
   } finally {
     if (child.exitCode === null) child.kill("SIGKILL");
   }
-}
-
-/** Whether `pid` runs (exists and is not a zombie). */
-function running(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
-  } catch {
-    return false;
-  }
-}
-
-/** Pids of `root`'s descendants (Linux /proc). */
-function descendants(root: number): number[] {
-  const parentOf = new Map<number, number>();
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      parentOf.set(Number(name), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
-    } catch {
-      /* gone meanwhile */
-    }
-  }
-  const out: number[] = [];
-  const walk = (p: number) => {
-    for (const [pid, ppid] of parentOf)
-      if (ppid === p) {
-        out.push(pid);
-        walk(pid);
-      }
-  };
-  walk(root);
-  return out;
 }
 
 describe("npm run sale against npm run worker (wrangler dev, default settings)", () => {

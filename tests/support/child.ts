@@ -8,7 +8,7 @@
  * (a crash, a timeout) are SIGKILLed by an exit hook, like the engines in scripts/stack/engines.ts.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { appendFileSync, closeSync, openSync } from "node:fs";
+import { appendFileSync, closeSync, openSync, readdirSync, readFileSync } from "node:fs";
 import { connect } from "node:net";
 import { killOnExit } from "../../scripts/stack/engines.ts";
 
@@ -165,4 +165,38 @@ export class ManagedChild {
     await within(graceMs + 5000, `${this.opts.name} to stop`, exited).catch(() => {});
     clearTimeout(timer);
   }
+}
+
+/** Whether `pid` runs: it exists and is not a zombie (Linux /proc). */
+export function running(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat[stat.lastIndexOf(")") + 2] !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+/** Pids of `root`'s descendants (Linux /proc). */
+export function descendants(root: number): number[] {
+  const parentOf = new Map<number, number>();
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      parentOf.set(Number(name), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    for (const [pid, ppid] of parentOf)
+      if (ppid === p) {
+        out.push(pid);
+        walk(pid);
+      }
+  };
+  walk(root);
+  return out;
 }
