@@ -249,7 +249,9 @@ describe("seckill shards", () => {
     const t = await shardedApp();
     const { voucherId } = await createSeckill(t, { stock: 5 });
     const cfg = await cfgOf(t, voucherId);
-    const [token] = await sessionsFor(t, userIds(1));
+    // A buyer per try: a try whose second rolled over reserves, and the same buyer's next try would
+    // then be answered from the isolate's memory (DUPLICATE_ORDER) without reaching a shard.
+    const tokens = await sessionsFor(t, userIds(5));
     const statuses: number[] = [];
     let reserved = 0;
     shards.setLimits({ commandsPerSecond: 1 });
@@ -265,7 +267,10 @@ describe("seckill shards", () => {
               () => false,
             )
           );
-        res = await call(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, { token: token as string, ip: IP });
+        res = await call(t.app, "POST", `/api/voucher-order/seckill/${voucherId}`, {
+          token: tokens[i] as string,
+          ip: IP,
+        });
         statuses.push(res.status);
         if (res.body.success === true) reserved++;
       }
